@@ -1,0 +1,65 @@
+"""The contract every backbone follows, and the model registry.
+
+Notation used for tensor shapes:
+    B  batch size
+    L  (padded) sequence length; sequences are LEFT-padded with item id 0
+    D  hidden size
+    N  n_items + 1 (column 0 is the padding item and never ranked)
+
+A Recommender maps a batch of left-padded item-id sequences (B, L) to scores over
+all items (B, N). Neural backbones implement `encode` (B, D) and expose their item
+table through `item_weights` (N, D) so the trainer can also use sampled softmax;
+`forward` = encode @ item_weights.T with column 0 set to -inf.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from pipeline.errors import unknown
+
+
+class Recommender(nn.Module):
+    n_items: int           # real items are 1..n_items
+    needs_fit: bool = False  # non-neural models (POP, S-POP, Item-KNN) are fitted, not trained
+
+    def encode(self, seqs: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, D)
+        raise NotImplementedError
+
+    def item_weights(self) -> torch.Tensor:  # (N, D)
+        raise NotImplementedError
+
+    def forward(self, seqs: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, N)
+        scores = self.encode(seqs) @ self.item_weights().t()  # (B, N)
+        scores[:, 0] = float("-inf")
+        return scores
+
+    def fit(self, seqs: torch.Tensor, targets: torch.Tensor) -> None:  # only when needs_fit
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    build: Callable[..., Recommender]   # build(n_items=, max_len=, train=TrainParams, options=dict, encoding=module|None)
+    description: str
+    paper: str = ""
+    uses_encoding: bool = True           # False: the model ignores --encoding (e.g. GRU4Rec, POP)
+    presets: Optional[dict] = None       # name -> dict of TrainParams overrides (e.g. "paper")
+
+
+MODELS: dict[str, ModelSpec] = {}
+
+
+def register_model(spec: ModelSpec) -> ModelSpec:
+    MODELS[spec.name] = spec
+    return spec
+
+
+def build_model(name: str, **kwargs) -> Recommender:
+    if name not in MODELS:
+        raise unknown("model", name, MODELS)
+    return MODELS[name].build(**kwargs)

@@ -1,0 +1,1 @@
+"""seqpe data pipeline: download, preprocess, augment, train, evaluate."""

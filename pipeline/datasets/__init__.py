@@ -1,0 +1,78 @@
+"""Dataset registry: name -> DatasetSpec (raw source, protocol, reader).
+
+Several datasets can share one raw source (yoochoose_1_64, yoochoose_1_4 and
+yoochoose all read `yoochoose-clicks.dat`). Each family lives in its own module
+and contributes entries to `DATASETS`; `get(name)` fails listing the known names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..errors import unknown
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where a raw source comes from and how to check it."""
+    name: str                          # e.g. "diginetica"
+    filename: str                      # file name of the archive / file at the source
+    archive: str                       # zip | 7z | gz | none | generated
+    files: tuple[str, ...]             # files the reader needs after unpacking
+    url: Optional[str] = None          # None when the host needs a login (see `manual`)
+    mirrors: tuple[str, ...] = ()      # alternative full URLs, tried after the user mirror and before `url`
+    sha256: Optional[str] = None       # of the archive as downloaded, when known
+    md5: Optional[str] = None          # published md5 (only where that is all there is)
+    size: Optional[int] = None         # bytes of the archive, when known
+    manual: Optional[str] = None       # how to get it by hand when there is no public URL
+    homepage: Optional[str] = None
+    file_md5: dict = field(default_factory=dict)   # published md5 of unpacked members
+    generate: Optional[Callable] = None  # archive == "generated": generate(dst_file: Path, sample: SampleParams) writes the archive
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    source: SourceSpec
+    protocol: str                      # srgnn | leave_one_out | ctr
+    description: str
+    reader: Callable                   # (raw_dir: Path) -> polars.LazyFrame in the protocol's input schema
+    options: dict = field(default_factory=dict)   # protocol constants (split_days, fraction, ...)
+    paper_size: str = ""               # e.g. "1,235,380 clicks, 310,324 sessions"
+
+
+DATASETS: dict[str, DatasetSpec] = {}
+SOURCES: dict[str, SourceSpec] = {}
+
+
+def register(spec: DatasetSpec) -> DatasetSpec:
+    DATASETS[spec.name] = spec
+    SOURCES.setdefault(spec.source.name, spec.source)
+    return spec
+
+
+def get(name: str) -> DatasetSpec:
+    _load_all()
+    if name not in DATASETS:
+        raise unknown("dataset", name, DATASETS)
+    return DATASETS[name]
+
+
+def all_datasets() -> dict[str, DatasetSpec]:
+    _load_all()
+    return dict(DATASETS)
+
+
+_LOADED = False
+
+
+def _load_all() -> None:
+    """Import every family module once (each registers its datasets)."""
+    global _LOADED
+    if _LOADED:
+        return
+    import importlib
+    import pkgutil
+    for mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        importlib.import_module(f"{__name__}.{mod}")
+    _LOADED = True

@@ -1,0 +1,180 @@
+"""The only place that writes and reads shards and manifests.
+
+Every write goes to a temporary path in the destination folder and is renamed into
+place, so a crash or Ctrl-C never leaves a half-written file where a later stage
+would read it. A whole output folder is built in a sibling temporary folder and
+swapped in with `atomic_dir`.
+
+Layout of a prepared folder (sessions or samples)::
+
+    <root>/manifest.json
+    <root>/items.parquet                 (sessions only: new id, raw id, count)
+    <root>/<split>/part-00000.parquet    (split in train, valid, test)
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import polars as pl
+
+from .errors import DataError
+
+SPLITS = ("train", "valid", "test")
+MANIFEST = "manifest.json"
+SHARD_ROWS = 1_000_000  # rows per Parquet shard
+# Parquet options fixed here so the same frame always gives the same bytes.
+_PARQUET = dict(compression="zstd", compression_level=3, statistics=True, use_pyarrow=False)
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(dst: str | Path) -> Iterator[Path]:
+    """Yield a temporary file path next to `dst`; rename it onto `dst` on success.
+
+    On any exception the temporary file is removed and `dst` is left untouched.
+    """
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, dst)
+        _fsync_dir(dst.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(dst: str | Path) -> Iterator[Path]:
+    """Yield an empty temporary folder next to `dst`; swap it in for `dst` on success.
+
+    The previous content of `dst` (if any) is replaced only once the new one is
+    complete; on failure the temporary folder is removed and `dst` is untouched.
+    """
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
+    try:
+        yield tmp
+        old = None
+        if dst.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".old", dir=dst.parent))
+            os.rmdir(old)
+            os.replace(dst, old)
+        os.replace(tmp, dst)
+        _fsync_dir(dst.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_bytes(dst: str | Path, data: bytes) -> None:
+    with atomic_path(dst) as tmp:
+        tmp.write_bytes(data)
+
+
+def dumps_json(obj: Any) -> str:
+    """Canonical JSON (sorted keys, fixed indent, trailing newline): same object, same bytes."""
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_json(dst: str | Path, obj: Any) -> None:
+    write_bytes(dst, dumps_json(obj).encode("utf-8"))
+
+
+def read_json(path: str | Path) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_parquet(dst: str | Path, df: pl.DataFrame) -> None:
+    """Write one Parquet file atomically with the fixed options (byte-identical output)."""
+    with atomic_path(dst) as tmp:
+        df.write_parquet(tmp, **_PARQUET)
+
+
+def write_split(root: str | Path, split: str, df: pl.DataFrame, rows_per_shard: int = SHARD_ROWS) -> list[dict]:
+    """Write `df` as `<root>/<split>/part-NNNNN.parquet` shards; return their manifest entries.
+
+    `root` is normally the temporary folder of an `atomic_dir` block. Always at least
+    one shard (possibly empty) so readers can rely on the schema.
+    """
+    root = Path(root)
+    (root / split).mkdir(parents=True, exist_ok=True)
+    entries = []
+    n = df.height
+    starts = range(0, max(n, 1), rows_per_shard)
+    for i, start in enumerate(starts):
+        part = df.slice(start, rows_per_shard)
+        rel = f"{split}/part-{i:05d}.parquet"
+        write_parquet(root / rel, part)
+        entries.append({"path": rel, "rows": part.height, "sha256": sha256_file(root / rel)})
+    return entries
+
+
+def shard_entry(root: str | Path, rel: str) -> dict:
+    """Manifest entry for an already written file under `root`."""
+    path = Path(root) / rel
+    return {"path": rel, "rows": pl.scan_parquet(path).select(pl.len()).collect().item(), "sha256": sha256_file(path)}
+
+
+def read_manifest(root: str | Path, stage_hint: str = "preprocess") -> dict:
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        raise DataError(
+            f"no {MANIFEST} in {root}: that folder has not been prepared",
+            f"run `seqpe {stage_hint}` for this dataset first",
+        )
+    return read_json(path)
+
+
+def scan_split(root: str | Path, split: str) -> pl.LazyFrame:
+    """Lazy scan of one split's shards."""
+    d = Path(root) / split
+    files = sorted(d.glob("part-*.parquet"))
+    if not files:
+        raise DataError(f"no shards in {d}", "re-run the stage that writes this folder")
+    return pl.scan_parquet(files)
+
+
+def read_split(root: str | Path, split: str) -> pl.DataFrame:
+    return scan_split(root, split).collect()
+
+
+def verify_shards(root: str | Path, manifest: dict | None = None) -> None:
+    """Check every shard listed in the manifest against its sha256."""
+    manifest = manifest or read_manifest(root)
+    for entry in manifest.get("shards", []):
+        path = Path(root) / entry["path"]
+        if not path.is_file() or sha256_file(path) != entry["sha256"]:
+            raise DataError(f"shard {path} is missing or does not match its manifest sha256",
+                            "re-run the stage that wrote it (or `dvc pull`)")

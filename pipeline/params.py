@@ -1,0 +1,213 @@
+"""params.yaml -> frozen dataclasses, one per stage section.
+
+The loader rejects what it does not know: an unknown or misspelt key, a missing
+key, or a value of the wrong type raises `ParamsError` naming the dotted key and
+what was expected (with a did-you-mean for misspellings). Sections are plain
+frozen dataclasses with commented defaults, in the spirit of nanoGPT's GPTConfig.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from .errors import ParamsError
+
+DEFAULT_PARAMS = Path("params.yaml")
+
+
+@dataclass(frozen=True)
+class DownloadParams:
+    mirror: Optional[str] = None      # base URL tried before the source URL (env SEQPE_MIRROR overrides)
+    retries: int = 5                  # attempts per URL for transient failures (backoff doubles)
+    timeout_s: float = 60.0           # socket timeout per request
+    backoff_s: float = 1.0            # first retry delay
+
+
+@dataclass(frozen=True)
+class SampleParams:
+    """Size of the embedded `sample` dataset that seqpe generates itself."""
+    sessions: int = 4000              # raw sessions generated
+    items: int = 1500                 # catalogue size before filtering
+    days: int = 120                   # date range covered
+    seed: int = 20160101              # generator seed
+
+
+@dataclass(frozen=True)
+class PreprocessParams:
+    valid_fraction: float = 0.1       # share of the most recent train sessions carved into valid
+    min_item_count: int = 5           # srgnn: items with fewer clicks are dropped
+    k_core: int = 5                   # leave-one-out: users and items with fewer interactions are dropped (iterated)
+    max_history: int = 100            # ctr: history lists cut to the most recent N
+    rows_per_shard: int = 1_000_000   # rows per Parquet shard
+    sample: SampleParams = field(default_factory=SampleParams)
+
+
+@dataclass(frozen=True)
+class AugmentParams:
+    max_len: int = 200                # leave-one-out prefixes keep their most recent max_len items
+                                      # (srgnn keeps whole prefixes, as its protocol says; 0 = keep all)
+    rows_per_shard: int = 1_000_000
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    model: str = "sasrec"             # a key of models.MODELS
+    encoding: str = "lpe"             # a key of models.encodings.ENCODINGS
+    seeds: list[int] = field(default_factory=lambda: [1])
+    epochs: int = 5
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    dim: int = 64                     # embedding / hidden size
+    layers: int = 2                   # transformer blocks
+    heads: int = 1
+    dropout: float = 0.2
+    max_len: int = 50                 # model input length (most recent items)
+    patience: int = 3                 # early stopping on valid (epochs without improvement)
+    select_metric: str = "ndcg@10"    # metric on valid used to pick the best epoch
+    device: str = "auto"              # auto | cpu | cuda | cuda:N
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    ks: list[int] = field(default_factory=lambda: [5, 10, 20])
+    batch_size: int = 512
+
+
+@dataclass(frozen=True)
+class Params:
+    datasets: list[str] = field(default_factory=lambda: ["sample"])   # what `dvc repro` builds
+    download: DownloadParams = field(default_factory=DownloadParams)
+    preprocess: PreprocessParams = field(default_factory=PreprocessParams)
+    augment: AugmentParams = field(default_factory=AugmentParams)
+    train: TrainParams = field(default_factory=TrainParams)
+    evaluate: EvaluateParams = field(default_factory=EvaluateParams)
+    # Per-name options, checked against each model's / encoding's own config dataclass
+    # (see models/config.py) when the run is built: e.g. `encodings: {rmha: {clip: 4}}`.
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    encodings: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- loading
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ParamsError:
+                continue
+        raise ParamsError(f"params key '{key}' must be {_type_name(tp)}, got {value!r}",
+                          "fix the value in params.yaml")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ParamsError(f"params key '{key}' must be a mapping, got {value!r}",
+                              "fix that section in params.yaml")
+        return from_dict(tp, value, key)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ParamsError(f"params key '{key}' must be a list, got {value!r}", "write it as [a, b, ...]")
+        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ParamsError(f"params key '{key}' must be a mapping, got {value!r}", "fix it in params.yaml")
+        return {str(k): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML reads 1e-3 as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise ParamsError(f"params key '{key}' must be {_type_name(tp)}, got {value!r}",
+                      "fix the value in params.yaml")
+
+
+def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
+    """Build dataclass `cls` from `data`, rejecting unknown, missing and mistyped keys."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields:
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            fix = f"did you mean '{close[0]}'?" if close else f"known keys here: {', '.join(fields)}"
+            raise ParamsError(f"unknown params key '{dotted}'", fix)
+    kwargs = {}
+    for name, f in fields.items():
+        dotted = f"{prefix}.{name}" if prefix else name
+        if name in data:
+            kwargs[name] = _coerce(data[name], hints[name], dotted)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ParamsError(f"missing params key '{dotted}'", f"add '{name}:' to params.yaml")
+    return cls(**kwargs)
+
+
+def _parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ParamsError(f"override '{text}' is not KEY=VALUE", "write e.g. --set train.epochs=3")
+    key, raw = text.split("=", 1)
+    return key.strip().split("."), yaml.safe_load(raw)
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None = None,
+                required: bool = False) -> Params:
+    """Load params.yaml (defaults if it does not exist and not `required`) plus KEY=VALUE overrides."""
+    path = Path(path)
+    data: dict = {}
+    if path.is_file():
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark else ""
+            raise ParamsError(f"{path} is not valid YAML{where}", "fix the syntax there") from None
+        if not isinstance(data, dict):
+            raise ParamsError(f"{path} must be a mapping of sections", "see the README for its layout")
+    elif required:
+        raise ParamsError(f"params file {path} not found", "run from the project root or pass --params PATH")
+    for text in overrides or []:
+        keys, value = _parse_override(text)
+        node = data
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ParamsError(f"override '{text}': '{k}' is not a section", "override a leaf key")
+        node[keys[-1]] = value
+    return from_dict(Params, data)
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclass -> plain dict (for manifests and run records)."""
+    return dataclasses.asdict(obj)
