@@ -1,0 +1,48 @@
+"""The CLI edge: one-line errors with exit code 1, no tracebacks, no torch for data commands."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def seqpe(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for frag in fragments:
+        assert frag in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("command", ["download", "preprocess", "augment"])
+def test_unknown_dataset_lists_known_ones(command, tmp_path):
+    proc = seqpe(command, "digenetica", str(tmp_path / "a"), str(tmp_path / "b"), "--params", str(ROOT / "params.yaml"))
+    assert_one_line_error(proc, "unknown dataset 'digenetica'", "diginetica", "sample")
+    assert not (tmp_path / "b").exists()
+
+
+def test_misspelt_param_override_is_one_line(tmp_path):
+    proc = seqpe("preprocess", "sample", str(tmp_path / "a"), str(tmp_path / "b"), "--set", "preprocess.min_item_cnt=3")
+    assert_one_line_error(proc, "unknown params key 'preprocess.min_item_cnt'", "min_item_count")
+
+
+def test_data_commands_do_not_import_torch(tmp_path):
+    code = ("import sys; from pipeline.cli import app\n"
+            "try:\n    app(['datasets', '--data-dir', sys.argv[1]], standalone_mode=False)\n"
+            "finally:\n    print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("NO-TORCH")
+    assert "diginetica" in proc.stdout and "srgnn" in proc.stdout

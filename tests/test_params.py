@@ -1,0 +1,80 @@
+"""params.yaml loading: strict keys, types, overrides, and the shipped file itself."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import ParamsError
+from pipeline.params import Params, load_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "params.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_shipped_params_load_and_match_defaults_where_documented():
+    p = load_params(ROOT / "params.yaml", required=True)
+    assert isinstance(p, Params)
+    assert p.datasets == ["sample"]
+    assert p.evaluate.ks == [5, 10, 20]
+    assert p.train.lr == pytest.approx(1e-3)
+
+
+def test_misspelt_key_is_rejected_with_suggestion(tmp_path):
+    path = write(tmp_path, "train:\n  epohcs: 3\n")
+    with pytest.raises(ParamsError) as e:
+        load_params(path)
+    assert str(e.value) == "unknown params key 'train.epohcs'. Fix: did you mean 'epochs'?"
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_section_is_rejected(tmp_path):
+    with pytest.raises(ParamsError, match="unknown params key 'trian'.*did you mean 'train'"):
+        load_params(write(tmp_path, "trian: {}\n"))
+
+
+@pytest.mark.parametrize("text, key", [
+    ("train:\n  epochs: three\n", "train.epochs"),
+    ("train:\n  epochs: 2.5\n", "train.epochs"),
+    ("train:\n  seeds: 1\n", "train.seeds"),
+    ("train:\n  seeds: [1, x]\n", "train.seeds[1]"),
+    ("datasets: sample\n", "datasets"),
+    ("preprocess:\n  sample: 3\n", "preprocess.sample"),
+    ("train:\n  dropout: true\n", "train.dropout"),
+])
+def test_wrong_types_name_the_dotted_key(tmp_path, text, key):
+    with pytest.raises(ParamsError, match=re.escape(f"'{key}' must be")):
+        load_params(write(tmp_path, text))
+
+
+def test_ints_are_accepted_for_floats_and_scientific_strings(tmp_path):
+    p = load_params(write(tmp_path, "train:\n  lr: 1e-3\n  dropout: 0\n"))
+    assert p.train.lr == pytest.approx(0.001) and isinstance(p.train.dropout, float)
+
+
+def test_overrides_apply_and_are_checked(tmp_path):
+    path = write(tmp_path, "train:\n  epochs: 3\n")
+    assert load_params(path, ["train.epochs=7", "train.seeds=[1,2]"]).train.seeds == [1, 2]
+    with pytest.raises(ParamsError, match="unknown params key 'train.epoch'"):
+        load_params(path, ["train.epoch=7"])
+    with pytest.raises(ParamsError, match="not KEY=VALUE"):
+        load_params(path, ["train.epochs"])
+
+
+def test_invalid_yaml_and_missing_required_file(tmp_path):
+    with pytest.raises(ParamsError, match="not valid YAML at line"):
+        load_params(write(tmp_path, "train: [\n"))
+    with pytest.raises(ParamsError, match="not found"):
+        load_params(tmp_path / "nope.yaml", required=True)
+
+
+def test_params_are_frozen():
+    p = load_params(ROOT / "params.yaml")
+    with pytest.raises(Exception):
+        p.train.epochs = 10  # type: ignore[misc]
