@@ -137,22 +137,27 @@ def import_(dataset: str,
             fmt: Annotated[str, typer.Option("--format", help="srgnn | sasrec")] = "srgnn",
             sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to write")] = None,
             samples: Annotated[Optional[Path], typer.Option(help="samples folder to write")] = None,
-            params: ParamsOpt = Path("params.yaml"), quiet: QuietOpt = False):
-    """Import canonical prepared files as seqpe sessions and samples under DATASET's name."""
+            params: ParamsOpt = Path("params.yaml"), overrides: SetOpt = None, quiet: QuietOpt = False):
+    """Import canonical prepared files as seqpe sessions and samples under DATASET's name.
+
+    Pickles are read with a restricted unpickler (lists, tuples and ints only). Valid is carved
+    like `preprocess` does (preprocess.valid_fraction); `train` works on the samples folder and
+    `augment` on the sessions folder.
+    """
     from . import formats
     summary = formats.import_dataset(dataset, src, fmt, _default("sessions", dataset, sessions),
-                                     _default("samples", dataset, samples), _params(params))
+                                     _default("samples", dataset, samples), _params(params, overrides))
     if not quiet:
         console.print(_kv_table(f"import {dataset} ({fmt})", summary))
 
 
 @app.command()
 def export(dataset: str,
-           out: Annotated[Path, typer.Argument(help="folder to write")],
+           out: Annotated[Path, typer.Argument(help="folder to write (new, or holding only a previous export)")],
            fmt: Annotated[str, typer.Option("--format", help="srgnn | sasrec")] = "srgnn",
            sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to read")] = None,
            quiet: QuietOpt = False):
-    """Export prepared sessions in a format existing model code reads (SR-GNN pickles)."""
+    """Export prepared sessions as SR-GNN pickles (train.txt, test.txt, all_train_seq.txt) or S3-Rec text."""
     from . import formats
     summary = formats.export_dataset(_default("sessions", dataset, sessions), out, fmt)
     if not quiet:
@@ -186,10 +191,68 @@ def evaluate(dataset: str,
              params: ParamsOpt = Path("params.yaml"), overrides: SetOpt = None, quiet: QuietOpt = False):
     """Collect the runs' test metrics into metrics.json (DVC metrics) with mean, std and 95% CI."""
     from . import evaluate as stage
+    from .report import rich_table
     summary = stage.run(dataset, _default("runs", dataset, runs), _default("reports", dataset, out),
                         _params(params, overrides))
     if not quiet:
         _print_runs(summary.get("runs", []))
+        console.print(rich_table(summary["configs"]))
+
+
+@app.command()
+def report(runs: Annotated[Optional[list[Path]], typer.Argument(help="runs folders (default data/runs)")] = None,
+           out: Annotated[Optional[Path], typer.Option("--out", help="also write FILE.md or FILE.csv")] = None,
+           quiet: QuietOpt = False):
+    """Aggregate runs over seeds: mean, std and 95% CI of every test metric, per configuration."""
+    from . import report as stage
+    rows = stage.run(runs or [Path("data") / "runs"], out)
+    if not quiet:
+        console.print(stage.rich_table(rows))
+        if out is not None:
+            console.print(f"wrote {out}")
+
+
+# --------------------------------------------------------------------------- encodings
+
+encodings_app = typer.Typer(help="Positional encodings: list them, or draw one (PosRec Figs. 7-12).",
+                            invoke_without_command=True, no_args_is_help=False)
+app.add_typer(encodings_app, name="encodings")
+
+
+@encodings_app.callback()
+def encodings(ctx: typer.Context):
+    """List every positional encoding: paper, family, learnable, forward/backward-aware, options."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from models.encodings import ENCODINGS  # torch-free metadata
+    t = Table(title="seqpe positional encodings")
+    for col in ("name", "paper", "family", "learnable", "forward-aware", "backward-aware", "extra params"):
+        t.add_column(col, no_wrap=col == "name")
+    mark = lambda b: "✓" if b else "·"  # noqa: E731
+    for name, s in ENCODINGS.items():
+        t.add_row(name, s.paper, s.family, mark(s.learnable), mark(s.forward_aware), mark(s.backward_aware),
+                  ", ".join(s.params) or "-")
+    console.print(t)
+
+
+@encodings_app.command("inspect", context_settings={"allow_extra_args": True})
+def encodings_inspect(ctx: typer.Context, name: str,
+                      lengths: Annotated[list[int], typer.Option("--lengths", help="session lengths, e.g. --lengths 10 20")],
+                      out: Annotated[Path, typer.Option("--out", help="folder for the PNGs")],
+                      run: Annotated[Optional[Path], typer.Option("--run", help="trained run folder (checkpoint.pt) for learned weights")] = None,
+                      dim: Annotated[int, typer.Option(help="encoding width without --run (PosRec: 100)")] = 100,
+                      quiet: QuietOpt = False):
+    """Write PNGs of an encoding's matrices and dot-product heatmaps (PosRec Figs. 7-12)."""
+    from models.encodings.plots import inspect
+    from .errors import ParamsError
+    extra = list(ctx.args)  # `--lengths 10 20`: click leaves the values after the first here
+    if not all(a.isdigit() for a in extra):
+        raise ParamsError(f"unexpected arguments {extra}", "pass lengths as --lengths 10 20")
+    summary = inspect(name, [*lengths, *map(int, extra)], out, run_dir=run, dim=dim)
+    if not quiet:
+        console.print(_kv_table(f"encodings inspect {name}", {k: v for k, v in summary.items() if k != "files"}))
+        for f in summary["files"]:
+            console.print(f"  {Path(out) / f}")
 
 
 def _print_runs(results: list[dict]) -> None:
@@ -207,24 +270,16 @@ def _print_runs(results: list[dict]) -> None:
 
 
 def main() -> None:
+    """Entry point: click/typer handle usage errors themselves (standalone mode);
+    domain errors become one line on stderr and exit code 1."""
     try:
-        app(standalone_mode=False)
+        app()
     except SeqpeError as e:
         err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
         err_console.print("[bold red]interrupted[/]: no partial output was left in place")
         sys.exit(130)
-    except Exception as e:  # click usage errors and the like
-        import click
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Exit):
-            sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(1)
-        raise
 
 
 if __name__ == "__main__":

@@ -50,6 +50,18 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish_mode(path: Path, directory: bool) -> None:
+    """mkstemp/mkdtemp create owner-only entries; give published ones the usual umask mode."""
+    with contextlib.suppress(OSError):
+        os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(dst: str | Path) -> Iterator[Path]:
     """Yield a temporary file path next to `dst`; rename it onto `dst` on success.
@@ -63,6 +75,7 @@ def atomic_path(dst: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        _publish_mode(tmp_path, directory=False)
         os.replace(tmp_path, dst)
         _fsync_dir(dst.parent)
     except BaseException:
@@ -88,6 +101,7 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
             old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".old", dir=dst.parent))
             os.rmdir(old)
             os.replace(dst, old)
+        _publish_mode(tmp, directory=True)
         os.replace(tmp, dst)
         _fsync_dir(dst.parent)
         if old is not None:
@@ -139,6 +153,34 @@ def write_split(root: str | Path, split: str, df: pl.DataFrame, rows_per_shard: 
         write_parquet(root / rel, part)
         entries.append({"path": rel, "rows": part.height, "sha256": sha256_file(root / rel)})
     return entries
+
+
+def sink_split(root: str | Path, split: str, lf: pl.LazyFrame, rows_per_shard: int = SHARD_ROWS) -> list[dict]:
+    """Stream a LazyFrame into `<root>/<split>/part-NNNNN.parquet` shards in bounded memory.
+
+    The query runs once on the streaming engine into a staging file (row order kept), which
+    is then cut into shards of `rows_per_shard` rows written like `write_split` writes them
+    (same options, so the same rows give the same bytes). The staging file is removed.
+    """
+    root = Path(root)
+    (root / split).mkdir(parents=True, exist_ok=True)
+    stage = root / f".{split}.staging.parquet"
+    try:
+        try:
+            lf.sink_parquet(stage, compression="zstd", compression_level=1, maintain_order=True)
+        except (pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError) as e:
+            raise DataError(f"the {split} split could not be built from the raw files ({str(e).splitlines()[0]})",
+                            "check the raw files are complete and undamaged (re-download them)") from None
+        n = pl.scan_parquet(stage).select(pl.len()).collect().item()
+        entries = []
+        for i, start in enumerate(range(0, max(n, 1), rows_per_shard)):
+            part = pl.scan_parquet(stage).slice(start, rows_per_shard).collect().rechunk()
+            rel = f"{split}/part-{i:05d}.parquet"
+            write_parquet(root / rel, part)
+            entries.append({"path": rel, "rows": part.height, "sha256": sha256_file(root / rel)})
+        return entries
+    finally:
+        stage.unlink(missing_ok=True)
 
 
 def shard_entry(root: str | Path, rel: str) -> dict:

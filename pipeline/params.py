@@ -73,6 +73,14 @@ class TrainParams:
     patience: int = 3                 # early stopping on valid (epochs without improvement)
     select_metric: str = "ndcg@10"    # metric on valid used to pick the best epoch
     device: str = "auto"              # auto | cpu | cuda | cuda:N
+    loss: str = "ce"                  # ce: softmax over all items | sampled: softmax over target + `negatives` items
+    negatives: int = 100              # sampled softmax: uniform negatives per batch (shared by its rows)
+    lr_schedule: str = "none"         # none | step (x lr_gamma every lr_step epochs) | plateau (x lr_gamma
+                                      # after lr_step epochs without valid improvement)
+    lr_step: int = 3
+    lr_gamma: float = 0.1
+    threads: int = 0                  # CPU threads for torch (0 = all cores)
+    trim_padding: bool = True         # drop columns that are padding in a whole batch (same predictions, faster)
 
 
 @dataclass(frozen=True)

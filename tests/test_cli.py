@@ -28,9 +28,16 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) ->
 
 @pytest.mark.parametrize("command", ["download", "preprocess", "augment"])
 def test_unknown_dataset_lists_known_ones(command, tmp_path):
-    proc = seqpe(command, "digenetica", str(tmp_path / "a"), str(tmp_path / "b"), "--params", str(ROOT / "params.yaml"))
+    paths = [str(tmp_path / "b")] if command == "download" else [str(tmp_path / "a"), str(tmp_path / "b")]
+    proc = seqpe(command, "digenetica", *paths, "--params", str(ROOT / "params.yaml"))
     assert_one_line_error(proc, "unknown dataset 'digenetica'", "diginetica", "sample")
     assert not (tmp_path / "b").exists()
+
+
+def test_usage_errors_are_reported_without_traceback(tmp_path):
+    proc = seqpe("download", "sample", "a", "b", "c")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "unexpected extra argument" in proc.stderr.lower()
 
 
 def test_misspelt_param_override_is_one_line(tmp_path):
@@ -42,7 +49,8 @@ def test_data_commands_do_not_import_torch(tmp_path):
     code = ("import sys; from pipeline.cli import app\n"
             "try:\n    app(['datasets', '--data-dir', sys.argv[1]], standalone_mode=False)\n"
             "finally:\n    print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS="250"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("NO-TORCH")
     assert "diginetica" in proc.stdout and "srgnn" in proc.stdout

@@ -14,6 +14,12 @@ needs no flags (attention.py calls the attention hooks):
     bias(q, k, pos, layer)        additive logits bias (B or 1, H or 1, L, L), or None
     values(probs, v, pos, layer)  extra value term added to the attention output (B, H, L, E), or None
     weights(probs, pos, layer)    replace / modify the attention probabilities (B, H, L, L) (PARec)
+
+Attention hooks also serve TARGET attention (one query after the last item, Lq = 1):
+`query_positions` says where the queries sit, `allowed_keys` which keys each may see.
+`table(pos)` returns the per-item positional encoding P^l of PosRec Definitions 3.1/3.2
+(000 §3.2) when the encoding defines one (None for purely relative encodings); the
+awareness tests and `seqpe encodings inspect` read it.
 """
 from __future__ import annotations
 
@@ -46,10 +52,43 @@ class Positions:
         return Positions.from_mask(seqs != 0)
 
 
+def query_positions(pos: Positions, lq: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(forward, backward) positions of the queries, each (B, Lq).
+
+    Self-attention (Lq == L): the queries are the items themselves. Target attention
+    (Lq == 1 < L): the query is the next item, right after the last one (forward =
+    length, backward = -1), as in CAPE's target attention (001 §4).
+    """
+    if lq == pos.mask.size(1):
+        return pos.forward, pos.backward
+    assert lq == 1, f"target attention takes one query per sequence, got {lq}"
+    return pos.lengths[:, None], torch.full_like(pos.lengths[:, None], -1)  # (B, 1) each
+
+
+def allowed_keys(pos: Positions, lq: int, causal: bool = True) -> torch.Tensor:
+    """(B, 1, Lq, L) bool: real keys, and in causal self-attention only keys j <= i.
+
+    Rows of padded queries keep their own key so softmax never sees an empty row
+    (their outputs are garbage that the backbone masks away).
+    """
+    mask = pos.mask[:, None, None, :]                                     # (B, 1, 1, L)
+    L = pos.mask.size(1)
+    if lq != L:
+        return mask.expand(-1, 1, lq, L)                                  # (B, 1, Lq, L)
+    eye = torch.eye(L, dtype=torch.bool, device=mask.device)              # (L, L)
+    allowed = mask & (torch.ones_like(eye).tril() if causal else True)    # (B, 1, L, L)
+    return allowed | eye                                                  # (B, 1, L, L)
+
+
 class PositionalEncoding(nn.Module):
     """Base class: every hook is a no-op. Subclasses override what they need."""
 
     name: str = "none"
+    needs_qk: bool = True   # False: the encoding's `weights` replace q.k attention (PARec), so no q/k projections
+
+    def table(self, pos: Positions) -> Optional[torch.Tensor]:
+        """(B, L, m) per-item positional encoding P^l (000 Defs. 3.1/3.2), or None."""
+        return None
 
     def embed(self, x: torch.Tensor, pos: Positions) -> torch.Tensor:
         return x

@@ -1,0 +1,186 @@
+"""Training throughput and full-ranking evaluation time at Diginetica scale (not a test).
+
+    .venv/bin/python bench/bench_train.py --samples data/samples/diginetica_srgnn \
+        --model sasrec --encoding lpe --batches 200 --threads 2
+
+Without --samples it generates random samples of Diginetica's shape (719,470 train,
+60,858 test, 43,097 items, SR-GNN prefix lengths) in a temporary folder. It measures,
+with the code the train stage runs (pipeline.train.loss_fn / score, pipeline.batches):
+
+  load      reading the train and test shards into padded matrices (s, peak RSS)
+  train     `--batches` optimiser steps on shuffled train batches after 5 warm-up steps (samples/s)
+  evaluate  full ranking of `--eval-samples` test samples (all of them by default) over all items,
+            batch by batch (s, samples/s) and the peak RSS *during* evaluation (VmHWM reset via
+            /proc/self/clear_refs), next to the size a (samples x items) float32 matrix would take.
+
+Prints a Markdown row block to paste into bench/results/train.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+
+DIGINETICA = {"train": 719_470, "test": 60_858, "n_items": 43_097}
+
+
+def rss_mb(field: str = "VmHWM") -> float:
+    """Current peak (VmHWM) or current (VmRSS) resident memory of this process in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def generate(root: Path, seed: int = 0) -> Path:
+    """Random samples with Diginetica's counts: prefixes of 1..~70 items, popularity long tail."""
+    from pipeline.io import write_json, write_split
+    rng = np.random.default_rng(seed)
+    n = DIGINETICA["n_items"]
+    for split in ("train", "valid", "test"):
+        rows = DIGINETICA["train" if split != "test" else "test"] // (10 if split == "valid" else 1)
+        lengths = np.minimum(rng.geometric(0.3, rows), 69).astype(np.int64)        # mean ~3.3, like SR-GNN prefixes
+        items = (rng.zipf(1.3, lengths.sum() + rows) % n + 1).astype(np.int32)     # long tail over 1..n
+        total = int(lengths.sum())
+        prefix = (pl.DataFrame({"row": np.repeat(np.arange(rows), lengths), "prefix": items[:total]})
+                  .group_by("row", maintain_order=True).agg("prefix"))            # every length >= 1
+        df = prefix.with_columns(session_id=pl.col("row").cast(pl.Int64), target=pl.Series(items[total:]))
+        write_split(root, split, df.select("session_id", "prefix", "target"))
+    write_json(root / "manifest.json", {"stage": "augment", "dataset": "generated", "protocol": "srgnn",
+                                        "n_items": n, "augment": {}, "shards": []})
+    return root
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=Path, help="samples folder (default: generate random ones)")
+    ap.add_argument("--model", default="sasrec")
+    ap.add_argument("--encoding", default="lpe")
+    ap.add_argument("--batches", type=int, default=200, help="timed training batches")
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=1)
+    ap.add_argument("--max-len", type=int, default=50)
+    ap.add_argument("--loss", default="ce", choices=["ce", "sampled"])
+    ap.add_argument("--eval-samples", type=int, default=0, help="test samples ranked (0 = all)")
+    ap.add_argument("--eval-batch", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--no-trim", action="store_true", help="keep all max_len columns (train.trim_padding: false)")
+    args = ap.parse_args()
+
+    import torch
+    from models import build_model
+    from pipeline import train as stage
+    from pipeline.batches import Samples, batches, load_samples
+    from pipeline.io import read_json
+    from pipeline.params import TrainParams
+
+    torch.set_num_threads(args.threads)
+    tmp = None
+    if args.samples is None:
+        tmp = tempfile.TemporaryDirectory(prefix="seqpe-bench-")
+        t0 = time.perf_counter()
+        root = generate(Path(tmp.name) / "samples")
+        print(f"generated random Diginetica-shaped samples in {time.perf_counter() - t0:.1f}s")
+    else:
+        root = args.samples
+    manifest = read_json(root / "manifest.json")
+    n_items = int(manifest["n_items"])
+    tp = TrainParams(model=args.model, encoding=args.encoding, batch_size=args.batch_size, dim=args.dim,
+                     layers=args.layers, heads=args.heads, max_len=args.max_len, dropout=0.2, loss=args.loss,
+                     device=args.device)
+    device = stage.pick_device(args.device)
+
+    t0 = time.perf_counter()
+    train = load_samples(root, "train", tp.max_len)
+    test = load_samples(root, "test", tp.max_len)
+    load_s = time.perf_counter() - t0
+    rss_after_load = rss_mb("VmRSS")
+
+    torch.manual_seed(1)
+    encoding = stage.build_encoding(tp.encoding, tp, {})
+    net = build_model(tp.model, n_items=n_items, max_len=tp.max_len, train=tp, options={}, encoding=encoding).to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=tp.lr)
+    gen = torch.Generator().manual_seed(1)
+    net.train()
+    it = batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim)
+    warm = 5
+    t0 = None
+    for i, (seqs, targets) in enumerate(it):
+        if i == warm:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0, c0 = time.perf_counter(), time.process_time()
+        if i == warm + args.batches:
+            break
+        opt.zero_grad(set_to_none=True)
+        loss = stage.loss_fn(net, seqs, targets, tp, n_items, gen)
+        loss.backward()
+        opt.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    train_s, train_cpu = time.perf_counter() - t0, time.process_time() - c0
+    train_sps = args.batches * tp.batch_size / train_s
+    epoch_min = len(train) / train_sps / 60
+
+    n_eval = len(test) if args.eval_samples <= 0 else min(args.eval_samples, len(test))
+    test = Samples(test.seqs[:n_eval], test.targets[:n_eval], test.lengths[:n_eval])
+    rss_before_eval = rss_mb("VmRSS")
+    can_reset = reset_peak()
+    t0, c0 = time.perf_counter(), time.process_time()
+    metrics = stage.score(net, test, "test", [5, 10, 20], args.eval_batch, device, trim=not args.no_trim)
+    eval_s, eval_cpu = time.perf_counter() - t0, time.process_time() - c0
+    eval_peak = rss_mb("VmHWM") if can_reset else float("nan")
+    full_matrix_gb = n_eval * (n_items + 1) * 4 / 1e9
+    params_m = sum(p.numel() for p in net.parameters()) / 1e6
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                   if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"\nmachine: {cpu}, {os.cpu_count()} cores visible, torch {torch.__version__}, "
+          f"threads {torch.get_num_threads()}, device {device}")
+    print(f"data: {root} ({manifest.get('dataset')}), train {len(train):,}, test {len(test):,} ranked, "
+          f"n_items {n_items:,}")
+    print(f"model: {tp.model}-{tp.encoding} dim {tp.dim} layers {tp.layers} heads {tp.heads} max_len {tp.max_len} "
+          f"batch {tp.batch_size} loss {tp.loss} trim_padding {not args.no_trim}, {params_m:.2f}M parameters")
+    print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print("\n| model | load s | train samples/s (wall) | train samples per CPU-s | est. epoch min (wall) | "
+          "eval s (wall) | eval samples/s (wall) | eval samples per CPU-s | RSS after load MB | "
+          "RSS before eval MB | peak RSS during eval MB | (S x N) float32 GB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| {tp.model}-{tp.encoding} | {load_s:.2f} | {train_sps:,.0f} | "
+          f"{args.batches * tp.batch_size / train_cpu:,.0f} | {epoch_min:.1f} | {eval_s:.1f} | "
+          f"{n_eval / eval_s:,.0f} | {n_eval / eval_cpu:,.0f} | {rss_after_load:,.0f} | {rss_before_eval:,.0f} | "
+          f"{eval_peak:,.0f} | {full_matrix_gb:.1f} |")
+    print(f"\nHR@10 {100 * metrics['hr@10']:.2f}, MRR@10 {100 * metrics['mrr@10']:.2f} after "
+          f"{args.batches + warm} batches (a throughput run, not a trained model)")
+    if tmp is not None:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()

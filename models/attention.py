@@ -1,0 +1,128 @@
+"""Multi-head attention that takes an injected positional encoding.
+
+Notation used for tensor shapes:
+    B  batch, L  keys (padded sequence, LEFT padding), Lq  queries (L, or 1 for target attention)
+    D  model size, H  heads, E  head size (D // H)
+
+One module serves causal self-attention (SASRec), bidirectional self-attention
+(PosRec's readout) and target attention (one query, e.g. a candidate or the last item,
+attending over the sequence; CAPE 001 §4). The encoding's hooks are called in order
+(models/encodings/base.py):
+
+    q, k   = rotate(q, k, pos, layer)                 RoPE
+    logits = q k^T / sqrt(E) + bias(q, k, pos, layer) RMHA, ALiBi, CoPE, CAPE
+    probs  = weights(softmax(logits), pos, layer)     PARec / FPARec (replace q.k entirely)
+    out    = probs v + values(probs, v, pos, layer)   RMHA
+
+An encoding with `needs_qk = False` (PARec family) gets no q/k projections: the
+softmax it receives is uniform over the allowed keys and it returns its own weights.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .encodings.base import PositionalEncoding, Positions, allowed_keys
+
+_NONE = PositionalEncoding()
+
+
+def masked_softmax(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim where `allowed`; disallowed entries get exactly 0."""
+    logits = logits.masked_fill(~allowed, float("-inf"))                 # (B, H, Lq, L)
+    return torch.softmax(logits, dim=-1)
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention (Vaswani et al. 2017) with encoding hooks.
+
+    `layer` is the block index passed to the hooks (rope_one rotates only in block 0,
+    PARec keeps one matrix per block).
+    """
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0, *, layer: int = 0,
+                 causal: bool = True, qk: bool = True):
+        super().__init__()
+        assert dim % heads == 0, f"dim {dim} must be divisible by heads {heads}"
+        self.dim, self.heads, self.layer, self.causal = dim, heads, layer, causal
+        self.q = nn.Linear(dim, dim) if qk else None
+        self.k = nn.Linear(dim, dim) if qk else None
+        self.v = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, dim)
+        self.drop = nn.Dropout(dropout)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, H, L, E)
+        B, L, _ = x.shape
+        return x.view(B, L, self.heads, self.dim // self.heads).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, pos: Positions, encoding: Optional[PositionalEncoding] = None,
+                query: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x (B, L, D) the sequence; query (B, Lq, D) for target attention (default: x itself).
+
+        Returns (B, Lq, D).
+        """
+        enc = encoding if encoding is not None else _NONE
+        q_in = x if query is None else query
+        B, Lq, _ = q_in.shape
+        allowed = allowed_keys(pos, Lq, self.causal and query is None)    # (B, 1, Lq, L)
+        v = self._split(self.v(x))                                        # (B, H, L, E)
+        if self.q is not None and enc.needs_qk:
+            q = self._split(self.q(q_in))                                 # (B, H, Lq, E)
+            k = self._split(self.k(x))                                    # (B, H, L, E)
+            q, k = enc.rotate(q, k, pos, self.layer)                      # (B, H, Lq, E), (B, H, L, E)
+            logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))      # (B, H, Lq, L)
+            bias = enc.bias(q, k, pos, self.layer)                        # (B|1, H|1, Lq, L) or None
+            if bias is not None:
+                logits = logits + bias
+        else:
+            logits = torch.zeros(allowed.shape, dtype=v.dtype, device=v.device)  # (B, 1, Lq, L)
+        probs = masked_softmax(logits, allowed)                           # (B, H|1, Lq, L)
+        probs = enc.weights(probs, pos, self.layer)                       # (B|1, H|1, Lq, L)
+        probs = self.drop(probs)
+        out = probs @ v                                                   # (B, H, Lq, E)
+        extra = enc.values(probs, v, pos, self.layer)                     # (B, H, Lq, E) or None
+        if extra is not None:
+            out = out + extra
+        out = out.transpose(1, 2).reshape(B, Lq, self.dim)                # (B, Lq, D)
+        return self.out(out)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: Linear -> ReLU -> dropout -> Linear (SASRec's point-wise FFN)."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float = 0.0):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)
+        return self.fc2(self.drop(F.relu(self.fc1(x))))
+
+
+class TransformerBlock(nn.Module):
+    """Attention + FFN with residuals; LayerNorm before (pre) or after (post) each sub-layer."""
+
+    def __init__(self, dim: int, heads: int, dropout: float, *, layer: int, causal: bool = True,
+                 norm: str = "pre", ffn_dim: int = 0, qk: bool = True):
+        super().__init__()
+        assert norm in ("pre", "post"), f"norm must be pre or post, got {norm}"
+        self.norm = norm
+        self.attn = MultiHeadAttention(dim, heads, dropout, layer=layer, causal=causal, qk=qk)
+        self.ffn = FeedForward(dim, ffn_dim or dim, dropout)
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, pos: Positions, encoding: Optional[PositionalEncoding]) -> torch.Tensor:
+        keep = pos.mask[..., None].to(x.dtype)                            # (B, L, 1)
+        if self.norm == "pre":
+            h = self.ln1(x)
+            x = x + self.drop(self.attn(h, pos, encoding))                # (B, L, D)
+            x = x + self.drop(self.ffn(self.ln2(x)))                      # (B, L, D)
+        else:
+            x = self.ln1(x + self.drop(self.attn(x, pos, encoding)))      # (B, L, D)
+            x = self.ln2(x + self.drop(self.ffn(x)))                      # (B, L, D)
+        return x * keep                                                   # padding rows stay 0

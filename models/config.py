@@ -1,0 +1,115 @@
+"""Typed options of the positional encodings and of SASRec (torch-free).
+
+One frozen dataclass per option set, read from params.yaml's `encodings: {<name>: {...}}`
+(and `models: {sasrec: {...}}`) through `pipeline.params.from_dict`, so an unknown or
+mistyped key fails naming it. Sizes shared by every encoding (dim, max_len, heads,
+layers) come from TrainParams; these hold only what is particular to one encoding.
+`check()` raises ParamsError for values of the right type but out of range.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from pipeline.errors import ParamsError
+from pipeline.params import from_dict
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The encoding takes no options."""
+
+    def check(self, name: str) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class SinusoidConfig:
+    """Sinusoidal tables (000 Eq. 1, 004 Eqs. 3-4): frequency 1 / base^(2i/d)."""
+    base: float = 10000.0             # wavelength base of the sinusoids
+
+    def check(self, name: str) -> None:
+        if self.base <= 1.0:
+            raise ParamsError(f"encodings.{name}.base must be > 1, got {self.base}", "use e.g. 10000")
+
+
+@dataclass(frozen=True)
+class ConcatConfig:
+    """Concatenated encodings (004 Eq. 6): [x ; PE] then a Linear layer back to d."""
+    pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
+    base: float = 10000.0             # sinusoid base (abs_con, rotatory_con)
+
+    def check(self, name: str) -> None:
+        if self.pos_dim < 0:
+            raise ParamsError(f"encodings.{name}.pos_dim must be >= 0, got {self.pos_dim}", "use 0 for the model dim")
+        SinusoidConfig(self.base).check(name)
+
+
+@dataclass(frozen=True)
+class LearnedConcatConfig:
+    """Concatenated learned encoding (004 §3 CLE): [x ; Embed[pos]] then a Linear layer back to d."""
+    pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
+
+    def check(self, name: str) -> None:
+        if self.pos_dim < 0:
+            raise ParamsError(f"encodings.{name}.pos_dim must be >= 0, got {self.pos_dim}", "use 0 for the model dim")
+
+
+@dataclass(frozen=True)
+class RMHAConfig:
+    """Shaw et al. relative keys and values (004 Eqs. 7-8), clipped at `clip` (RMHA-4)."""
+    clip: int = 4                     # distances beyond `clip` share one embedding
+
+    def check(self, name: str) -> None:
+        if self.clip < 1:
+            raise ParamsError(f"encodings.{name}.clip must be >= 1, got {self.clip}", "use e.g. 4 (RMHA-4)")
+
+
+@dataclass(frozen=True)
+class CAPEConfig:
+    """CAPE (001 Eqs. 1-8): gated fusion into a smaller position space of width d_pos."""
+    pos_dim: int = 16                 # d_pos of Eq. 5 (0 = the head size)
+
+    def check(self, name: str) -> None:
+        if self.pos_dim < 0:
+            raise ParamsError(f"encodings.{name}.pos_dim must be >= 0, got {self.pos_dim}", "use e.g. 16")
+
+
+@dataclass(frozen=True)
+class FPARecConfig:
+    """FPARec (003 Eq. 7): R = R1 R2^T with R1, R2 of shape (n, k)."""
+    rank: int = 20                    # factorising dimension k (003 Table 5: robust for k >= 20)
+
+    def check(self, name: str) -> None:
+        if self.rank < 1:
+            raise ParamsError(f"encodings.{name}.rank must be >= 1, got {self.rank}", "use e.g. 20")
+
+
+@dataclass(frozen=True)
+class ExponentialConfig:
+    """Exponential annealing (003 §4.4): weight of the item k steps back proportional to rate^k."""
+    rate: float = 0.5                 # in (0, 1]; 1 = average
+
+    def check(self, name: str) -> None:
+        if not 0.0 < self.rate <= 1.0:
+            raise ParamsError(f"encodings.{name}.rate must be in (0, 1], got {self.rate}", "use e.g. 0.5")
+
+
+@dataclass(frozen=True)
+class SASRecConfig:
+    """SASRec (Kang & McAuley 2018) options beyond the shared TrainParams sizes."""
+    norm: str = "pre"                 # pre: LayerNorm before each sub-layer | post: after the residual
+    ffn_dim: int = 0                  # hidden size of the position-wise FFN (0 = train.dim)
+
+    def check(self, name: str) -> None:
+        if self.norm not in ("pre", "post"):
+            raise ParamsError(f"models.{name}.norm must be 'pre' or 'post', got {self.norm!r}", "use pre or post")
+        if self.ffn_dim < 0:
+            raise ParamsError(f"models.{name}.ffn_dim must be >= 0, got {self.ffn_dim}", "use 0 for train.dim")
+
+
+def parse_options(cls: type, section: str, name: str, options: Optional[dict[str, Any]]) -> Any:
+    """Validate `options` (params.yaml `<section>.<name>`) against `cls`; unknown keys fail."""
+    cfg = from_dict(cls, dict(options or {}), f"{section}.{name}")
+    cfg.check(name)
+    return cfg

@@ -1,0 +1,164 @@
+"""Batched session graphs built on the device from left-padded sequences.
+
+Notation used for tensor shapes:
+    B  batch, L  padded sequence length (LEFT padding, 0 = pad)
+    n  node slots = the most unique items of any session in the batch
+    D  hidden size
+
+A session becomes a weighted directed graph (000 §4.3.1, SR-GNN [49]): one node per
+unique item, an edge v_t -> v_{t+1} per consecutive pair, weighted by how often the
+pair occurs. Nodes are ordered by first appearance and RIGHT-aligned like the
+sequences (node slots are left-padded), so the node list reads like a de-duplicated
+session and any positional encoding can consume it. Everything is tensor ops:
+sorting / scatter for the unique items, scatter_add for the adjacency, boolean
+matrix powers for the shortest paths; no Python loop over sessions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .encodings.base import Positions
+
+
+@dataclass
+class SessionGraph:
+    items: torch.Tensor      # (B, n) long, item id per node slot, 0 at empty slots
+    mask: torch.Tensor       # (B, n) bool, True at real nodes
+    alias: torch.Tensor      # (B, L) long, node slot of each sequence position; n at padding
+    adj: torch.Tensor        # (B, n, n) float, adj[b, i, j] = # transitions node i -> node j
+    counts: torch.Tensor     # (B, n) long, how often each node's item occurs in the session
+    first: torch.Tensor      # (B,) long, node slot of the first item v_0
+    last: torch.Tensor       # (B,) long, node slot of the last item v_{l-1}
+    positions: Positions     # node-level positions: forward of the first appearance,
+                             # backward of the last appearance (000 §4.3.3), lengths = session length
+
+
+def build_graph(seqs: torch.Tensor) -> SessionGraph:
+    """Session graph of every row of `seqs` (B, L), left-padded with 0; each row has >= 1 item."""
+    B, L = seqs.shape
+    mask = seqs != 0                                                    # (B, L)
+    assert bool(mask[:, -1].all()), "every session needs at least one item (left padding, 0 = pad)"
+    seq_pos = Positions.from_mask(mask)
+    col = torch.arange(L, device=seqs.device).expand(B, L)              # (B, L)
+
+    # unique items: a stable sort groups equal items (pads last), earliest position first
+    key = seqs.masked_fill(~mask, torch.iinfo(seqs.dtype).max)          # (B, L)
+    sorted_items, order = torch.sort(key, dim=1, stable=True)           # (B, L)
+    prev = F.pad(sorted_items[:, :-1], (1, 0), value=-1)                # (B, L)
+    new = mask.gather(1, order) & (sorted_items != prev)                # (B, L) first slot of each group
+    group_sorted = new.long().cumsum(1) - 1                             # (B, L)
+    group = torch.empty_like(group_sorted).scatter_(1, order, group_sorted)  # (B, L) group per position
+    group = group.masked_fill(~mask, L)                                 # padding -> dump group L
+    n_nodes = new.sum(1)                                                # (B,)
+    n = int(n_nodes.max())
+
+    # order groups by first appearance, then right-align them in n slots
+    first_col = torch.full((B, L + 1), L, dtype=torch.long, device=seqs.device)
+    first_col = first_col.scatter_reduce(1, group, col, "amin")[:, :L]  # (B, L) first column per group
+    rank = torch.empty_like(first_col).scatter_(
+        1, first_col.argsort(dim=1, stable=True), col.clone())              # (B, L) rank of each group
+    alias = rank.gather(1, group.clamp(max=L - 1)) + (n - n_nodes)[:, None]  # (B, L)
+    alias = alias.masked_fill(~mask, n)                                 # padding -> dump slot n
+
+    items = seqs.new_zeros(B, n + 1).scatter_(1, alias, seqs)[:, :n]   # (B, n)
+    node_mask = items != 0                                              # (B, n)
+    counts = torch.zeros(B, n + 1, dtype=torch.long, device=seqs.device)
+    counts = counts.scatter_add_(1, alias, mask.long())[:, :n]         # (B, n)
+
+    # node positions: forward part of the first appearance, backward part of the last one
+    big = torch.full((B, n + 1), L, dtype=torch.long, device=seqs.device)
+    fwd = big.scatter_reduce(1, alias, seq_pos.forward, "amin")[:, :n].masked_fill(~node_mask, 0)  # (B, n)
+    bwd = big.scatter_reduce(1, alias, seq_pos.backward, "amin")[:, :n].masked_fill(~node_mask, 0)  # (B, n)
+    positions = Positions(mask=node_mask, forward=fwd, backward=bwd, lengths=seq_pos.lengths)
+
+    # weighted adjacency: scatter_add one per consecutive (real, real) pair
+    src, dst = alias[:, :-1], alias[:, 1:]                              # (B, L-1)
+    pair = (mask[:, :-1] & mask[:, 1:]).float()                         # (B, L-1)
+    adj = torch.zeros(B, (n + 1) * (n + 1), device=seqs.device)
+    adj = adj.scatter_add_(1, src * (n + 1) + dst, pair).view(B, n + 1, n + 1)[:, :n, :n]  # (B, n, n)
+
+    return SessionGraph(items=items, mask=node_mask, alias=alias, adj=adj, counts=counts,
+                        first=n - n_nodes, last=alias[:, -1], positions=positions)
+
+
+def hop_distances(adj: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Shortest-path lengths on the undirected, unweighted version of `adj` (B, n, n).
+
+    Breadth-first search for all sources at once: the frontier at hop k is the
+    boolean product of the frontier at hop k-1 with the undirected adjacency, minus
+    what was reached before. Returns (B, n, n) long; 0 on the diagonal and wherever
+    a node is missing or unreachable (a session graph is connected).
+    """
+    B, n, _ = adj.shape
+    eye = torch.eye(n, dtype=torch.bool, device=adj.device)
+    und = ((adj + adj.transpose(1, 2)) > 0) & ~eye                      # (B, n, n) undirected, no self-loops
+    und = und & mask[:, :, None] & mask[:, None, :]
+    reached = eye & mask[:, :, None]                                    # (B, n, n) source i reached j
+    frontier = reached
+    dist = torch.zeros(B, n, n, dtype=torch.long, device=adj.device)
+    for k in range(1, n):
+        nxt = (frontier.float() @ und.float() > 0) & ~reached           # (B, n, n)
+        if not bool(nxt.any()):
+            break
+        dist = dist.masked_fill(nxt, k)
+        reached = reached | nxt
+        frontier = nxt
+    return dist
+
+
+def anchor_weights(g: SessionGraph) -> tuple[torch.Tensor, torch.Tensor]:
+    """Anchor-node edges of PGGNN (000 §4.3.2) as (in, out) weight matrices, each (B, n, n).
+
+    in[b, t, a]  = weight of anchor a added to N_in(v_t):  a = first item v_0 or a repeated item
+    out[b, t, a] = weight of anchor a added to N_out(v_t): a = last item v_{l-1} or a repeated item
+    The weight is the hop distance between a and v_t on the undirected unweighted session
+    graph (so an anchor contributes nothing to itself). An item that is both the first item
+    and repeated is one anchor (N'_in is a set).
+    """
+    B, n = g.items.shape
+    slots = torch.arange(n, device=g.items.device)
+    dist = hop_distances(g.adj, g.mask).float()                         # (B, n, n)
+    repeated = g.counts > 1                                             # (B, n)
+    in_anchor = repeated | (slots[None, :] == g.first[:, None])         # (B, n)
+    out_anchor = repeated | (slots[None, :] == g.last[:, None])         # (B, n)
+    return dist * in_anchor[:, None, :], dist * out_anchor[:, None, :]
+
+
+def neighbour_weights(g: SessionGraph, anchors: bool, binary: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Degree-normalised (in, out) message weights (B, n, n), row t = the neighbours of v_t.
+
+    in[t, t'] = w_{t',t} for t' in N_in(t); out[t, t'] = w_{t,t'} for t' in N_out(t) (Eq. 7).
+    With `anchors` the anchor edges are added (an anchor that is also a neighbour sends
+    both messages). Each row is divided by its total weight, as SR-GNN divides by degree.
+    `binary` uses edge presence instead of frequency (SR-GNN's original graph).
+    """
+    adj = (g.adj > 0).float() if binary else g.adj                      # (B, n, n)
+    w_in, w_out = adj.transpose(1, 2), adj                              # (B, n, n)
+    if anchors:
+        a_in, a_out = anchor_weights(g)
+        w_in, w_out = w_in + a_in, w_out + a_out
+    return _row_normalise(w_in), _row_normalise(w_out)
+
+
+def _row_normalise(w: torch.Tensor) -> torch.Tensor:
+    total = w.sum(-1, keepdim=True)                                     # (B, n, 1)
+    return torch.where(total > 0, w / total.clamp(min=1e-12), torch.zeros_like(w))
+
+
+class GatedGraphLayer(nn.Module):
+    """One GGNN propagation step (000 Eqs. 7-8; SR-GNN): x' = GRU(x, [A_in x W_in || A_out x W_out])."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.w_in = nn.Linear(dim, dim)
+        self.w_out = nn.Linear(dim, dim)
+        self.gru = nn.GRUCell(2 * dim, dim)
+
+    def forward(self, x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
+        B, n, D = x.shape
+        msg = torch.cat([w_in @ self.w_in(x), w_out @ self.w_out(x)], dim=-1)  # (B, n, 2D)
+        return self.gru(msg.reshape(B * n, 2 * D), x.reshape(B * n, D)).view(B, n, D)  # (B, n, D)

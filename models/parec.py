@@ -1,0 +1,87 @@
+"""PARec / FPARec (Luo et al.; 003 §3.1): positional attention blocks.
+
+Notation used for tensor shapes:
+    B  batch, L  padded length (left padding, 0 = pad), D  hidden size, N  n_items + 1
+
+    F_0      = item embeddings (dropout)
+    V_l      = LayerNorm(F_{l-1}) W_V                                   (Eq. 5)
+    F~_l     = Mask(softmax(R_l / sqrt(d))) V_l  + F_{l-1}              (Eqs. 6-7, residual)
+    F_l      = FFN(LayerNorm(F~_l)) + F~_l                              (Eq. 8, residual)
+    scores   = LayerNorm(F_L)[last] M^T                                 (Eqs. 9-10)
+
+The attention has no queries or keys: its weights come from the injected encoding's
+`weights` hook, which owns the positional matrices. The learned R_l (PARec), the
+factorised R_1 R_2^T (FPARec) and the handcrafted patterns of the ablation (003 §4.4:
+average, linear_annealing, exponential_annealing) are encodings of models/encodings/
+parec.py, so the backbone is one class: "parec" and "fparec" differ only in the encoding
+they default to. The blocks are models/attention.py's TransformerBlock with qk=False,
+pre-LayerNorm, causal mask.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from pipeline.errors import ParamsError
+
+from .attention import TransformerBlock
+from .base import ModelSpec, Recommender, register_model
+from .encodings.base import PositionalEncoding, Positions
+from .model_config import PARecConfig, model_options
+
+PATTERNS = ("average", "linear_annealing", "exponential_annealing")   # 003 §4.4 ablation
+
+
+class PARec(Recommender):
+    def __init__(self, n_items: int, dim: int, heads: int, layers: int, dropout: float,
+                 cfg: PARecConfig, encoding: PositionalEncoding):
+        super().__init__()
+        self.n_items = n_items
+        self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
+        self.drop = nn.Dropout(dropout)
+        self.encoding = encoding
+        self.blocks = nn.ModuleList(
+            TransformerBlock(dim, heads, dropout, layer=i, causal=True, norm="pre", ffn_dim=cfg.ffn_dim, qk=False)
+            for i in range(layers))
+        self.ln = nn.LayerNorm(dim)
+
+    def encode(self, seqs: torch.Tensor) -> torch.Tensor:
+        pos = Positions.from_seqs(seqs)
+        keep = pos.mask[:, :, None].to(self.emb.weight.dtype)           # (B, L, 1)
+        x = self.encoding.embed(self.drop(self.emb(seqs)), pos) * keep  # (B, L, D) F_0
+        for block in self.blocks:
+            x = block(x, pos, self.encoding)                            # (B, L, D) F_l
+        return self.ln(x[:, -1])                                        # (B, D) last item (left padding)
+
+    def item_weights(self) -> torch.Tensor:
+        return self.emb.weight                                          # (N, D) M
+
+
+def _builder(name: str, default_encoding: str):
+    def build(n_items: int, max_len: int, train, options=None,
+              encoding: Optional[PositionalEncoding] = None) -> Recommender:
+        cfg = model_options(PARecConfig, name, options)
+        if cfg.ffn_dim < 0:
+            raise ParamsError(f"models.{name}.ffn_dim must be >= 0, got {cfg.ffn_dim}", "use 0 for train.dim")
+        if encoding is None:
+            from .encodings import build_encoding
+            encoding = build_encoding(default_encoding, dim=train.dim, max_len=train.max_len,
+                                      heads=train.heads, layers=train.layers)
+        if encoding.needs_qk:
+            raise ParamsError(f"model '{name}' needs a positional-attention encoding, got '{encoding.name}'",
+                              f"pass --encoding {default_encoding} (or parec, fparec, {', '.join(PATTERNS)})")
+        return PARec(n_items, train.dim, train.heads, train.layers, train.dropout, cfg, encoding)
+    return build
+
+
+# 003 §4.2: 2 blocks, Adam, cross-entropy over all items; k = 40 is encodings.fparec.rank.
+_PAPER = {"epochs": 200, "layers": 2, "heads": 1, "dim": 64, "lr": 1e-3, "dropout": 0.2, "max_len": 50,
+          "loss": "ce", "patience": 10}
+
+register_model(ModelSpec("parec", _builder("parec", "parec"), "PARec: learned positional attention (values only)",
+                         "003 Eq. 6", uses_encoding=True, presets={"paper": {**_PAPER, "encoding": "parec"}}))
+register_model(ModelSpec("fparec", _builder("fparec", "fparec"),
+                         "FPARec: factorised positional attention; handcrafted patterns via --encoding",
+                         "003 Eq. 7, §4.4", uses_encoding=True, presets={"paper": {**_PAPER, "encoding": "fparec"}}))

@@ -1,0 +1,97 @@
+"""PosRec (Qiu et al., TOIS 2021; 000 §4.3): PGGNN + bidirectional Transformer readout.
+
+Notation used for tensor shapes:
+    B  batch, L  padded length (left padding, 0 = pad), n  node slots (unique items),
+    D  hidden size, N  n_items + 1
+
+    1. session graph (§4.3.1): one node per unique item, frequency-weighted directed
+       edges (models/graph.py, batched on the device)
+    2. PGGNN (§4.3.2): GGNN message passing (Eqs. 7-8) whose in-/out-neighbourhoods also
+       hold the anchors: the first item joins every N_in, the last item every N_out,
+       repeated items both, weighted by hop distance on the undirected graph
+    3. readout (§4.3.3): H = Transformer(X' + P) over the NODES, bidirectional, where P
+       is the injected encoding of the node positions: a repeated item takes the forward
+       part of its first appearance and the backward part of its last (Eq. 9)
+    4. h = l0 X'_last + l1 H_last + l2 H_first (Eq. 10); scores = X h (Eq. 11)
+
+The encoding is an injected object (default LDPE), so 000 Figs. 3-4 re-run with any
+encoding of the library: `seqpe train diginetica --model posrec --encoding spe`.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from pipeline.errors import ParamsError
+
+from .attention import TransformerBlock
+from .base import ModelSpec, Recommender, register_model
+from .encodings.base import PositionalEncoding
+from .graph import GatedGraphLayer, build_graph, neighbour_weights
+from .model_config import PosRecConfig, model_options
+
+
+def at_slot(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """x (B, n, D) at one node slot per row (B,) -> (B, D)."""
+    return x.gather(1, slot[:, None, None].expand(-1, 1, x.size(-1))).squeeze(1)
+
+
+class PosRec(Recommender):
+    def __init__(self, n_items: int, dim: int, heads: int, layers: int, dropout: float,
+                 cfg: PosRecConfig, encoding: PositionalEncoding):
+        super().__init__()
+        self.n_items, self.cfg = n_items, cfg
+        self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
+        self.drop = nn.Dropout(dropout)
+        self.pggnn = GatedGraphLayer(dim)                               # shared over the steps (GGNN)
+        self.encoding = encoding
+        qk = encoding.needs_qk
+        self.blocks = nn.ModuleList(
+            TransformerBlock(dim, heads, dropout, layer=i, causal=False, norm=cfg.norm, qk=qk)
+            for i in range(layers))
+
+    def encode(self, seqs: torch.Tensor) -> torch.Tensor:
+        g = build_graph(seqs)
+        w_in, w_out = neighbour_weights(g, anchors=self.cfg.anchors)    # (B, n, n) each
+        keep = g.mask[:, :, None].to(self.emb.weight.dtype)             # (B, n, 1)
+        x = self.drop(self.emb(g.items))                                # (B, n, D)
+        for _ in range(self.cfg.gnn_steps):
+            x = self.pggnn(x, w_in, w_out) * keep                       # (B, n, D) X'
+        h = self.encoding.embed(x, g.positions) * keep                  # (B, n, D) X' + P
+        for block in self.blocks:
+            h = block(h, g.positions, self.encoding)                    # (B, n, D) H
+        c = self.cfg
+        return (c.lambda0 * at_slot(x, g.last) + c.lambda1 * at_slot(h, g.last)
+                + c.lambda2 * at_slot(h, g.first))                      # (B, D) Eq. 10
+
+    def item_weights(self) -> torch.Tensor:
+        return self.emb.weight                                          # (N, D) X of Eq. 11
+
+
+def build_posrec(n_items: int, max_len: int, train, options=None,
+                 encoding: Optional[PositionalEncoding] = None) -> Recommender:
+    cfg = model_options(PosRecConfig, "posrec", options)
+    if cfg.norm not in ("pre", "post"):
+        raise ParamsError(f"models.posrec.norm must be 'pre' or 'post', got {cfg.norm!r}", "use pre or post")
+    if cfg.gnn_steps < 1:
+        raise ParamsError(f"models.posrec.gnn_steps must be >= 1, got {cfg.gnn_steps}", "use 1 (the paper's)")
+    if encoding is None:
+        from .encodings import build_encoding
+        encoding = build_encoding("ldpe", dim=train.dim, max_len=train.max_len, heads=train.heads,
+                                  layers=train.layers)
+    return PosRec(n_items, train.dim, train.heads, train.layers, train.dropout, cfg, encoding)
+
+
+# 000 §5.1.5 with PROTOCOLS.md §6: one PGGNN layer, one attention layer, Adam lr 1e-3 x0.1
+# every 3 epochs, batch 100, embedding 100, L2 (SR-GNN's 1e-5), 4 epochs, LDPE.
+# lambda0 = lambda1 = 1 and lambda2 = 1 are PosRecConfig's defaults (Diginetica); Yoochoose
+# uses lambda2 = 0.5: params.yaml `models: {posrec: {lambda2: 0.5}}`.
+_PAPER = {"encoding": "ldpe", "epochs": 4, "batch_size": 100, "dim": 100, "layers": 1, "heads": 1,
+          "lr": 1e-3, "weight_decay": 1e-5, "lr_schedule": "step", "lr_step": 3, "lr_gamma": 0.1,
+          "dropout": 0.0, "patience": 0, "max_len": 200}
+
+register_model(ModelSpec("posrec", build_posrec, "PosRec: position-aware gated GNN + bidirectional "
+                         "Transformer readout with (L)DPE", "000 §4.3", uses_encoding=True,
+                         presets={"paper": _PAPER}))

@@ -1,0 +1,101 @@
+"""Recurrent session baselines: GRU4Rec and NARM (000 Table 2).
+
+Notation used for tensor shapes:
+    B  batch, L  padded length (left padding, 0 = pad), D  embedding size, H  GRU hidden size
+    N  n_items + 1
+
+The GRU runs on packed sequences, so padding never enters the recurrence: extra left
+padding leaves every prediction unchanged. Neither model uses a positional encoding
+(the recurrence is their notion of order).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .base import ModelSpec, Recommender, register_model
+from .model_config import GRU4RecConfig, NARMConfig, model_options
+
+
+def run_gru(gru: nn.GRU, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run `gru` over the real steps of left-padded inputs x (B, L, D), mask (B, L).
+
+    Returns (states (B, L, H) right-aligned like the input with zeros at padding,
+    last state (B, H)).
+    """
+    B, L, _ = x.shape
+    lengths = mask.sum(1).clamp(min=1)                                  # (B,)
+    col = torch.arange(L, device=x.device)
+    to_right = (col[None, :] + (L - lengths)[:, None]) % L              # (B, L) left-aligned view
+    x_left = x.gather(1, to_right[:, :, None].expand_as(x))             # (B, L, D) real steps first
+    packed = pack_padded_sequence(x_left, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    out, h_n = gru(packed)
+    out, _ = pad_packed_sequence(out, batch_first=True, total_length=L)  # (B, L, H) left-aligned
+    back = (col[None, :] - (L - lengths)[:, None]) % L                  # (B, L) inverse rotation
+    states = out.gather(1, back[:, :, None].expand_as(out)) * mask[:, :, None]  # (B, L, H)
+    return states, h_n[-1]                                              # h_n: (layers, B, H)
+
+
+class GRU4Rec(Recommender):
+    """GRU4Rec (Hidasi et al. 2016): item embeddings -> GRU -> last state; tied output weights."""
+
+    def __init__(self, n_items: int, dim: int, dropout: float, cfg: GRU4RecConfig):
+        super().__init__()
+        self.n_items = n_items
+        self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
+        self.drop = nn.Dropout(dropout)
+        self.gru = nn.GRU(dim, dim, num_layers=cfg.gru_layers, batch_first=True,
+                          dropout=dropout if cfg.gru_layers > 1 else 0.0)
+
+    def encode(self, seqs: torch.Tensor) -> torch.Tensor:
+        x = self.drop(self.emb(seqs))                                   # (B, L, D)
+        _, last = run_gru(self.gru, x, seqs != 0)                       # (B, D)
+        return last
+
+    def item_weights(self) -> torch.Tensor:
+        return self.emb.weight                                          # (N, D)
+
+
+class NARM(Recommender):
+    """NARM (Li et al. 2017): c = [h_t ; sum_j a_tj h_j], a_tj = v^T sigmoid(A1 h_t + A2 h_j);
+    score_i = emb_i B c (bilinear decoder)."""
+
+    def __init__(self, n_items: int, dim: int, cfg: NARMConfig):
+        super().__init__()
+        self.n_items = n_items
+        self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
+        self.emb_drop = nn.Dropout(cfg.emb_dropout)
+        self.gru = nn.GRU(dim, dim, batch_first=True)
+        self.a1 = nn.Linear(dim, dim, bias=False)
+        self.a2 = nn.Linear(dim, dim, bias=False)
+        self.v = nn.Linear(dim, 1, bias=False)
+        self.ct_drop = nn.Dropout(cfg.ct_dropout)
+        self.b = nn.Linear(2 * dim, dim, bias=False)
+
+    def encode(self, seqs: torch.Tensor) -> torch.Tensor:
+        mask = seqs != 0                                                # (B, L)
+        x = self.emb_drop(self.emb(seqs))                               # (B, L, D)
+        states, last = run_gru(self.gru, x, mask)                       # (B, L, D), (B, D)
+        alpha = self.v(torch.sigmoid(self.a1(last)[:, None, :] + self.a2(states))).squeeze(-1)  # (B, L)
+        alpha = alpha * mask                                            # padding does not attend
+        local = (alpha[:, :, None] * states).sum(1)                     # (B, D)
+        c = self.ct_drop(torch.cat([last, local], dim=-1))              # (B, 2D)
+        return self.b(c)                                                # (B, D)
+
+    def item_weights(self) -> torch.Tensor:
+        return self.emb.weight                                          # (N, D)
+
+
+def build_gru4rec(n_items: int, max_len: int, train, options=None, encoding=None) -> Recommender:
+    return GRU4Rec(n_items, train.dim, train.dropout, model_options(GRU4RecConfig, "gru4rec", options))
+
+
+def build_narm(n_items: int, max_len: int, train, options=None, encoding=None) -> Recommender:
+    return NARM(n_items, train.dim, model_options(NARMConfig, "narm", options))
+
+
+register_model(ModelSpec("gru4rec", build_gru4rec, "GRU4Rec: GRU over the session, last state",
+                         "Hidasi et al. 2016 (000 Table 2)", uses_encoding=False))
+register_model(ModelSpec("narm", build_narm, "NARM: GRU + attentive local encoder, bilinear decoder",
+                         "Li et al. 2017 (000 Table 2)", uses_encoding=False))

@@ -1,0 +1,76 @@
+"""SASRec (Kang & McAuley 2018) with an injected positional encoding.
+
+Notation used for tensor shapes:
+    B  batch, L  padded length (LEFT padding, item 0), D  model size, N  n_items + 1
+
+item embedding * sqrt(D) -> encoding.embed -> dropout -> `layers` causal Transformer
+blocks (models/attention.py, which calls the attention hooks) -> LayerNorm (pre-LN) ->
+the representation at the last position (the most recent item, index -1 under left
+padding). Scores are dot products with the shared item table (column 0 = -inf).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+
+from pipeline.errors import ParamsError
+
+from .attention import TransformerBlock
+from .base import ModelSpec, Recommender, register_model
+from .config import SASRecConfig, parse_options
+from .encodings.base import PositionalEncoding, Positions
+
+
+class SASRec(Recommender):
+    def __init__(self, n_items: int, max_len: int, *, dim: int = 64, heads: int = 1, layers: int = 2,
+                 dropout: float = 0.2, encoding: Optional[PositionalEncoding] = None, norm: str = "pre",
+                 ffn_dim: int = 0):
+        super().__init__()
+        self.n_items, self.max_len, self.dim = n_items, max_len, dim
+        self.items = nn.Embedding(n_items + 1, dim, padding_idx=0)
+        self.encoding = encoding if encoding is not None else PositionalEncoding()
+        self.drop = nn.Dropout(dropout)
+        qk = self.encoding.needs_qk
+        self.blocks = nn.ModuleList(TransformerBlock(dim, heads, dropout, layer=i, causal=True, norm=norm,
+                                                     ffn_dim=ffn_dim, qk=qk) for i in range(layers))
+        self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
+        nn.init.normal_(self.items.weight, std=dim ** -0.5)
+        with torch.no_grad():
+            self.items.weight[0].zero_()
+
+    def hidden(self, seqs: torch.Tensor, pos: Optional[Positions] = None) -> torch.Tensor:
+        """(B, L) item ids -> (B, L) hidden states (B, L, D), zero at padding."""
+        assert seqs.size(1) <= self.max_len, f"sequence length {seqs.size(1)} > max_len {self.max_len}"
+        pos = pos if pos is not None else Positions.from_seqs(seqs)
+        keep = pos.mask[..., None].to(self.items.weight.dtype)           # (B, L, 1)
+        x = self.items(seqs) * math.sqrt(self.dim)                        # (B, L, D)
+        x = self.encoding.embed(x, pos)                                   # (B, L, D)
+        x = self.drop(x) * keep                                           # (B, L, D)
+        for block in self.blocks:
+            x = block(x, pos, self.encoding)                              # (B, L, D)
+        return self.final_norm(x) * keep                                  # (B, L, D)
+
+    def encode(self, seqs: torch.Tensor, pos: Optional[Positions] = None) -> torch.Tensor:
+        """(B, L) -> (B, D): the state at the last position (the most recent item)."""
+        return self.hidden(seqs, pos)[:, -1]                              # (B, D)
+
+    def item_weights(self) -> torch.Tensor:  # (N, D)
+        return self.items.weight
+
+
+def build(*, n_items: int, max_len: int, train, options: Optional[dict] = None,
+          encoding: Optional[PositionalEncoding] = None) -> SASRec:
+    """ModelSpec.build: sizes from TrainParams, extra options from params.yaml `models.sasrec`."""
+    cfg: SASRecConfig = parse_options(SASRecConfig, "models", "sasrec", options)
+    if train.dim % train.heads:
+        raise ParamsError(f"train.dim ({train.dim}) must be divisible by train.heads ({train.heads})",
+                          "change train.dim or train.heads")
+    return SASRec(n_items, max_len, dim=train.dim, heads=train.heads, layers=train.layers,
+                  dropout=train.dropout, encoding=encoding, norm=cfg.norm, ffn_dim=cfg.ffn_dim)
+
+
+register_model(ModelSpec(name="sasrec", build=build, paper="Kang & McAuley, ICDM 2018",
+                         description="self-attentive sequential recommendation; any encoding"))

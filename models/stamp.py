@@ -1,0 +1,68 @@
+"""STAMP (Liu et al. 2018), optionally with a positional encoding (000 Table 3: STAMP+LDPE).
+
+Notation used for tensor shapes:
+    B  batch, L  padded length (left padding, 0 = pad), D  embedding size, N  n_items + 1
+
+x_i = item embedding (+ the injected encoding's `embed`), m_s = mean_i x_i, m_t = x_last;
+a_i = w0^T sigmoid(W1 x_i + W2 m_t + W3 m_s + b_a);  m_a = sum_i a_i x_i;
+h_s = tanh(A m_a + b_s), h_t = tanh(B m_t + b_t);  score_j = <h_s, h_t, x_j> (trilinear),
+so `encode` returns h_s * h_t and the item table is the embedding.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from pipeline.errors import ParamsError
+
+from .base import ModelSpec, Recommender, register_model
+from .encodings.base import PositionalEncoding, Positions
+from .model_config import StampConfig, model_options
+
+
+class STAMP(Recommender):
+    def __init__(self, n_items: int, dim: int, cfg: StampConfig, encoding: Optional[PositionalEncoding]):
+        super().__init__()
+        self.n_items = n_items
+        self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
+        self.encoding = encoding if encoding is not None else PositionalEncoding()
+        self.w0 = nn.Linear(dim, 1, bias=False)
+        self.w1 = nn.Linear(dim, dim, bias=False)
+        self.w2 = nn.Linear(dim, dim, bias=False)
+        self.w3 = nn.Linear(dim, dim)                                   # its bias is b_a
+        self.mlp_s = nn.Linear(dim, dim)
+        self.mlp_t = nn.Linear(dim, dim)
+        for name, p in self.named_parameters():
+            if not name.startswith("encoding."):
+                nn.init.normal_(p, 0.0, cfg.init_std)
+
+    def encode(self, seqs: torch.Tensor) -> torch.Tensor:
+        pos = Positions.from_seqs(seqs)
+        keep = pos.mask[:, :, None].to(self.emb.weight.dtype)           # (B, L, 1)
+        x = self.encoding.embed(self.emb(seqs), pos) * keep             # (B, L, D)
+        m_s = x.sum(1) / pos.lengths.clamp(min=1)[:, None]              # (B, D)
+        m_t = x[:, -1]                                                  # (B, D) left padding
+        alpha = self.w0(torch.sigmoid(self.w1(x) + self.w2(m_t)[:, None] + self.w3(m_s)[:, None]))  # (B, L, 1)
+        m_a = (alpha * keep * x).sum(1)                                 # (B, D)
+        return torch.tanh(self.mlp_s(m_a)) * torch.tanh(self.mlp_t(m_t))  # (B, D)
+
+    def item_weights(self) -> torch.Tensor:
+        return self.emb.weight                                          # (N, D)
+
+
+def build_stamp(n_items: int, max_len: int, train, options=None, encoding=None) -> Recommender:
+    cfg = model_options(StampConfig, "stamp", options)
+    if encoding is not None and type(encoding).embed is PositionalEncoding.embed and encoding.name != "none":
+        raise ParamsError(f"STAMP adds the encoding to its item embeddings, but '{encoding.name}' acts "
+                          "inside attention and would change nothing",
+                          "pick an input-stage encoding (e.g. ldpe, lpe, dpe) or none")
+    return STAMP(n_items, train.dim, cfg, encoding)
+
+
+register_model(ModelSpec("stamp", build_stamp, "STAMP: short-term attention/memory priority (+ optional encoding)",
+                         "Liu et al. 2018; 000 Table 3", uses_encoding=True,
+                         presets={"paper": {"encoding": "ldpe", "epochs": 30, "batch_size": 100, "dim": 100,
+                                            "lr": 1e-3, "weight_decay": 1e-5, "lr_schedule": "step",
+                                            "lr_step": 3, "lr_gamma": 0.1, "max_len": 200}}))

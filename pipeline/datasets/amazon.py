@@ -1,0 +1,148 @@
+"""Amazon 2014 5-core reviews (McAuley): beauty, sports, toys, video_games, electronics, books.
+
+Raw file per category: `reviews_<Category>_5.json.gz`, one JSON object per line with
+`reviewerID`, `asin`, `overall`, `unixReviewTime` (PROTOCOLS.md §1); the reader also takes
+the file gunzipped (`reviews_<Category>_5.json`) or the ratings-only variant
+`ratings_<Category>.csv` (`user,item,rating,timestamp`, no header), whichever is present,
+in that order. Protocol: leave-one-out with iterative k-core (§3).
+
+Only the needed fields are parsed (a restricted schema, so review texts are skipped) and
+the JSON is read with Polars' streaming engine: Books (8.9M reviews) stays well within 8 GB.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+
+from ..errors import DataError
+from . import DatasetSpec, SourceSpec, register
+
+HOST = "http://snap.stanford.edu/data/amazon/productGraph/categoryFiles"
+HOMEPAGE = "http://jmcauley.ucsd.edu/data/amazon/"
+JSON_SCHEMA = {"reviewerID": pl.String, "asin": pl.String, "overall": pl.Float64, "unixReviewTime": pl.Int64}
+CSV_COLUMNS = ("user", "item", "rating", "timestamp")
+FIX_DOWNLOAD = "re-download it (`seqpe download <dataset>`)"
+
+
+def candidates(category: str) -> tuple[str, ...]:
+    """File names the reader accepts for a category, in order of preference."""
+    return (f"reviews_{category}_5.json.gz", f"reviews_{category}_5.json", f"ratings_{category}.csv")
+
+
+def _first_bad_json_line(path: Path) -> str:
+    """Error path only: find the first line that is not a complete JSON object (for the message)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    no = 0
+    try:
+        with opener(path, "rb") as f:
+            for no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    return f"line {no} is not a complete JSON object (truncated?): {line[:60]!r}"
+                if not isinstance(obj, dict):
+                    return f"line {no} is not a JSON object"
+    except EOFError:
+        return f"the gzip stream is cut short after line {no}"
+    except (OSError, gzip.BadGzipFile) as e:
+        return f"it is not a readable gzip file ({e})"
+    return "it could not be parsed"
+
+
+def read_reviews_json(path: Path) -> pl.DataFrame:
+    """JSON lines (gz or plain) -> user, item, rating, timestamp in file order."""
+    try:
+        df = pl.scan_ndjson(path, schema=JSON_SCHEMA).collect(engine="streaming")
+    except (pl.exceptions.ComputeError, pl.exceptions.SchemaError, OSError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "cannot parse" in msg:  # a field of the wrong type (e.g. a text unixReviewTime)
+            raise DataError(f"{path.name}: a review has a field of the wrong type ({msg})",
+                            f"the file is damaged or not an Amazon 2014 review dump; {FIX_DOWNLOAD}") from None
+        raise DataError(f"{path.name}: {_first_bad_json_line(path)}",
+                        f"the file is damaged or incomplete; {FIX_DOWNLOAD}") from None
+    df = df.rename({"reviewerID": "user", "asin": "item", "overall": "rating", "unixReviewTime": "timestamp"})
+    _check_complete(df, path, ("user", "item", "timestamp"))
+    return df
+
+
+def read_ratings_csv(path: Path) -> pl.DataFrame:
+    """`user,item,rating,timestamp` CSV without header -> the same columns, file order."""
+    try:
+        raw = pl.read_csv(path, has_header=False, infer_schema=False, quote_char='"', raise_if_empty=False)
+    except (pl.exceptions.ComputeError, pl.exceptions.NoDataError) as e:
+        raise DataError(f"{path.name} is not a well-formed CSV ({str(e).splitlines()[0]})",
+                        f"expected user,item,rating,timestamp per line; {FIX_DOWNLOAD}") from None
+    if raw.width != len(CSV_COLUMNS):
+        raise DataError(f"{path.name} has {raw.width} columns, expected {len(CSV_COLUMNS)} "
+                        f"({','.join(CSV_COLUMNS)}, no header)",
+                        f"use the ratings-only file `ratings_<Category>.csv`; {FIX_DOWNLOAD}")
+    df = raw.rename(dict(zip(raw.columns, CSV_COLUMNS))).with_row_index("lineno", offset=1)
+    for col, dtype in (("rating", pl.Float64), ("timestamp", pl.Int64)):
+        parsed = pl.col(col).str.strip_chars().cast(dtype, strict=False)
+        bad = df.filter(parsed.is_null())
+        if bad.height:
+            no, value = bad.select("lineno", col).row(0)
+            raise DataError(f"{path.name} line {no}: {col} {value!r} is not a number",
+                            "the CSV must be user,item,rating,timestamp with no header line")
+        df = df.with_columns(parsed)
+    df = df.drop("lineno")
+    _check_complete(df, path, ("user", "item"))
+    return df
+
+
+def _check_complete(df: pl.DataFrame, path: Path, cols: tuple[str, ...]) -> None:
+    for col in cols:
+        empty = pl.col(col).is_null()
+        if df.schema[col] == pl.String:
+            empty = empty | (pl.col(col) == "")
+        missing = df.with_row_index("lineno", offset=1).filter(empty)
+        if missing.height:
+            raise DataError(f"{path.name} line {missing['lineno'][0]}: {col} is missing",
+                            f"every review needs reviewerID, asin and unixReviewTime; {FIX_DOWNLOAD}")
+
+
+def find_raw(raw_dir: Path, category: str) -> Path:
+    for name in candidates(category):
+        if (Path(raw_dir) / name).is_file():
+            return Path(raw_dir) / name
+    raise DataError(f"none of {', '.join(candidates(category))} is in {raw_dir}",
+                    "run `seqpe download <dataset>` (or --from a file you have)")
+
+
+def reader_for(category: str):
+    """The leave-one-out reader of one category: (raw_dir) -> LazyFrame user, item, timestamp."""
+    def read(raw_dir: Path) -> pl.LazyFrame:
+        path = find_raw(raw_dir, category)
+        df = read_ratings_csv(path) if path.suffix == ".csv" else read_reviews_json(path)
+        return df.select("user", "item", "timestamp").lazy()
+    read.__doc__ = f"Read Amazon {category} reviews (JSON lines gz/plain or ratings CSV)."
+    return read
+
+
+# name -> (category in the file name, paper size of the 5-core file)
+CATEGORIES = {
+    "beauty": ("Beauty", "198,502 reviews, 22,363 users, 12,101 items"),
+    "sports": ("Sports_and_Outdoors", "296,337 reviews, 35,598 users, 18,357 items"),
+    "toys": ("Toys_and_Games", "167,597 reviews, 19,412 users, 11,924 items"),
+    "video_games": ("Video_Games", "231,780 reviews, 24,303 users, 10,672 items"),
+    "electronics": ("Electronics", "1,689,188 reviews, 192,403 users, 63,001 items"),
+    "books": ("Books", "8,898,041 reviews, 603,668 users, 367,982 items"),
+}
+
+for _name, (_category, _size) in CATEGORIES.items():
+    _file = f"reviews_{_category}_5.json.gz"
+    register(DatasetSpec(
+        name=_name,
+        source=SourceSpec(name=f"amazon_{_name}", filename=_file, archive="gz", files=(_file,),
+                          url=f"{HOST}/{_file}", homepage=HOMEPAGE),
+        protocol="leave_one_out",
+        description=f"Amazon 2014 {_category.replace('_', ' ')} 5-core reviews, k-core, leave-one-out",
+        reader=reader_for(_category),
+        options={"category": _category},
+        paper_size=_size,
+    ))

@@ -1,0 +1,118 @@
+"""reczoo/BARS CTR benchmarks: KuaiVideo_x1 (`kuaivideo`) and AmazonElectronics_x1
+(`amazon_electronics`), CTR protocol (PROTOCOLS.md §4).
+
+Each zip from the reczoo dataset hub holds `train.csv` and `test.csv` (md5 published in the
+reczoo/Datasets READMEs, checked as `SourceSpec.file_md5`). Columns, as written by reczoo's
+convert scripts and read by the BARS dataset configs (FuxiCTR feature_cols):
+
+    AmazonElectronics_x1  label,user_id,item_id,cate_id,item_history,cate_history
+                          (label_col label; sequences item_history / cate_history, splitter "^",
+                          max_len 100; DIN's Amazon Electronics pickle converted)
+    KuaiVideo_x1          timestamp,user_id,item_id,is_click,is_like,is_follow,pos_items,neg_items
+                          (label_col is_click; sequences pos_items / neg_items, splitter "^",
+                          max_len 100; rows sorted by timestamp; no item categories)
+
+The reader checks each header and returns the CTR protocol's input schema (see
+`pipeline.protocols.ctr`): split, row, label, user, item, [cate], [timestamp], hist_*.
+is_like / is_follow are not used (the BARS configs do not use them either).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from ..errors import DataError
+from . import DatasetSpec, SourceSpec, register
+
+HUB = "https://huggingface.co/datasets/reczoo"
+BARS_FILES = ("train.csv", "test.csv")
+
+# dataset -> raw column -> (protocol column or None to drop, dtype)
+COLUMNS = {
+    "amazon_electronics": {
+        "label": ("label", pl.Int64), "user_id": ("user", pl.Int64), "item_id": ("item", pl.Int64),
+        "cate_id": ("cate", pl.Int64), "item_history": ("hist_items", pl.String),
+        "cate_history": ("hist_cates", pl.String),
+    },
+    "kuaivideo": {
+        "timestamp": ("timestamp", pl.Int64), "user_id": ("user", pl.Int64), "item_id": ("item", pl.Int64),
+        "is_click": ("label", pl.Int64), "is_like": (None, pl.Int64), "is_follow": (None, pl.Int64),
+        "pos_items": ("hist_items", pl.String), "neg_items": ("hist_neg_items", pl.String),
+    },
+}
+
+
+def find_bars_file(raw_dir: Path, name: str) -> Path:
+    """`raw_dir/name`, or the one `name` one folder below (the zip may hold a folder)."""
+    raw_dir = Path(raw_dir)
+    if (raw_dir / name).is_file():
+        return raw_dir / name
+    found = sorted(raw_dir.glob(f"*/{name}")) if raw_dir.is_dir() else []
+    if len(found) != 1:
+        where = "not found" if not found else f"found {len(found)} times"
+        raise DataError(f"{name} {where} in {raw_dir}", "run `seqpe download DATASET` to fetch and unpack the BARS zip")
+    return found[0]
+
+
+def header(path: Path) -> list[str]:
+    with open(path, "rb") as f:
+        first = f.readline().decode("utf-8", errors="replace").lstrip("\ufeff").strip()
+    if not first:
+        raise DataError(f"{path} is empty", "re-download the dataset")
+    return [c.strip() for c in first.split(",")]
+
+
+def scan_bars(path: Path, columns: dict, split: str) -> pl.LazyFrame:
+    """Lazy scan of one BARS CSV after checking its header has exactly the expected columns."""
+    cols = header(path)
+    missing = [c for c in columns if c not in cols]
+    extra = [c for c in cols if c not in columns]
+    if missing or extra or len(cols) != len(columns):
+        what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
+                                     f"unexpected {', '.join(extra)}" if extra else "") if x) or "duplicated columns"
+        raise DataError(f"{path.name} has the wrong column set ({what})",
+                        f"expected the BARS columns {','.join(columns)}; re-download the dataset")
+    schema = {c: columns[c][1] for c in cols}
+    keep = [pl.col(c).alias(columns[c][0]) for c in cols if columns[c][0] is not None]
+    return (pl.scan_csv(path, schema=schema, has_header=True, quote_char='"', row_index_name="row")
+              .select(pl.lit(split).alias("split"), "row", *keep))
+
+
+def reader_for(name: str):
+    columns = COLUMNS[name]
+
+    def read(raw_dir: Path) -> pl.LazyFrame:
+        return pl.concat([scan_bars(find_bars_file(raw_dir, f), columns, f.removesuffix(".csv"))
+                          for f in BARS_FILES], how="vertical")
+    read.__doc__ = f"Scan the BARS train.csv and test.csv of {name} (header checked)."
+    return read
+
+
+register(DatasetSpec(
+    name="amazon_electronics",
+    source=SourceSpec(
+        name="amazon_electronics_x1", filename="AmazonElectronics_x1.zip", archive="zip", files=BARS_FILES,
+        url=f"{HUB}/AmazonElectronics_x1/resolve/main/AmazonElectronics_x1.zip",
+        homepage="https://github.com/reczoo/Datasets/tree/main/Amazon/AmazonElectronics_x1",
+        file_md5={"train.csv": "e9bf80b92985e463db18fdc753d347b5", "test.csv": "57a20e82fe736dd495f2eaf0669bf6d0"}),
+    protocol="ctr",
+    description="BARS AmazonElectronics_x1 (DIN's Amazon Electronics), CTR with item/category histories",
+    reader=reader_for("amazon_electronics"),
+    options={"valid": "last_per_user"},
+    paper_size="2,608,764 train + 384,806 test samples, 63,001 items, 801 categories",
+))
+
+register(DatasetSpec(
+    name="kuaivideo",
+    source=SourceSpec(
+        name="kuaivideo_x1", filename="KuaiVideo_x1.zip", archive="zip", files=BARS_FILES,
+        url=f"{HUB}/KuaiVideo_x1/resolve/main/KuaiVideo_x1.zip",
+        homepage="https://github.com/reczoo/Datasets/tree/main/KuaiShou/KuaiVideo_x1",
+        file_md5={"train.csv": "16f13734411532cc313caf2180bfcd56", "test.csv": "ba26c01caaf6c65c272af11aa451fc7a"}),
+    protocol="ctr",
+    description="BARS KuaiVideo_x1 (Kuaishou micro-video clicks), CTR with clicked/unclicked histories",
+    reader=reader_for("kuaivideo"),
+    options={"valid": "tail"},
+    paper_size="10,931,092 train + 2,730,291 test samples, 10,000 users",
+))

@@ -1,0 +1,203 @@
+"""HTTP transfer of one file with resume, retries and a progress bar (used by `pipeline.download`).
+
+`fetch(url, part, ...)` streams `url` into the `part` file. An existing `part` is continued with
+`Range: bytes=N-`; a server that ignores ranges answers 200 and the file restarts from zero; a
+dropped connection is resumed the same way. Connection errors, timeouts, 5xx, 408 and 429 are
+retried with exponential backoff (`retries` attempts *without progress*: a transfer that keeps
+advancing keeps going); 401/403/404/410 and other 4xx, and a host name that does not resolve
+(offline), fail at once. Bytes are stored exactly as
+sent (`Accept-Encoding: identity`, no transparent decompression), so checksums hold.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import requests
+import urllib3
+
+from .errors import DownloadError
+
+CHUNK = 1 << 16
+USER_AGENT = "seqpe-download/0.1 (+https://github.com/seqpe)"
+_MAX_RETRY_AFTER_S = 60.0
+
+
+class Failed(Exception):
+    """One origin could not deliver the file. `unreachable`: no HTTP answer at all (no network)."""
+
+    def __init__(self, reason: str, unreachable: bool = False):
+        super().__init__(reason)
+        self.reason, self.unreachable = reason, unreachable
+
+
+class _Transient(Failed):
+    """A failure worth retrying (connection trouble, timeout, 5xx, 408, 429)."""
+
+    def __init__(self, reason: str, unreachable: bool = False, retry_after: Optional[float] = None):
+        super().__init__(reason, unreachable)
+        self.retry_after = retry_after
+
+
+def session() -> requests.Session:
+    s = requests.Session()
+    s.headers.update({"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+    return s
+
+
+def progress_bar(enabled: bool):
+    """A rich progress bar on stderr; a silent stand-in when disabled or stderr is not a terminal."""
+    from rich.console import Console
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                               TransferSpeedColumn)
+    show = enabled and sys.stderr.isatty()
+    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeRemainingColumn(), console=Console(stderr=True), transient=True, disable=not show)
+
+
+def fetch(http: requests.Session, url: str, part: Path, *, retries: int, timeout_s: float, backoff_s: float,
+          bar=None, task=None) -> None:
+    """Download `url` into `part` (resuming it if present). Raises `Failed` when the origin gives up."""
+    attempts, best, transfers = 0, _size(part), 0
+    while True:
+        transfers += 1
+        try:
+            _attempt(http, url, part, timeout_s, bar, task)
+            return
+        except _Transient as e:
+            size = _size(part)
+            if size > best:                       # progress: this is a flaky link, not a dead one
+                best, attempts = size, 0
+            attempts += 1
+            if attempts >= max(1, retries) or transfers >= 10 * max(1, retries):
+                tries = f" after {attempts} attempt{'s' if attempts > 1 else ''}" if attempts > 1 else ""
+                raise Failed(f"{e.reason}{tries}", unreachable=e.unreachable) from None
+            delay = backoff_s * 2 ** (attempts - 1)
+            if e.retry_after is not None:
+                delay = max(delay, min(e.retry_after, _MAX_RETRY_AFTER_S))
+            time.sleep(delay)
+
+
+def _attempt(http, url: str, part: Path, timeout_s: float, bar, task) -> None:
+    offset = _size(part)
+    headers = {"Range": f"bytes={offset}-"} if offset else {}
+    try:
+        resp = http.get(url, headers=headers, stream=True, timeout=(timeout_s, timeout_s))
+    except requests.exceptions.SSLError:
+        raise Failed("failed the TLS check (certificate or protocol)") from None
+    except requests.ConnectionError as e:
+        if _why(e) == "host not found":           # offline or a wrong host: retrying will not help
+            raise Failed("unreachable (host not found)", unreachable=True) from None
+        raise _Transient(f"unreachable ({_why(e)})", unreachable=True) from None
+    except requests.Timeout:
+        raise _Transient(f"timed out after {timeout_s:g} s", unreachable=True) from None
+    except requests.RequestException as e:
+        raise Failed(f"request failed ({_why(e)})") from None
+    with resp:
+        status = resp.status_code
+        what = f"answered HTTP {status} {resp.reason or ''}".rstrip()
+        if status == 416 and offset:               # the range starts at/after the end
+            total = _range_total(resp.headers.get("Content-Range"))
+            if total == offset:
+                return                             # the .part was already complete
+            part.unlink(missing_ok=True)
+            raise _Transient(f"{what} to a resume request")
+        if status in (408, 429) or status >= 500:
+            raise _Transient(what, retry_after=_retry_after(resp.headers.get("Retry-After")))
+        if status in (401, 403):
+            raise Failed(f"{what} (the host wants a login or refuses this client)")
+        if status not in (200, 206):
+            raise Failed(what)
+        if status == 206:
+            start, total = _content_range(resp.headers.get("Content-Range"))
+            if start != offset:                    # not the range we asked for: start over
+                part.unlink(missing_ok=True)
+                raise _Transient(f"resumed at byte {start} instead of {offset}")
+            mode = "ab"
+        else:                                      # 200: full body (a server without Range support)
+            offset, mode = 0, "wb"
+            length = resp.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+        if bar is not None:
+            bar.update(task, total=total, completed=offset)
+        _stream(resp, part, mode, bar, task)
+    size = _size(part)
+    if total is not None and size < total:
+        raise _Transient(f"connection closed after {size:,} of {total:,} bytes")
+    if total is not None and size > total:
+        part.unlink(missing_ok=True)
+        raise _Transient(f"sent {size:,} bytes, more than the announced {total:,}")
+
+
+def _stream(resp, part: Path, mode: str, bar, task) -> None:
+    try:
+        fh = open(part, mode)
+    except OSError as e:
+        raise DownloadError(f"cannot write {part} ({e.strerror})", "check the folder's permissions") from None
+    with fh:
+        chunks = resp.raw.stream(CHUNK, decode_content=False)
+        while True:
+            try:
+                chunk = next(chunks, None)
+            except (urllib3.exceptions.HTTPError, requests.RequestException, ConnectionError, TimeoutError) as e:
+                raise _Transient(f"connection lost at byte {fh.tell():,} ({_why(e)})") from None
+            if chunk is None:
+                return
+            try:
+                fh.write(chunk)
+            except OSError as e:
+                raise DownloadError(f"cannot write {part} ({e.strerror})", "free some disk space and run again "
+                                    "(the transfer resumes)") from None
+            if bar is not None:
+                bar.advance(task, len(chunk))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _content_range(value: Optional[str]) -> tuple[int, Optional[int]]:
+    m = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", value or "")
+    if not m:
+        raise _Transient(f"sent a 206 answer with a bad Content-Range {value!r}")
+    return int(m.group(1)), (int(m.group(3)) if m.group(3) != "*" else None)
+
+
+def _range_total(value: Optional[str]) -> Optional[int]:
+    m = re.search(r"/(\d+)\s*$", value or "")
+    return int(m.group(1)) if m else None
+
+
+def _retry_after(value: Optional[str]) -> Optional[float]:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _why(err: BaseException) -> str:
+    """A short reason from a requests/urllib3 exception chain (no object reprs)."""
+    reason = getattr(err.args[0], "reason", None) if err.args else None
+    if isinstance(reason, urllib3.exceptions.NameResolutionError):
+        return "host not found"
+    text = str(err)
+    for pattern, short in (("Connection refused", "connection refused"),
+                           ("Name or service not known", "host not found"),
+                           ("nodename nor servname", "host not found"),
+                           ("Temporary failure in name resolution", "host not found"),
+                           ("NameResolutionError", "host not found"),
+                           ("timed out", "timed out"),
+                           ("IncompleteRead", "incomplete read"),
+                           ("Connection reset", "connection reset"),
+                           ("Connection aborted", "connection aborted"),
+                           ("Network is unreachable", "network unreachable"),
+                           ("SSL", "TLS error")):
+        if pattern in text:
+            return short
+    return type(err).__name__

@@ -1,0 +1,399 @@
+"""Import and export of the prepared formats other code bases read and write.
+
+srgnn   SR-GNN-family pickles in one folder: `all_train_seq.txt` (train sessions),
+        `test.txt` (prefix-augmented test samples), optional `train.txt` (augmented train).
+        Read only through `pipeline.unpickle` (no globals, lists/tuples/ints only);
+        written with pickle protocol 3, the default of the Python 3.6 that SR-GNN's
+        `datasets/preprocess.py` ran on, which reproduces the published files byte for byte.
+sasrec  SASRec / S3-Rec text: one line per user, `user item item ...` in time order
+        (leave-one-out protocol, PROTOCOLS.md §3).
+
+`import_dataset` writes a seqpe sessions folder (so `seqpe augment` works on it) and a
+samples folder (so `seqpe train` works without `augment`), both with stage "import"
+manifests; its samples are built by the augment stage's own functions, so they are
+byte-identical to `seqpe augment` of the imported sessions. Decisions:
+
+- srgnn: train sessions are all_train_seq.txt numbered 1..T, and valid is carved from its
+  most recent ones exactly as `pipeline.protocols.srgnn` does (`valid_count`). test.txt is
+  already augmented; its sessions are rebuilt (a session starts after each prefix of length
+  1; exact whenever the file was written by SR-GNN's `process_seqs`), else every sample
+  becomes a session prefix + [target] under augment mode "last". Either way the stored
+  test samples equal test.txt, and the manifest records that test came as samples.
+- sasrec: session_id is the file's user id, rows in file order; users with fewer than 3
+  items cannot give train, valid and test and are dropped and counted (as the
+  leave-one-out protocol does; S3-Rec's files are 5-core, so none are).
+
+`export_dataset` turns a sessions folder back into SR-GNN pickles (train.txt from train +
+valid = the protocol's train set) or S3-Rec text (the test rows, i.e. full sequences), built
+in memory and swapped in as one folder; it never overwrites a folder holding other files.
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+
+import polars as pl
+
+from . import unpickle
+from .augment import last_samples, prefix_samples
+from .errors import DataError, unknown
+from .io import (MANIFEST, SPLITS, atomic_dir, read_manifest, read_split, sha256_file,
+                 shard_entry, verify_shards, write_bytes, write_json, write_parquet, write_split)
+from .params import Params, to_dict
+from .protocols.srgnn import valid_count
+
+FORMATS = ("srgnn", "sasrec")
+PICKLE_PROTOCOL = 3          # what SR-GNN's preprocess.py wrote (Python 3.6 default): same bytes
+SRGNN_FILES = ("all_train_seq.txt", "test.txt", "train.txt")
+_NO_CLOBBER = "pick a new or empty folder (export replaces the whole folder)"
+
+
+@dataclass
+class Imported:
+    """Everything an importer found, before anything is written."""
+    protocol: str
+    sessions: dict[str, pl.DataFrame]     # split -> session_id, items
+    samples: dict[str, pl.DataFrame]      # split -> session_id, prefix, target
+    items: pl.DataFrame                   # item_id, raw_id, count
+    n_items: int
+    augment: dict[str, str]
+    steps: list[dict]
+    source: dict[str, str]                # file name -> sha256
+    params: dict
+    summary: dict
+    max_len: int                          # prefix cut applied to the samples (0 = whole prefixes)
+    info: dict = field(default_factory=dict)  # the manifest's "protocol_info"
+
+
+# --------------------------------------------------------------------------- import
+
+def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | Path,
+                   samples_dst: str | Path, params: Params) -> dict:
+    """Import `src` (SR-GNN folder or S3-Rec text file) as seqpe sessions and samples."""
+    if fmt not in FORMATS:
+        raise unknown("format", fmt, FORMATS)
+    src, sessions_dst, samples_dst = Path(src), Path(sessions_dst), Path(samples_dst)
+    if sessions_dst.resolve() == samples_dst.resolve():
+        raise DataError(f"sessions and samples would both go to {sessions_dst}",
+                        "pass different --sessions and --samples folders")
+    imp = _import_srgnn(src, params) if fmt == "srgnn" else _import_sasrec(src, params)
+    _write(dataset, imp, sessions_dst, samples_dst, params)
+    return {**imp.summary, "sessions folder": str(sessions_dst), "samples folder": str(samples_dst)}
+
+
+def _import_srgnn(src: Path, params: Params) -> Imported:
+    """SR-GNN folder -> sessions (train/valid from all_train_seq, test rebuilt from test.txt)."""
+    if not src.is_dir():
+        raise DataError(f"{src} is not a folder", "pass the folder that holds all_train_seq.txt and test.txt")
+    for name in SRGNN_FILES[:2]:
+        if not (src / name).is_file():
+            raise DataError(f"{src} has no {name}", "an SR-GNN folder needs all_train_seq.txt and test.txt")
+    seqs = unpickle.load_sessions(src / "all_train_seq.txt")
+    if not seqs:
+        raise DataError(f"{src / 'all_train_seq.txt'} holds no sessions", "re-create it")
+    train_all = pl.DataFrame({"session_id": pl.int_range(1, len(seqs) + 1, dtype=pl.Int64, eager=True),
+                              "items": list_column(seqs)})
+    del seqs
+    train_all, cut, train_txt = _check_train_txt(src, train_all)
+
+    prefixes, labels = unpickle.load_samples(src / "test.txt")
+    if not labels:
+        raise DataError(f"{src / 'test.txt'} holds no samples", "re-create it: the test set cannot be empty")
+    given = pl.DataFrame({"prefix": list_column(prefixes), "target": pl.Series(labels, dtype=pl.Int32)})
+    del prefixes, labels
+    test, test_mode = sessions_from_samples(given, first_id=train_all.height + 1)
+    test_samples = augment(test, test_mode)
+    if not test_samples.select("prefix", "target").equals(given):  # guards sessions_from_samples
+        raise DataError(f"{src / 'test.txt'} could not be stored as sessions without change",
+                        "report this file to the seqpe maintainers")
+
+    n_valid = valid_count(train_all.height, params.preprocess.valid_fraction)
+    train = train_all.slice(0, train_all.height - n_valid)
+    valid = train_all.slice(train_all.height - n_valid)
+    samples = {"train": augment(train, "prefixes"), "valid": augment(valid, "prefixes"), "test": test_samples}
+    n_items = max(_max_id(train_all), _max_id(test))
+    steps = [_step("read all_train_seq.txt", train_all),
+             _step(f"read test.txt: {given.height} samples as sessions ({test_mode})", test),
+             _step("train (after carving valid)", train),
+             _step(f"valid: most recent {n_valid} train sessions", valid)]
+    summary = {"format": "srgnn",
+               "train sessions (train+valid)": train_all.height,
+               "train sessions": train.height, "valid sessions": valid.height, "test sessions": test.height,
+               "train samples (train+valid)": samples["train"].height + samples["valid"].height,
+               "train samples": samples["train"].height, "valid samples": samples["valid"].height,
+               "test samples": test_samples.height,
+               "items": _distinct(train_all, test), "n_items (max id)": n_items,
+               "train clicks (train+valid)": _clicks(train_all), "train.txt": train_txt}
+    info = {"format": "srgnn", "test_came_as": "samples", "test_sessions": _TEST_NOTES[test_mode],
+            "train_txt": train_txt, "session_ids": "positions: all_train_seq.txt from 1, then test sessions",
+            "valid_rule": "valid = the most recent floor(T * valid_fraction) of the T sessions of "
+                          "all_train_seq.txt (as pipeline.protocols.srgnn); train + valid == all_train_seq"}
+    if cut:
+        info["fraction_cut"] = {"cut": cut}
+    return Imported(
+        protocol="srgnn", sessions={"train": train, "valid": valid, "test": test}, samples=samples,
+        items=_items(train_all, n_items), n_items=n_items,
+        augment={"train": "prefixes", "valid": "prefixes", "test": test_mode}, steps=steps,
+        source={n: sha256_file(src / n) for n in SRGNN_FILES if (src / n).is_file()},
+        params={"preprocess": to_dict(params.preprocess)}, summary=summary, max_len=0, info=info)
+
+
+_TEST_NOTES = {"prefixes": "rebuilt from its prefix samples (exact)",
+               "last": "one session per sample, prefix + [target] (exact under augment mode 'last')"}
+
+
+def _check_train_txt(src: Path, train_all: pl.DataFrame) -> tuple[pl.DataFrame, dict | None, str]:
+    """train.txt is optional; when there it must be augment(all_train_seq) or a suffix of it.
+
+    A suffix is what SR-GNN's Yoochoose fractions write when the 1/4 or 1/64 cut falls inside
+    a session: `all_train_seq.txt` starts with that whole session, `train.txt` holds only its
+    r shortest prefixes. As in `pipeline.protocols.srgnn`, that first session is then stored
+    cut to its first r + 1 clicks (so `augment` of the sessions gives exactly train.txt), and
+    its whole click list is kept in the manifest for `export`. Returns (sessions, cut, note).
+    """
+    path = src / "train.txt"
+    if not path.is_file():
+        return train_all, None, "absent: train samples built from all_train_seq.txt"
+    prefixes, labels = unpickle.load_samples(path)
+    given = pl.DataFrame({"prefix": list_column(prefixes), "target": pl.Series(labels, dtype=pl.Int32)})
+    del prefixes, labels
+    full = augment(train_all, "prefixes").select("prefix", "target")
+    skip = full.height - given.height
+    first = train_all["items"][0].to_list()
+    if 0 <= skip < len(first) - 1 and full.slice(skip).equals(given):
+        if skip == 0:
+            return train_all, None, "checked: equals the prefix augmentation of all_train_seq.txt"
+        kept = len(first) - skip  # r + 1 clicks, r = samples of the first session that train.txt keeps
+        cut = {"session_id": 1, "clicks": len(first), "kept_clicks": kept, "items": first}
+        head = pl.int_range(pl.len()) == 0
+        train_all = train_all.with_columns(
+            items=pl.when(head).then(pl.col("items").list.head(kept)).otherwise(pl.col("items")))
+        return train_all, cut, (f"checked: the augmentation of all_train_seq.txt less the {skip} longest "
+                                f"prefixes of its first session (a fraction cut inside a session)")
+    raise DataError(f"{path} ({given.height:,} samples) is not the prefix augmentation of "
+                    f"all_train_seq.txt ({full.height:,} samples)",
+                    "remove train.txt to import the train sessions of all_train_seq.txt, "
+                    "or bring the train.txt that belongs to this all_train_seq.txt")
+
+
+def _import_sasrec(src: Path, params: Params) -> Imported:
+    """S3-Rec text -> leave-one-out sessions; users with fewer than 3 items are dropped."""
+    if not src.is_file():
+        raise DataError(f"{src} is not a file", "pass the S3-Rec text file, e.g. Beauty.txt")
+    try:
+        text = src.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{src} is not UTF-8 text (byte {e.start})", "pass the S3-Rec .txt file") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline
+    if not lines:
+        raise DataError(f"{src} is empty", "pass a file with one line per user: user item item ...")
+    rows = (pl.DataFrame({"text": lines}).with_row_index("line", offset=1)
+            .with_columns(tok=pl.col("text").str.replace_all(r"\s+", " ").str.strip_chars(" ").str.split(" ")))
+    _check_lines(src, rows)
+    ids = rows.select("line", ids=pl.col("tok").list.eval(pl.element().cast(pl.Int64)))
+    users = ids.select("line", session_id=pl.col("ids").list.first(),
+                       items=pl.col("ids").list.slice(1).cast(pl.List(pl.Int32)))
+    dup = users.filter(pl.col("session_id").is_duplicated()).sort("session_id", "line", maintain_order=True)
+    if dup.height:
+        u, first, second = dup["session_id"][0], dup["line"][0], dup["line"][1]
+        raise DataError(f"{src} line {second}: user {u} already had line {first}",
+                        "one line per user: merge the two lines in time order")
+    n_read, inter, n_items = users.height, _clicks(users), _max_id(users)
+    kept = users.filter(pl.col("items").list.len() >= 3).drop("line")
+    n = pl.col("items").list.len()
+    sessions = {"train": kept.with_columns(pl.col("items").list.slice(0, n - 2)),
+                "valid": kept.with_columns(pl.col("items").list.slice(0, n - 1)),
+                "test": kept}
+    modes = {"train": "prefixes", "valid": "last", "test": "last"}
+    max_len = params.augment.max_len
+    samples = {s: augment(sessions[s], modes[s], max_len) for s in SPLITS}
+    steps = [_step(f"read {src.name}", users), _step("drop users with fewer than 3 items", kept)]
+    summary = {"format": "sasrec", "users": n_read, "items": _distinct(users), "interactions": inter,
+               "n_items (max id)": n_items, "users dropped (< 3 items)": n_read - kept.height,
+               **{f"{s} samples": samples[s].height for s in SPLITS}}
+    info = {"format": "sasrec", "file": src.name, "users_dropped_below_3_items": n_read - kept.height,
+             "session_ids": "the file's user ids",
+             "split": "leave-one-out: train = items[:-2], valid = items[:-1], test = all items"}
+    return Imported(
+        protocol="leave_one_out", sessions=sessions, samples=samples, items=_items(kept, n_items),
+        n_items=n_items, augment=modes, steps=steps, source={src.name: sha256_file(src)},
+        params={"preprocess": to_dict(params.preprocess)}, summary=summary, max_len=max_len, info=info)
+
+
+def _check_lines(src: Path, rows: pl.DataFrame) -> None:
+    """Empty lines, lines without items, and tokens that are not ids 1..2**31-1 -> DataError."""
+    bad = rows.filter(pl.col("text").str.strip_chars() == "").head(1)
+    if bad.height:
+        raise DataError(f"{src} line {bad['line'][0]} is empty", "remove it: every line is `user item item ...`")
+    bad = rows.filter(pl.col("tok").list.len() < 2).head(1)
+    if bad.height:
+        raise DataError(f"{src} line {bad['line'][0]} has a user but no items",
+                        "every line is `user item item ...`")
+    toks = rows.select("line", "tok").explode("tok").with_columns(v=pl.col("tok").cast(pl.Int64, strict=False))
+    bad = toks.filter(pl.col("v").is_null() | (pl.col("v") < 1) | (pl.col("v") > unpickle.MAX_ID)).head(1)
+    if bad.height:
+        raise DataError(f"{src} line {bad['line'][0]}: '{bad['tok'][0][:40]}' is not an id in 1..{unpickle.MAX_ID}",
+                        "every token must be a positive integer id")
+
+
+# --------------------------------------------------------------------------- write
+
+def _write(dataset: str, imp: Imported, sessions_dst: Path, samples_dst: Path, params: Params) -> None:
+    """Both folders are built in full before either replaces what was there."""
+    head = {"stage": "import", "dataset": dataset, "protocol": imp.protocol, "params": imp.params,
+            "source": imp.source, "steps": imp.steps, "n_items": imp.n_items, "augment": imp.augment,
+            "protocol_info": imp.info}
+    with atomic_dir(sessions_dst) as s_tmp, atomic_dir(samples_dst) as a_tmp:
+        shards = []
+        for split in SPLITS:
+            shards += write_split(s_tmp, split, imp.sessions[split].rechunk(), params.preprocess.rows_per_shard)
+        write_parquet(s_tmp / "items.parquet", imp.items)
+        shards.append(shard_entry(s_tmp, "items.parquet"))
+        write_json(s_tmp / MANIFEST, {
+            **head, "shards": shards,
+            "max_len": max(_max_len(imp.sessions[s], "items") for s in SPLITS),
+            "splits": {s: {"sessions": imp.sessions[s].height, "clicks": _clicks(imp.sessions[s])}
+                       for s in SPLITS}})
+        shards = []
+        for split in SPLITS:
+            shards += write_split(a_tmp, split, imp.samples[split].rechunk(), params.augment.rows_per_shard)
+        write_json(a_tmp / MANIFEST, {
+            **head, "shards": shards, "sessions_manifest": sha256_file(s_tmp / MANIFEST),
+            "params": {**imp.params, "augment": to_dict(params.augment), "max_len_applied": imp.max_len},
+            "max_len": max(_max_len(imp.samples[s], "prefix") for s in SPLITS),
+            "splits": {s: {"samples": imp.samples[s].height, "sessions": imp.sessions[s].height,
+                           "clicks": _clicks(imp.sessions[s])} for s in SPLITS}})
+
+
+# --------------------------------------------------------------------------- export
+
+def export_dataset(sessions_dir: str | Path, out_dir: str | Path, fmt: str = "srgnn") -> dict:
+    """Write a sessions folder as SR-GNN pickles (or S3-Rec text) into `out_dir`, atomically."""
+    if fmt not in FORMATS:
+        raise unknown("format", fmt, FORMATS)
+    sessions_dir, out_dir = Path(sessions_dir), Path(out_dir)
+    manifest = read_manifest(sessions_dir)
+    verify_shards(sessions_dir, manifest)
+    frames = {s: read_split(sessions_dir, s).select("session_id", "items") for s in SPLITS}
+    modes = manifest.get("augment", {})
+    if fmt == "srgnn":
+        files, summary = _export_srgnn(sessions_dir, frames, modes, manifest)
+    else:
+        files, summary = _export_sasrec(sessions_dir, frames, modes, manifest)
+    if out_dir.exists() and (not out_dir.is_dir() or set(p.name for p in out_dir.iterdir()) - set(files)):
+        raise DataError(f"{out_dir} already holds other files", _NO_CLOBBER)
+    with atomic_dir(out_dir) as tmp:
+        for name, data in files.items():
+            write_bytes(tmp / name, data)
+    return {**summary, "folder": str(out_dir), "files": ", ".join(sorted(files))}
+
+
+def _export_srgnn(src: Path, frames: dict, modes: dict, manifest: dict) -> tuple[dict, dict]:
+    if modes.get("train") != "prefixes" or modes.get("valid") != "prefixes":
+        raise DataError(f"{src} holds {manifest.get('protocol')} sessions (train/valid augment "
+                        f"{modes.get('train')}/{modes.get('valid')}), not SR-GNN-style sessions",
+                        "export --format srgnn needs a dataset under the srgnn protocol; "
+                        "use --format sasrec for leave-one-out datasets")
+    train_all = pl.concat([frames["train"], frames["valid"]])
+    train = augment(train_all, "prefixes")
+    test = augment(frames["test"], modes.get("test", "prefixes"))
+    seqs = train_all["items"].to_list()
+    cut = (manifest.get("protocol_info", {}).get("fraction_cut") or {}).get("cut") or {}
+    if seqs and "items" in cut and cut.get("session_id") == train_all["session_id"][0]:
+        seqs[0] = list(cut["items"])  # SR-GNN keeps the session a fraction cut falls in whole here
+    objects = {"all_train_seq.txt": seqs,
+               "train.txt": (train["prefix"].to_list(), train["target"].to_list()),
+               "test.txt": (test["prefix"].to_list(), test["target"].to_list())}
+    files = {name: pickle.dumps(obj, protocol=PICKLE_PROTOCOL) for name, obj in objects.items()}
+    summary = {"format": "srgnn", "train sessions": train_all.height, "train samples": train.height,
+               "test samples": test.height, "n_items": manifest.get("n_items"),
+               "pickle protocol": PICKLE_PROTOCOL}
+    return files, summary
+
+
+def _export_sasrec(src: Path, frames: dict, modes: dict, manifest: dict) -> tuple[dict, dict]:
+    """Leave-one-out sessions: the test row is each user's full sequence -> one text line."""
+    if modes.get("test") != "last" or manifest.get("protocol") != "leave_one_out":
+        raise DataError(f"{src} holds {manifest.get('protocol')} sessions, not leave-one-out ones",
+                        "export --format sasrec needs a leave-one-out dataset; use --format srgnn")
+    test = frames["test"]
+    lines = test.select(pl.concat_str(pl.col("session_id").cast(pl.String),
+                                      pl.col("items").list.eval(pl.element().cast(pl.String)).list.join(" "),
+                                      separator=" "))
+    text = "".join(f"{line}\n" for line in lines.to_series().to_list())
+    name = f"{manifest.get('dataset', 'dataset')}.txt"
+    return {name: text.encode("utf-8")}, {"format": "sasrec", "users": test.height,
+                                         "interactions": _clicks(test), "n_items": manifest.get("n_items")}
+
+
+# --------------------------------------------------------------------------- small helpers
+
+def list_column(seqs: list) -> pl.Series:
+    """Python lists of ids -> one List(Int32) Series, built from a flat buffer (no per-row work)."""
+    if not seqs:
+        return pl.Series("items", [], dtype=pl.List(pl.Int32))
+    lengths = pl.Series(list(map(len, seqs)), dtype=pl.Int64)
+    flat = pl.Series(list(chain.from_iterable(seqs)), dtype=pl.Int32)
+    offsets = lengths.cum_sum() - lengths
+    return (pl.DataFrame({"offset": offsets, "length": lengths})
+            .select(pl.lit(flat).implode().list.slice(pl.col("offset"), pl.col("length")).alias("items"))
+            .to_series())
+
+
+def augment(sessions: pl.DataFrame, mode: str, max_len: int = 0) -> pl.DataFrame:
+    """The `augment` stage's own sample builders, so imports equal `seqpe augment` of the sessions."""
+    return (prefix_samples if mode == "prefixes" else last_samples)(sessions.select("session_id", "items"), max_len)
+
+
+def sessions_from_samples(samples: pl.DataFrame, first_id: int) -> tuple[pl.DataFrame, str]:
+    """Rebuild sessions from prefix-augmented samples (prefix, target), numbered from `first_id`.
+
+    SR-GNN's samples of a session s are (s[:-1], s[-1]), (s[:-2], s[-2]), ..., (s[:1], s[1]): a
+    session starts at the first sample and after each prefix of length 1, and it is its first
+    prefix + [target]. When re-augmenting those sessions does not give the samples back (a
+    file made some other way) each sample becomes its own session prefix + [target] with
+    augment mode "last". Either way `augment` of the result is exactly `samples`.
+    """
+    n = pl.col("prefix").list.len()
+    whole = pl.concat_list("prefix", "target").alias("items")
+    starts = samples.filter(n.shift(1).fill_null(1) == 1).select(whole)
+    sessions = starts.select(pl.int_range(first_id, first_id + pl.len(), dtype=pl.Int64).alias("session_id"),
+                             "items")
+    if augment(sessions, "prefixes").select("prefix", "target").equals(samples.select("prefix", "target")):
+        return sessions, "prefixes"
+    ids = pl.int_range(first_id, first_id + pl.len(), dtype=pl.Int64).alias("session_id")
+    return samples.select(ids, whole), "last"
+
+
+def _clicks(df: pl.DataFrame, col: str = "items") -> int:
+    return int(df.select(pl.col(col).list.len().sum()).item() or 0)
+
+
+def _max_id(df: pl.DataFrame) -> int:
+    return int(df.select(pl.col("items").list.max().max()).item() or 0)
+
+
+def _max_len(df: pl.DataFrame, col: str) -> int:
+    return int(df.select(pl.col(col).list.len().max()).item() or 0)
+
+
+def _distinct(*frames: pl.DataFrame) -> int:
+    return pl.concat([f.select(pl.col("items").explode()) for f in frames]).n_unique()
+
+
+def _step(name: str, df: pl.DataFrame) -> dict:
+    return {"step": name, "sessions": df.height, "clicks": _clicks(df),
+            "items": df.select(pl.col("items").explode().drop_nulls().n_unique()).item()}
+
+
+def _items(df: pl.DataFrame, n_items: int) -> pl.DataFrame:
+    """item_id 1..n_items, raw_id = the imported id as text, count = clicks in `df`."""
+    counts = df.select(item_id=pl.col("items").explode()).drop_nulls().group_by("item_id").len("count")
+    return (pl.DataFrame({"item_id": pl.int_range(1, n_items + 1, dtype=pl.Int32, eager=True)})
+            .join(counts, on="item_id", how="left", maintain_order="left")
+            .select("item_id", raw_id=pl.col("item_id").cast(pl.String),
+                    count=pl.col("count").fill_null(0).cast(pl.Int64)))

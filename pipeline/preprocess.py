@@ -1,0 +1,101 @@
+"""Stage `preprocess`: raw files -> split sessions under the dataset's protocol.
+
+Writes, atomically (all or nothing), into `dst`:
+
+    {train,valid,test}/part-NNNNN.parquet   sessions in protocol order (see the protocol module)
+    items.parquet                           item_id Int32 (new id), raw_id String, count Int64
+    manifest.json                           protocol, params, source hashes, step counts, shards
+
+The protocol module (`pipeline.protocols.<spec.protocol>`) does the work and returns a
+`ProtocolResult`; this module only validates inputs, writes and describes the outputs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from . import io
+from .datasets import get
+from .errors import DataError
+from .params import Params, to_dict
+from .protocols import ProtocolResult, build_protocol
+
+SOURCE_JSON = "source.json"
+
+
+def read_source(dataset: str, src: Path) -> dict:
+    """The raw folder's source.json reduced to what identifies the input (no paths, no times)."""
+    path = Path(src) / SOURCE_JSON
+    if not path.is_file():
+        raise DataError(f"no {SOURCE_JSON} in {src}: the raw data of '{dataset}' has not been downloaded",
+                        f"run `seqpe download {dataset}` (or `seqpe download {dataset} --from PATH`) first")
+    meta = io.read_json(path)
+    keep = ("source", "filename", "origin", "sha256", "md5", "bytes", "files")
+    return {k: meta[k] for k in keep if k in meta}
+
+
+def _count_column(df: pl.DataFrame) -> tuple[str, int, int]:
+    """("sessions"|"rows", rows, clicks) of one split frame."""
+    if "items" in df.columns and df.schema["items"] == pl.List(pl.Int32):
+        clicks = int(df.get_column("items").list.len().sum()) if df.height else 0
+        return "sessions", df.height, clicks
+    return "rows", df.height, df.height
+
+
+def _max_len(result: ProtocolResult) -> int:
+    lens = [int(df.get_column("items").list.len().max() or 0)
+            for df in result.splits.values()
+            if isinstance(df, pl.DataFrame) and "items" in df.columns and df.height]
+    return max(lens, default=0)
+
+
+def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: Path, params: Params) -> dict:
+    """Write shards, items.parquet and manifest.json into `dst` atomically; return the manifest."""
+    missing = [s for s in io.SPLITS if s not in result.splits]
+    if missing:
+        raise DataError(f"protocol {spec.protocol} returned no {', '.join(missing)} split",
+                        "this is a bug in the protocol module: report it")
+    empty = [s for s in ("train", "test")
+             if isinstance(result.splits[s], pl.DataFrame) and result.splits[s].height == 0]
+    if empty:
+        raise DataError(f"all sessions vanished under the filters of protocol {spec.protocol}: "
+                        f"the {' and '.join(empty)} split of '{dataset}' is empty",
+                        "check the raw file is complete (enough days and clicks), or relax the filters in "
+                        "the preprocess section of params.yaml")
+    rows_per_shard = params.preprocess.rows_per_shard
+    manifest = {
+        "stage": "preprocess", "dataset": dataset, "protocol": spec.protocol,
+        "params": {"preprocess": to_dict(params.preprocess), "options": dict(spec.options)},
+        "source": source, "steps": result.steps, "n_items": int(result.n_items),
+        "max_len": _max_len(result), "augment": dict(result.augment), "splits": {}, "shards": [],
+        "protocol_info": result.extra,
+    }
+    with io.atomic_dir(dst) as tmp:
+        for split in io.SPLITS:
+            df = result.splits[split]
+            if isinstance(df, pl.LazyFrame):  # large CTR splits: streamed, never held in memory
+                entries = io.sink_split(tmp, split, df, rows_per_shard)
+                n = sum(e["rows"] for e in entries)
+                if n == 0 and split in ("train", "test"):
+                    raise DataError(f"the {split} split of '{dataset}' is empty under protocol {spec.protocol}",
+                                    "check the raw files are complete")
+                manifest["splits"][split] = {"rows": n, "clicks": n}
+                manifest["shards"] += entries
+                continue
+            kind, n, clicks = _count_column(df)
+            manifest["splits"][split] = {kind: n, "clicks": clicks}
+            manifest["shards"] += io.write_split(tmp, split, df, rows_per_shard)
+        io.write_parquet(tmp / "items.parquet", result.items)
+        manifest["shards"].append(io.shard_entry(tmp, "items.parquet"))
+        io.write_json(tmp / io.MANIFEST, manifest)
+    return manifest
+
+
+def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
+    """Preprocess `dataset` from its raw folder `src` into the sessions folder `dst`."""
+    spec = get(dataset)
+    src, dst = Path(src), Path(dst)
+    source = read_source(dataset, src)
+    result = build_protocol(spec, src, params)
+    return write_result(dataset, spec, result, source, dst, params)

@@ -1,0 +1,76 @@
+"""Split protocols: raw rows -> train / valid / test sessions + item numbering.
+
+Each protocol is a module `pipeline.protocols.<name>` exposing
+
+    build(spec: DatasetSpec, raw_dir: Path, params: Params) -> ProtocolResult
+
+and nothing that writes files: `pipeline.preprocess` writes what `build` returns
+(shards, items.parquet, manifest.json) atomically. `DatasetSpec.protocol` names the
+module; `build_protocol` dispatches to it.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..errors import unknown
+
+PROTOCOLS = ("srgnn", "leave_one_out", "ctr")
+AUGMENT_MODES = ("prefixes", "last", "rows")
+
+
+@dataclass
+class ProtocolResult:
+    """What a protocol hands to `pipeline.preprocess`.
+
+    splits   "train", "valid", "test" -> DataFrame with at least session_id: Int64 and
+             items: List(Int32) (new ids 1..n_items, time order), rows in protocol order;
+             extra columns (e.g. date: Date) are allowed. CTR frames follow their own schema.
+    items    item_id: Int32 (new id from 1), raw_id: String, count: Int64 (one row per kept item,
+             sorted by item_id).
+    steps    [{"step": name, "sessions": int, "clicks": int, "items": int}, ...] in protocol order
+             (counts after the step; None where a count does not apply).
+    n_items  number of item ids (the largest new id); 0 is padding.
+    augment  split -> mode in AUGMENT_MODES: how `pipeline.augment` turns rows into samples.
+    extra    protocol facts for the manifest (split dates, valid rule, options, ...); JSON-able.
+    """
+    splits: dict[str, pl.DataFrame]
+    items: pl.DataFrame
+    steps: list[dict]
+    n_items: int
+    augment: dict[str, str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def step(name: str, sessions: int | None, clicks: int | None, items: int | None) -> dict:
+    """One entry of `ProtocolResult.steps` (plain ints so the manifest is canonical JSON)."""
+    as_int = lambda v: None if v is None else int(v)  # noqa: E731
+    return {"step": name, "sessions": as_int(sessions), "clicks": as_int(clicks), "items": as_int(items)}
+
+
+def build_protocol(spec, raw_dir: Path, params) -> ProtocolResult:
+    """Run the protocol module named by `spec.protocol` on the raw folder."""
+    if spec.protocol not in PROTOCOLS:
+        raise unknown("protocol", spec.protocol, PROTOCOLS)
+    module = importlib.import_module(f"{__name__}.{spec.protocol}")
+    return module.build(spec, Path(raw_dir), params)
+
+
+def collect(lf: pl.LazyFrame | list[pl.LazyFrame], what: str):
+    """Collect one LazyFrame (or several at once, sharing their common sub-plans), turning a
+    Polars parse or schema error into a one-line `DataError` about `what` (e.g. the raw file)."""
+    from ..errors import DataError
+    try:
+        if isinstance(lf, list):
+            return pl.collect_all(lf)
+        return lf.collect()
+    except (pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError, pl.exceptions.SchemaError,
+            pl.exceptions.ShapeError, pl.exceptions.ColumnNotFoundError, pl.exceptions.NoDataError) as e:
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise DataError(f"could not read {what}: {first}",
+                        "check that the raw file is the unmodified original (ids must be integers, "
+                        "dates YYYY-MM-DD / ISO-8601)") from None

@@ -1,0 +1,176 @@
+"""CTR protocol "ctr" (CAPE's setting, BARS files): PROTOCOLS.md §4.
+
+One sample = (user, target item, target category, history items, history categories, label).
+The reczoo/BARS files come split into train.csv and test.csv, with no validation file (the
+BARS configs validate on test.csv; seqpe never does): valid is carved from train by the
+dataset's rule `spec.options["valid"]`:
+
+- "last_per_user" (AmazonElectronics_x1, DIN's construction: per user, one positive and one
+  sampled negative per position, the last position held out as test): valid = each user's
+  train rows with the longest history, i.e. the user's last train position (its positive and
+  its negative). This mirrors how test was built, one step earlier.
+- "tail" (KuaiVideo_x1, train.csv sorted by timestamp): valid = the last
+  int(valid_fraction * N) rows of train.csv in file order, the most recent ones.
+
+Input (a `DatasetSpec.reader`): a LazyFrame with `split` ("train"|"test"), `row` (row number
+in its file), `label`, `user`, `item` (Int64), optionally `cate` (Int64) and `timestamp`, and
+history columns `hist_*` holding raw ids joined by "^" (oldest first; empty = no history).
+
+Output (one row per sample, protocol order = file order): label Int8, user Int64 (raw id),
+item Int32, [cate Int32], hist_* List(Int32) truncated to the most recent
+`params.preprocess.max_history`, [timestamp Int64]. Ids: BARS ids are already dense
+non-negative integers (DIN's remap; ALPINE's indices, which also key KuaiVideo's visual
+embeddings), so new id = raw id + 1 and 0 stays padding. hist_cates shares the cate ids,
+every other hist_* shares the item ids. Splits are LazyFrames: `pipeline.preprocess` streams
+them into shards, so KuaiVideo's 13.7M rows never sit in memory at once.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from ..errors import DataError
+from . import ProtocolResult, step
+
+HIST_PREFIX = "hist_"
+CATE_HISTORIES = ("hist_cates",)
+
+
+def hist_columns(schema) -> list[str]:
+    return [c for c in schema if c.startswith(HIST_PREFIX)]
+
+
+def _id_lists(col: str, dtype=pl.Int32) -> pl.Expr:
+    """'^'-joined raw ids -> List(dtype); null or "" -> null. Strict: a token that is not an
+    integer ("x", "" from "3^^4") raises InvalidOperationError instead of passing silently."""
+    text = pl.col(col)
+    return pl.when(text == "").then(None).otherwise(text).str.split("^").cast(pl.List(dtype), strict=True)
+
+
+def parse_history(col: str, max_history: int) -> pl.Expr:
+    """'^'-joined raw ids -> List(Int32) of new ids (raw + 1), most recent `max_history` kept."""
+    parsed = _id_lists(col).fill_null(pl.lit([], dtype=pl.List(pl.Int32)))
+    if max_history > 0:
+        parsed = parsed.list.tail(max_history)
+    return (parsed + 1).alias(col)
+
+
+def samples(lf: pl.LazyFrame, max_history: int) -> pl.LazyFrame:
+    """Raw CTR rows -> output schema (module docstring), row order kept."""
+    schema = lf.collect_schema()
+    cols = [pl.col("label").cast(pl.Int8), pl.col("user").cast(pl.Int64),
+            (pl.col("item") + 1).cast(pl.Int32).alias("item")]
+    if "cate" in schema:
+        cols.append((pl.col("cate") + 1).cast(pl.Int32).alias("cate"))
+    cols += [parse_history(c, max_history) for c in hist_columns(schema)]
+    if "timestamp" in schema:
+        cols.append(pl.col("timestamp").cast(pl.Int64))
+    return lf.select(cols)
+
+
+def _stats(lf: pl.LazyFrame, name: str) -> dict:
+    """One streaming pass over the raw rows: counts per split, id ranges, malformed values
+    (history tokens are cast strictly, so "3^x" or "3^^4" fails here, before anything is written)."""
+    schema = lf.collect_schema()
+    hists = hist_columns(schema)
+    item_lists = [c for c in hists if c not in CATE_HISTORIES]
+    cate_lists = [c for c in hists if c in CATE_HISTORIES]
+    negative = pl.sum_horizontal([pl.col(c).str.contains("-", literal=True).fill_null(False) for c in hists] or [0])
+    as_ints = lambda c: _id_lists(c, pl.Int64)  # noqa: E731
+    aggs = [
+        pl.len().alias("rows"),
+        (pl.col("split") == "train").sum().alias("train"),
+        negative.sum().alias("negative_hist"),
+        pl.col("label").is_in([0, 1]).not_().sum().alias("bad_label"),
+        pl.min_horizontal(pl.col("item").min(), pl.col("user").min()).alias("min_id"),
+        pl.max_horizontal([pl.col("item").max()] + [as_ints(c).list.max().max() for c in item_lists]).alias("max_item"),
+        pl.col("item").null_count().alias("null_item"),
+    ]
+    if "cate" in schema:
+        aggs.append(pl.max_horizontal([pl.col("cate").max()] + [as_ints(c).list.max().max() for c in cate_lists])
+                    .alias("max_cate"))
+        aggs.append(pl.col("cate").min().alias("min_cate"))
+    try:
+        stats = lf.select(aggs).collect(engine="streaming").row(0, named=True)
+    except pl.exceptions.InvalidOperationError as e:  # a strict cast of a history token
+        raise DataError(f"{name}: history lists that are not '^'-separated integer ids "
+                        f"({str(e).splitlines()[0]})", "the CSV is damaged; re-download it") from None
+    except (pl.exceptions.ComputeError, OSError) as e:
+        raise DataError(f"{name}: the CTR files could not be parsed ({str(e).splitlines()[0]})",
+                        "check that train.csv/test.csv are the BARS files (re-download them)") from None
+    if stats["rows"] == 0 or stats["train"] == 0 or stats["train"] == stats["rows"]:
+        raise DataError(f"{name}: train.csv or test.csv has no rows", "re-download the dataset")
+    problems = [(stats["negative_hist"], "negative ids in history lists"),
+                (stats["bad_label"], "labels other than 0/1"),
+                (stats["null_item"], "rows without a target item")]
+    for count, what in problems:
+        if count:
+            raise DataError(f"{name}: {count:,} row(s) with {what}", "the CSV is damaged; re-download it")
+    if (stats["min_id"] or 0) < 0 or (stats.get("min_cate") or 0) < 0:
+        raise DataError(f"{name}: negative ids in the CTR files", "the CSV is damaged; re-download it")
+    return stats
+
+
+def carve_valid(lf: pl.LazyFrame, rule: str, fraction: float, n_train: int) -> tuple[pl.LazyFrame, pl.LazyFrame, dict]:
+    """Split the raw train rows into (train, valid) by `rule` (module docstring)."""
+    train = lf.filter(pl.col("split") == "train")
+    if rule == "tail":
+        n_valid = int(n_train * fraction)
+        is_valid = pl.col("row") >= n_train - n_valid
+        info = {"valid": "tail", "valid_rows": n_valid,
+                "valid_rule": f"last int({fraction} * {n_train}) rows of train.csv (time order)"}
+    elif rule == "last_per_user":
+        depth = (pl.col("hist_items").fill_null("").str.count_matches("^", literal=True)
+                 + (pl.col("hist_items").fill_null("") != "").cast(pl.UInt32)).alias("_depth")
+        deepest = (train.group_by("user").agg(depth.max()).collect(engine="streaming").lazy())
+        train = train.join(deepest, on="user", how="left", maintain_order="left")
+        is_valid = depth == pl.col("_depth")
+        info = {"valid": "last_per_user",
+                "valid_rule": "per user, the train rows with the longest history (the last train position)"}
+    else:
+        raise DataError(f"unknown CTR valid rule '{rule}'", "use 'tail' or 'last_per_user' in the dataset options")
+    flagged = train.with_columns(is_valid.alias("_valid"))
+    if "_depth" in flagged.collect_schema():
+        flagged = flagged.drop("_depth")
+    return (flagged.filter(~pl.col("_valid")).drop("_valid"),
+            flagged.filter(pl.col("_valid")).drop("_valid"), info)
+
+
+def build(spec, raw_dir: Path, params) -> ProtocolResult:
+    """Run the CTR protocol on `spec.reader(raw_dir)` (lazy: nothing big is collected here)."""
+    max_history = params.preprocess.max_history
+    lf = spec.reader(Path(raw_dir))
+    stats = _stats(lf, spec.name)
+    n_train, n_test = int(stats["train"]), int(stats["rows"] - stats["train"])
+    rule = spec.options.get("valid", "tail")
+    train_raw, valid_raw, info = carve_valid(lf, rule, params.preprocess.valid_fraction, n_train)
+    test_raw = lf.filter(pl.col("split") == "test")
+    splits = {"train": samples(train_raw, max_history), "valid": samples(valid_raw, max_history),
+              "test": samples(test_raw, max_history)}
+    n_items = int(stats["max_item"]) + 1
+    try:
+        items = (lf.group_by("item").agg(pl.len().cast(pl.Int64).alias("count"))
+                   .select((pl.col("item") + 1).cast(pl.Int32).alias("item_id"),
+                           pl.col("item").cast(pl.String).alias("raw_id"), "count")
+                   .sort("item_id").collect(engine="streaming"))
+    except pl.exceptions.ComputeError as e:
+        raise DataError(f"{spec.name}: {str(e).splitlines()[0]}", "re-download the dataset") from None
+    extra = {
+        "max_history": max_history,
+        "n_cates": int(stats["max_cate"]) + 1 if "max_cate" in stats else 0,
+        "columns": list(splits["train"].collect_schema()),
+        "ids": "raw BARS id + 1 (0 = padding); user ids are raw",
+        "history_order": "oldest first, truncated to the most recent max_history",
+        "items_table": "target items with their target counts over all splits",
+        "bars_rows": {"train": n_train, "test": n_test},
+        **info,
+    }
+    return ProtocolResult(
+        splits=splits,
+        items=items,
+        steps=[step("read train.csv", None, n_train, None), step("read test.csv", None, n_test, None)],
+        n_items=n_items,
+        augment={"train": "rows", "valid": "rows", "test": "rows"},
+        extra=extra,
+    )

@@ -1,0 +1,127 @@
+"""Sequential protocol "leave_one_out" (ML-1m, Amazon): PROTOCOLS.md §3.
+
+Input (what a `DatasetSpec.reader` returns): a LazyFrame with one row per rating or
+review, in file order, columns `user` and `item` (Int64 or String raw ids) and
+`timestamp` (Int64). Every row is an implicit interaction (ratings are ignored).
+
+Steps, in this order:
+
+1. Read; number rows in file order (`row`), the tie-breaker for equal timestamps.
+2. Iterative k-core (`params.preprocess.k_core`, users AND items): each round counts
+   interactions per user and per item on the current rows (repeats count) and drops
+   every row whose user or item has fewer than k; rounds repeat until one drops
+   nothing. Each round is a manifest step (`k_core_round_<r>`).
+3. Users with fewer than 3 interactions cannot give train, valid and test; they are
+   dropped (only possible when k_core < 3; then recorded as step `min_3_per_user`).
+4. Re-index. Users: 1..U in ascending raw-id order (numeric for ML-1m, lexicographic
+   for Amazon). Items: 1..N in order of first appearance walking the users in new-id
+   order, each user's interactions ordered by (timestamp, file order). 0 is padding.
+5. Split per user (session_id = new user id, rows ordered by it): test = the full
+   sequence, valid = sequence[:-1], train = sequence[:-2]. `augment` turns them into
+   samples: train "prefixes" (every next item, shifted targets), valid and test "last".
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from ..errors import DataError
+from . import ProtocolResult, step
+
+MIN_PER_USER = 3  # train, valid and test each need one target
+
+
+def _code(col: str, dtype) -> pl.Expr:
+    """An integer key for a raw id column: integers as they are, strings by their categorical code."""
+    return pl.col(col) if dtype.is_integer() else pl.col(col).cast(pl.Categorical).to_physical()
+
+
+def _counts(df: pl.DataFrame) -> tuple[int, int, int]:
+    """(users, interactions, items) of an interaction frame."""
+    return df["u"].n_unique(), df.height, df["i"].n_unique()
+
+
+def k_core(df: pl.DataFrame, k: int) -> tuple[pl.DataFrame, list[dict]]:
+    """Iterative user/item k-core on columns u, i; returns the kept rows and one step per round.
+
+    Every round that ran is recorded, the last one being the round that removed nothing
+    (so the manifest shows the filter converged). k <= 1 filters nothing and records nothing.
+    """
+    steps: list[dict] = []
+    if k <= 1:
+        return df, steps
+    r = 0
+    while True:
+        r += 1
+        kept = df.filter((pl.len().over("u") >= k) & (pl.len().over("i") >= k))
+        steps.append(step(f"k_core_round_{r}", *_counts(kept)))
+        if kept.height == df.height or kept.height == 0:
+            return kept, steps
+        df = kept
+
+
+def sequences(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Re-index users and items (rules in the module docstring) and build per-user sequences.
+
+    `df` has user and item (raw ids), i (item code), timestamp and row. Returns
+    (sequences: session_id Int64, items List(Int32); the items table).
+    """
+    users = df.select(pl.col("user").unique()).sort("user").with_row_index("session_id", offset=1)
+    df = (df.join(users.with_columns(pl.col("session_id").cast(pl.Int64)), on="user", how="left")
+            .sort(["session_id", "timestamp", "row"])
+            .with_row_index("pos"))
+    df = df.with_columns(pl.col("pos").min().over("i").rank("dense").cast(pl.Int32).alias("item_id"))
+    items = (df.group_by("item_id")
+               .agg(pl.col("item").first().cast(pl.String).alias("raw_id"), pl.len().cast(pl.Int64).alias("count"))
+               .sort("item_id"))
+    seqs = (df.group_by("session_id", maintain_order=True)
+              .agg(pl.col("item_id").alias("items")))
+    return seqs, items
+
+
+def split(seqs: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """train = seq[:-2], valid = seq[:-1], test = seq (PROTOCOLS.md §3)."""
+    n = pl.col("items").list.len()
+    return {
+        "train": seqs.with_columns(pl.col("items").list.head(n - 2)),
+        "valid": seqs.with_columns(pl.col("items").list.head(n - 1)),
+        "test": seqs,
+    }
+
+
+def build(spec, raw_dir: Path, params) -> ProtocolResult:
+    """Run the leave-one-out protocol on `spec.reader(raw_dir)`."""
+    k = params.preprocess.k_core
+    raw = spec.reader(Path(raw_dir)).select("user", "item", "timestamp").collect()
+    if raw.height == 0:
+        raise DataError(f"{spec.name}: the raw file has no interactions", "re-download it (`seqpe download`)")
+    df = raw.with_row_index("row").with_columns(_code("user", raw.schema["user"]).alias("u"),
+                                                     _code("item", raw.schema["item"]).alias("i"))
+    steps = [step("read", *_counts(df))]
+    df, rounds = k_core(df, k)
+    steps += rounds
+    if k < MIN_PER_USER:
+        df = df.filter(pl.len().over("u") >= MIN_PER_USER)
+        steps.append(step(f"min_{MIN_PER_USER}_per_user", *_counts(df)))
+    if df.height == 0:
+        raise DataError(
+            f"{spec.name}: the {k}-core filter left no interactions ({raw.height:,} read, "
+            f"{len(rounds)} round(s))",
+            "lower preprocess.k_core or check that the raw file is the full dataset")
+    seqs, items = sequences(df)
+    return ProtocolResult(
+        splits=split(seqs),
+        items=items,
+        steps=steps,
+        n_items=items.height,
+        augment={"train": "prefixes", "valid": "last", "test": "last"},
+        extra={
+            "k_core": k,
+            "k_core_rounds": len(rounds),
+            "users": seqs.height,
+            "user_order": "ascending raw user id",
+            "item_order": "first appearance walking users in new-id order, each by (timestamp, file order)",
+            "split": "per user: test = full sequence, valid = [:-1], train = [:-2]",
+        },
+    )

@@ -1,0 +1,140 @@
+"""Amazon 2014 review readers (JSON lines gz / plain, ratings CSV) and their bad inputs."""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import preprocess
+from pipeline.datasets import get
+from pipeline.errors import DataError
+from pipeline.io import read_split, write_json
+from pipeline.params import Params
+
+# (reviewerID, asin, overall, unixReviewTime) in file order (the real files are sorted by asin)
+REVIEWS = [
+    ("A2", "B01", 5.0, 300), ("A1", "B01", 4.0, 100), ("A3", "B01", 3.0, 60),
+    ("A1", "B02", 2.0, 100), ("A2", "B02", 5.0, 200), ("A3", "B02", 1.0, 50),
+    ("A1", "B03", 5.0, 400), ("A2", "B03", 4.0, 100), ("A3", "B03", 4.0, 70),
+]
+EXPECTED_TEST = [(1, [1, 2, 3]), (2, [3, 2, 1]), (3, [2, 1, 3])]
+
+
+def json_line(r) -> str:
+    return json.dumps({"reviewerID": r[0], "asin": r[1], "reviewerName": "x, \"y\"", "helpful": [0, 1],
+                       "reviewText": "long text with {braces}", "overall": r[2], "summary": "s",
+                       "unixReviewTime": r[3], "reviewTime": "01 1, 2014"})
+
+
+def write_gz(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.write("".join(line + "\n" for line in lines))
+    write_json(path.parent / "source.json", {"source": "amazon_beauty", "sha256": "0" * 64})
+    return path
+
+
+def write_csv(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    write_json(path.parent / "source.json", {"source": "amazon_beauty", "sha256": "0" * 64})
+    return path
+
+
+def params(k_core=3) -> Params:
+    p = Params()
+    return dataclasses.replace(p, preprocess=dataclasses.replace(p.preprocess, k_core=k_core))
+
+
+def test_registry():
+    names = {"beauty": "Beauty", "sports": "Sports_and_Outdoors", "toys": "Toys_and_Games",
+             "video_games": "Video_Games", "electronics": "Electronics", "books": "Books"}
+    for name, category in names.items():
+        spec = get(name)
+        assert spec.protocol == "leave_one_out" and spec.source.archive == "gz"
+        assert spec.source.url == ("http://snap.stanford.edu/data/amazon/productGraph/categoryFiles/"
+                                   f"reviews_{category}_5.json.gz")
+        assert spec.source.files == (f"reviews_{category}_5.json.gz",) and spec.paper_size
+
+
+def test_json_gz_through_preprocess(tmp_path):
+    write_gz(tmp_path / "raw" / "reviews_Beauty_5.json.gz", [json_line(r) for r in REVIEWS])
+    read = get("beauty").reader(tmp_path / "raw").collect()
+    assert read.rows()[:2] == [("A2", "B01", 300), ("A1", "B01", 100)]
+    m = preprocess.run("beauty", tmp_path / "raw", tmp_path / "sessions", params())
+    # A1: B01@100, B02@100 (tie: file order), B03@400; A2: B03@100, B02@200, B01@300; A3: B02@50, B01@60, B03@70
+    assert read_split(tmp_path / "sessions", "test").rows() == EXPECTED_TEST
+    assert m["n_items"] == 3 and m["steps"][0] == {"step": "read", "sessions": 3, "clicks": 9, "items": 3}
+
+
+def test_plain_json_and_csv_give_the_same_sessions(tmp_path):
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "reviews_Beauty_5.json").write_text("".join(json_line(r) + "\n" for r in REVIEWS))
+    write_csv(tmp_path / "c" / "ratings_Beauty.csv", "".join(f"{u},{i},{s},{t}\n" for u, i, s, t in REVIEWS))
+    for d in ("j", "c"):
+        from pipeline.protocols import leave_one_out as loo
+        result = loo.build(get("beauty"), tmp_path / d, params())
+        assert result.splits["test"].rows() == EXPECTED_TEST, d
+
+
+def test_gz_preferred_over_csv(tmp_path):
+    write_gz(tmp_path / "reviews_Toys_and_Games_5.json.gz", [json_line(r) for r in REVIEWS[:2]])
+    write_csv(tmp_path / "ratings_Toys_and_Games.csv", "a,b,1,2\n")
+    assert get("toys").reader(tmp_path).collect().height == 2
+
+
+def error_of(spec_name: str, raw: Path) -> str:
+    with pytest.raises(DataError) as err:
+        get(spec_name).reader(raw)
+    msg = str(err.value)
+    assert "\n" not in msg and "Fix:" in msg
+    return msg
+
+
+def test_truncated_json_line(tmp_path):
+    lines = [json_line(r) for r in REVIEWS[:3]]
+    lines[1] = lines[1][:40]
+    write_gz(tmp_path / "reviews_Beauty_5.json.gz", lines)
+    assert "line 2 is not a complete JSON object" in error_of("beauty", tmp_path)
+
+
+def test_gzip_cut_short(tmp_path):
+    path = write_gz(tmp_path / "reviews_Beauty_5.json.gz", [json_line(r) for r in REVIEWS * 50])
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    assert "gzip stream is cut short" in error_of("beauty", tmp_path)
+
+
+def test_json_wrong_type_and_missing_field(tmp_path):
+    write_gz(tmp_path / "a" / "reviews_Beauty_5.json.gz",
+             [json_line(REVIEWS[0]), json_line(REVIEWS[1]).replace('"unixReviewTime": 100', '"unixReviewTime": "x"')])
+    assert "wrong type" in error_of("beauty", tmp_path / "a")
+    write_gz(tmp_path / "b" / "reviews_Beauty_5.json.gz",
+             [json_line(REVIEWS[0]), json.dumps({"reviewerID": "A9", "overall": 1.0, "unixReviewTime": 5})])
+    assert "line 2: item is missing" in error_of("beauty", tmp_path / "b")
+
+
+def test_csv_wrong_columns_and_non_numeric(tmp_path):
+    write_csv(tmp_path / "a" / "ratings_Beauty.csv", "A1,B1,5.0\nA2,B1,4.0\n")
+    assert "has 3 columns, expected 4" in error_of("beauty", tmp_path / "a")
+    write_csv(tmp_path / "b" / "ratings_Beauty.csv", "A1,B1,5.0,100,extra\n")
+    assert "has 5 columns" in error_of("beauty", tmp_path / "b")
+    write_csv(tmp_path / "c" / "ratings_Beauty.csv", "A1,B1,5.0,100\nA2,B1,4.0,yesterday\n")
+    assert "line 2: timestamp 'yesterday' is not a number" in error_of("beauty", tmp_path / "c")
+    write_csv(tmp_path / "d" / "ratings_Beauty.csv", "user,item,rating,timestamp\nA1,B1,5.0,100\n")
+    assert "line 1: rating 'rating' is not a number" in error_of("beauty", tmp_path / "d")
+
+
+def test_missing_file(tmp_path):
+    assert "none of reviews_Books_5.json.gz, reviews_Books_5.json, ratings_Books.csv" in error_of("books", tmp_path)
+
+
+def test_k_core_emptying_writes_nothing(tmp_path):
+    write_gz(tmp_path / "raw" / "reviews_Beauty_5.json.gz", [json_line(r) for r in REVIEWS])
+    with pytest.raises(DataError, match="5-core filter left no interactions"):
+        preprocess.run("beauty", tmp_path / "raw", tmp_path / "sessions", params(k_core=5))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
+

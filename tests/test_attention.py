@@ -1,0 +1,117 @@
+"""models/attention.py: masking, hook order, target attention, PARec without q/k."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.attention import MultiHeadAttention, TransformerBlock, masked_softmax
+from models.encodings import ENCODINGS, build_encoding
+from models.encodings.base import PositionalEncoding, Positions, allowed_keys, query_positions
+
+D, H, L = 8, 2, 5
+
+
+def enc(name, layers=2):
+    torch.manual_seed(0)
+    return build_encoding(name, dim=D, max_len=L, heads=H, layers=layers, options={})
+
+
+def attn(**kw):
+    torch.manual_seed(0)
+    return MultiHeadAttention(D, H, 0.0, **kw).eval()
+
+
+MASK = torch.tensor([[False, False, True, True, True], [True, True, True, True, True]])
+POS = Positions.from_mask(MASK)
+X = torch.randn(2, L, D, generator=torch.Generator().manual_seed(3))
+
+
+def test_masked_softmax_and_allowed_keys():
+    allowed = allowed_keys(POS, L)                                          # (2, 1, 5, 5)
+    assert allowed[0, 0, 3].tolist() == [False, False, True, True, False]
+    assert allowed[0, 0, 0].tolist() == [True, False, False, False, False]  # padded query keeps itself
+    assert allowed_keys(POS, L, causal=False)[0, 0, 2].tolist() == [False, False, True, True, True]
+    p = masked_softmax(torch.zeros(2, 1, L, L), allowed)
+    assert torch.equal(p[0, 0, 4], torch.tensor([0, 0, 1 / 3, 1 / 3, 1 / 3])) and torch.isfinite(p).all()
+    fq, bq = query_positions(POS, 1)
+    assert fq.tolist() == [[3], [5]] and bq.tolist() == [[-1], [-1]]
+
+
+@pytest.mark.parametrize("name", sorted(ENCODINGS))
+def test_causal_and_padding_masks(name):
+    e, a = enc(name), attn(qk=enc(name).needs_qk)
+    with torch.no_grad():
+        out = a(X, POS, e)                                                  # (2, 5, D)
+        future = X.clone()
+        future[:, 4] += 1.0
+        assert torch.allclose(a(future, POS, e)[:, :4], out[:, :4], atol=1e-6)
+        pads = X.clone()
+        pads[0, :2] = 5.0
+        assert torch.allclose(a(pads, POS, e)[0, 2:], out[0, 2:], atol=1e-6)
+
+
+def test_bidirectional_sees_the_future():
+    a = attn(causal=False)
+    with torch.no_grad():
+        future = X.clone()
+        future[:, 4] += 1.0
+        assert not torch.allclose(a(future, POS)[:, 0], a(X, POS)[:, 0])
+
+
+class Recorder(PositionalEncoding):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def rotate(self, q, k, pos, layer):
+        self.calls.append(("rotate", layer, tuple(q.shape), tuple(k.shape)))
+        return q, k
+
+    def bias(self, q, k, pos, layer):
+        self.calls.append(("bias", layer))
+        return torch.zeros(1, 1, q.size(2), k.size(2))
+
+    def weights(self, probs, pos, layer):
+        self.calls.append(("weights", layer, tuple(probs.shape)))
+        return probs
+
+    def values(self, probs, v, pos, layer):
+        self.calls.append(("values", layer))
+        return torch.zeros_like(v[:, :, :probs.size(2)])
+
+
+def test_hooks_called_in_order_with_layer_and_shapes():
+    r = Recorder()
+    block = TransformerBlock(D, H, 0.0, layer=3)
+    block(X, POS, r)
+    assert r.calls == [("rotate", 3, (2, H, L, D // H), (2, H, L, D // H)), ("bias", 3),
+                       ("weights", 3, (2, H, L, L)), ("values", 3)]
+
+
+@pytest.mark.parametrize("name", [n for n, s in sorted(ENCODINGS.items()) if s.family != "parec"])
+def test_target_attention(name):
+    e, a = enc(name), attn()
+    query = torch.randn(2, 1, D, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        out = a(X, POS, e, query=query)                                     # (2, 1, D)
+        assert out.shape == (2, 1, D) and torch.isfinite(out).all()
+        pads = X.clone()
+        pads[0, :2] = -3.0
+        assert torch.allclose(a(pads, POS, e, query=query)[0], out[0], atol=1e-6)
+
+
+def test_positional_attention_builds_no_qk_and_uses_its_weights():
+    e = enc("parec")
+    a = attn(qk=e.needs_qk)
+    assert a.q is None and a.k is None and not e.needs_qk
+    with torch.no_grad():
+        w = e.weights(torch.zeros(2, 1, L, L), POS, 0)                      # (2, 1, L, L)
+        v = a._split(a.v(X))                                                # (2, H, L, E)
+        expected = a.out((w @ v).transpose(1, 2).reshape(2, L, D))
+        assert torch.allclose(a(X, POS, e), expected, atol=1e-6)
+
+
+def test_post_norm_block_and_padding_rows_zero():
+    block = TransformerBlock(D, H, 0.0, layer=0, norm="post").eval()
+    out = block(X, POS, None)
+    assert torch.all(out[0, :2] == 0) and out.shape == (2, L, D)

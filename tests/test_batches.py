@@ -1,0 +1,61 @@
+"""pipeline/batches.py: samples shards -> left-padded matrices, seeded batches."""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from pipeline.batches import batches, frame_to_samples, load_samples, pad_left
+from pipeline.errors import DataError
+from pipeline.io import write_split
+
+SCHEMA = {"session_id": pl.Int64, "prefix": pl.List(pl.Int32), "target": pl.Int32}
+
+
+def test_pad_left_keeps_the_most_recent_items_right_aligned():
+    df = pl.DataFrame({"prefix": [[1, 2, 3, 4], [5], []], "target": [9, 8, 7]},
+                      schema={"prefix": pl.List(pl.Int32), "target": pl.Int32})
+    s = frame_to_samples(df, 3)
+    assert s.seqs.tolist() == [[2, 3, 4], [0, 0, 5], [0, 0, 0]]
+    assert s.targets.tolist() == [9, 8, 7] and s.lengths.tolist() == [3, 1, 0]
+    assert pad_left(np.array([], dtype=np.int32), np.array([0, 0]), 2).tolist() == [[0, 0], [0, 0]]
+
+
+def test_shards_are_read_in_order_and_shuffle_is_seeded(tmp_path):
+    n = 300
+    df = pl.DataFrame({"session_id": list(range(n)), "prefix": [[i % 7 + 1] * (i % 5 + 1) for i in range(n)],
+                       "target": [i + 1 for i in range(n)]}, schema=SCHEMA)
+    write_split(tmp_path, "train", df, rows_per_shard=128)           # three shards
+    s = load_samples(tmp_path, "train", 4)
+    assert s.seqs.shape == (n, 4) and s.seqs.dtype == np.int32 and s.targets.tolist() == list(range(1, n + 1))
+    assert s.seqs[4].tolist() == [5, 5, 5, 5] and s.seqs[1].tolist() == [0, 0, 2, 2]
+
+    def order(seed):
+        g = torch.Generator().manual_seed(seed)
+        return torch.cat([t for _, t in batches(s, 64, shuffle=True, generator=g)])
+    a, b = order(3), order(3)
+    assert torch.equal(a, b) and not torch.equal(a, order(4))
+    assert sorted(a.tolist()) == list(range(1, n + 1))
+    seqs, targets = next(batches(s, 7, trim=False))
+    assert seqs.dtype == torch.long and seqs.shape == (7, 4) and targets.tolist() == list(range(1, 8))
+
+
+def test_trim_drops_only_columns_that_are_padding_in_the_whole_batch():
+    df = pl.DataFrame({"prefix": [[1], [2, 3], [4], [5]], "target": [1, 2, 3, 4]},
+                      schema={"prefix": pl.List(pl.Int32), "target": pl.Int32})
+    s = frame_to_samples(df, 5)
+    widths = [seqs.tolist() for seqs, _ in batches(s, 2)]
+    assert widths == [[[0, 1], [2, 3]], [[4], [5]]]
+    assert [tuple(x.shape) for x, _ in batches(s, 2, trim=False)] == [(2, 5), (2, 5)]
+
+
+def test_bad_samples_are_data_errors(tmp_path):
+    df = pl.DataFrame({"session_id": [1], "prefix": [[1, None]], "target": [2]}, schema=SCHEMA)
+    with pytest.raises(DataError, match="null item id"):
+        frame_to_samples(df, 3)
+    write_split(tmp_path, "train", pl.DataFrame({"session_id": [1], "items": [[1, 2]]}))
+    with pytest.raises(DataError, match="has no column"):
+        load_samples(tmp_path, "train", 3)
+    with pytest.raises(DataError, match="no shards"):
+        load_samples(tmp_path, "valid", 3)

@@ -1,0 +1,140 @@
+"""CTR protocol (PROTOCOLS.md §4) on tiny BARS-format files: parsing, truncation, valid carving."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline import augment, preprocess
+from pipeline.datasets import get
+from pipeline.errors import DataError
+from pipeline.io import read_json, read_split, write_json
+from pipeline.params import Params
+from pipeline.protocols import ctr
+
+AE_HEADER = "label,user_id,item_id,cate_id,item_history,cate_history\n"
+# DIN construction: per user and position a positive and a negative sharing one history
+AE_TRAIN = AE_HEADER + """\
+1,0,5,2,3,1
+0,0,7,0,3,1
+1,0,4,1,3^5,1^2
+0,0,9,3,3^5,1^2
+1,1,3,1,,
+0,1,8,2,,
+1,1,6,2,3,1
+0,1,2,0,3,1
+"""
+AE_TEST = AE_HEADER + """\
+1,0,6,2,3^5^4,1^2^1
+0,0,2,0,3^5^4,1^2^1
+1,1,0,0,3^6,1^2
+0,1,1,3,3^6,1^2
+"""
+KV_HEADER = "timestamp,user_id,item_id,is_click,is_like,is_follow,pos_items,neg_items\n"
+KV_TRAIN = KV_HEADER + """\
+10,7,100,0,0,0,,
+11,8,101,1,0,0,,100
+12,7,102,1,1,0,,100
+13,7,103,0,0,0,102,100
+14,8,100,1,0,0,101,100
+"""
+KV_TEST = KV_HEADER + "15,7,104,1,0,0,102^103,100^7^8\n"
+
+
+def raw_dir(root: Path, train: str, test: str, sub: str = "") -> Path:
+    folder = root / sub if sub else root
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.csv").write_text(train)
+    (folder / "test.csv").write_text(test)
+    write_json(root / "source.json", {"source": "bars", "sha256": "0" * 64})
+    return root
+
+
+def params(max_history=100, valid_fraction=0.1) -> Params:
+    p = Params()
+    return dataclasses.replace(p, preprocess=dataclasses.replace(p.preprocess, max_history=max_history,
+                                                                 valid_fraction=valid_fraction))
+
+
+def collect(result) -> dict:
+    return {s: lf.collect() for s, lf in result.splits.items()}
+
+
+def test_registry():
+    ae, kv = get("amazon_electronics"), get("kuaivideo")
+    assert ae.protocol == kv.protocol == "ctr"
+    assert ae.source.url == "https://huggingface.co/datasets/reczoo/AmazonElectronics_x1/resolve/main/AmazonElectronics_x1.zip"
+    assert kv.source.file_md5 == {"train.csv": "16f13734411532cc313caf2180bfcd56",
+                                  "test.csv": "ba26c01caaf6c65c272af11aa451fc7a"}
+    assert ae.source.file_md5["test.csv"] == "57a20e82fe736dd495f2eaf0669bf6d0"
+
+
+def test_amazon_electronics_rows_truncation_and_valid(tmp_path):
+    result = ctr.build(get("amazon_electronics"), raw_dir(tmp_path, AE_TRAIN, AE_TEST, sub="AmazonElectronics_x1"),
+                       params(max_history=2))
+    out = collect(result)
+    assert out["train"].columns == ["label", "user", "item", "cate", "hist_items", "hist_cates"]
+    assert out["train"].schema["hist_items"] == pl.List(pl.Int32) and out["train"].schema["label"] == pl.Int8
+    # ids + 1 (0 = padding); valid = each user's train rows with the longest history
+    assert out["train"].rows() == [(1, 0, 6, 3, [4], [2]), (0, 0, 8, 1, [4], [2]),
+                                   (1, 1, 4, 2, [], []), (0, 1, 9, 3, [], [])]
+    assert out["valid"].rows() == [(1, 0, 5, 2, [4, 6], [2, 3]), (0, 0, 10, 4, [4, 6], [2, 3]),
+                                   (1, 1, 7, 3, [4], [2]), (0, 1, 3, 1, [4], [2])]
+    # test: histories of 3 cut to the most recent 2
+    assert out["test"].rows() == [(1, 0, 7, 3, [6, 5], [3, 2]), (0, 0, 3, 1, [6, 5], [3, 2]),
+                                  (1, 1, 1, 1, [4, 7], [2, 3]), (0, 1, 2, 4, [4, 7], [2, 3])]
+    assert result.n_items == 10 and result.extra["n_cates"] == 4
+    assert result.items.filter(pl.col("item_id") == 7).row(0) == (7, "6", 2)
+    assert result.augment == {"train": "rows", "valid": "rows", "test": "rows"}
+
+
+def test_kuaivideo_tail_valid_and_neg_histories(tmp_path):
+    result = ctr.build(get("kuaivideo"), raw_dir(tmp_path, KV_TRAIN, KV_TEST), params(max_history=2, valid_fraction=0.4))
+    out = collect(result)
+    assert out["train"].columns == ["label", "user", "item", "hist_items", "hist_neg_items", "timestamp"]
+    assert out["train"]["timestamp"].to_list() == [10, 11, 12]  # int(0.4 * 5) = 2 most recent rows -> valid
+    assert out["valid"].rows() == [(0, 7, 104, [103], [101], 13), (1, 8, 101, [102], [101], 14)]
+    assert out["test"].rows() == [(1, 7, 105, [103, 104], [8, 9], 15)]
+    assert out["train"].row(0) == (0, 7, 101, [], [], 10)
+    assert result.n_items == 105 and result.extra["valid_rows"] == 2
+
+
+def test_end_to_end_streamed_and_deterministic(tmp_path):
+    raw = raw_dir(tmp_path / "raw", AE_TRAIN, AE_TEST)
+    shas = []
+    for run in ("a", "b"):
+        m = preprocess.run("amazon_electronics", raw, tmp_path / run / "sessions", params())
+        a = augment.run("amazon_electronics", tmp_path / run / "sessions", tmp_path / run / "samples", params())
+        shas.append([e["sha256"] for e in m["shards"] + a["shards"]])
+    assert shas[0] == shas[1]
+    assert m["splits"] == {"train": {"rows": 4, "clicks": 4}, "valid": {"rows": 4, "clicks": 4},
+                           "test": {"rows": 4, "clicks": 4}}
+    assert read_json(tmp_path / "a" / "samples" / "manifest.json")["splits"]["valid"] == {"rows": 4}
+    test = read_split(tmp_path / "a" / "samples", "test")
+    assert test["hist_items"].to_list()[0] == [4, 6, 5]
+    assert not list(tmp_path.rglob(".*staging*"))
+
+
+@pytest.mark.parametrize("train, expect", [
+    (AE_HEADER.replace(",cate_history", "") + "1,0,5,2,3\n", "wrong column set (missing cate_history)"),
+    (AE_HEADER.strip() + ",extra\n1,0,5,2,3,1,9\n", "unexpected extra"),
+    (AE_HEADER + "1,0,5,2,3^x,1\n", "history lists that are not '^'-separated integer ids"),
+    (AE_HEADER + "1,0,5,2,3^^4,1^1^1\n", "history lists"),
+    (AE_HEADER + "1,0,B5,2,3,1\n", "could not be parsed"),
+    (AE_HEADER + "2,0,5,2,3,1\n", "labels other than 0/1"),
+    (AE_HEADER + "1,0,5,2,3^-1,1^1\n", "negative ids in history lists"),
+])
+def test_bad_inputs(tmp_path, train, expect):
+    raw = raw_dir(tmp_path / "raw", train, AE_TEST)
+    with pytest.raises(DataError) as err:
+        preprocess.run("amazon_electronics", raw, tmp_path / "sessions", params())
+    msg = str(err.value)
+    assert expect in msg and "\n" not in msg
+    assert not (tmp_path / "sessions").exists()
+
+
+def test_missing_files(tmp_path):
+    with pytest.raises(DataError, match="train.csv not found"):
+        get("kuaivideo").reader(tmp_path)

@@ -1,0 +1,359 @@
+"""Properties of every positional encoding, parametrised over the registry.
+
+Awareness (000 Defs. 3.1 / 3.2) is checked numerically on the per-item table P^l that
+each encoding exposes (`table`), for sessions of lengths 3, 5 and 8 left-padded in one
+batch: a dimension can belong to the set A (B) only if its value at forward position
+pos (backward position l - 1 - pos) is bit-identical across every length; the encoding
+is aware iff that largest candidate set is non-empty and separates distinct positions.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from models.encodings import ENCODINGS, build_encoding, check_encoding_options
+from models.encodings.base import Positions, allowed_keys
+from models.encodings.contextual import contextual_positions, interpolate
+from models.encodings.relative import clipped_buckets
+from pipeline.errors import ParamsError, UnknownNameError
+
+D, H, LAYERS, MAX_LEN = 16, 2, 2, 12
+LENGTHS = (3, 5, 8)
+
+# Expected (forward-aware, backward-aware), derived from 000 Defs. 3.1/3.2 and each equation.
+EXPECTED = {
+    "none": (False, False),        # no table at all
+    "spe": (True, False),          # 000 Thm. 3.4
+    "rspe": (False, True),         # 000 Cor. 3.6
+    "lpe": (True, False),          # Embed[pos]
+    "lrpe": (False, True),         # Embed[l - pos - 1]
+    "dpe": (True, True),           # 000 Thm. 4.1
+    "ldpe": (True, True),          # 000 Eq. 6
+    "aspe": (False, False),        # 000 §3.4: every dim mixes pos and l - pos - 1
+    "alpe": (False, False),        # learned analogue of ASPE
+    "2dspe": (True, False),        # Eq. 24: the position half depends on pos only
+    "2dlpe": (True, False),
+    "abs": (False, True),          # 004: reversed
+    "abs_con": (False, True),
+    "learnt": (False, True),
+    "learnt_con": (False, True),
+    "rotatory": (False, True),
+    "rotatory_con": (False, True),
+    "rope": (False, False),        # relative (scores of i - j only): 000 Cor. 3.5
+    "rope_one": (False, False),
+    "rmha": (False, False),
+    "alibi": (False, False),
+    "cope": (False, False),        # contextual, relative when gates are 1
+    "cape": (False, False),
+    "parec": (False, True),        # rows indexed by end-aligned slots
+    "fparec": (False, True),
+    "average": (False, False),     # patterns of i - j
+    "linear_annealing": (False, False),
+    "exponential_annealing": (False, False),
+}
+RELATIVE = ["rope", "rope_one", "rmha", "alibi", "cope", "cape", "average", "linear_annealing",
+            "exponential_annealing"]
+
+
+def make(name: str, **options):
+    torch.manual_seed(0)
+    return build_encoding(name, dim=D, max_len=MAX_LEN, heads=H, layers=LAYERS, options=options)
+
+
+def batch_positions(lengths=LENGTHS, L=None) -> Positions:
+    L = L or max(lengths)
+    mask = torch.zeros(len(lengths), L, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        mask[b, L - n:] = True
+    return Positions.from_mask(mask)
+
+
+def shifted(pos: Positions, c: int) -> Positions:
+    return Positions(mask=pos.mask, forward=pos.forward + c, backward=pos.backward + c, lengths=pos.lengths)
+
+
+def awareness(enc) -> tuple[bool, bool]:
+    """Numerical 000 Defs. 3.1 (forward) and 3.2 (backward) on the table of a padded batch."""
+    pos = batch_positions()
+    with torch.no_grad():
+        table = enc.table(pos)
+    if table is None:
+        return False, False
+    rows = [table[b, pos.mask[b]] for b in range(len(LENGTHS))]            # (l, m) per session
+    result = []
+    for backward in (False, True):
+        def at(r, t):  # row of position t counted from the start (or the end)
+            return r[r.size(0) - 1 - t] if backward else r[t]
+        same = torch.ones(table.size(-1), dtype=torch.bool)
+        for p in rows:
+            for q in rows:
+                for t in range(min(p.size(0), q.size(0))):
+                    same &= at(p, t) == at(q, t)
+        longest = max(rows, key=len)
+        sub = torch.stack([at(longest, t)[same] for t in range(longest.size(0))])  # (l, |A|)
+        distinct = bool(same.any()) and torch.unique(sub, dim=0).size(0) == sub.size(0)
+        result.append(distinct)
+    return tuple(result)
+
+
+def test_registry_covers_expected_and_docstrings_cite_papers():
+    assert set(ENCODINGS) == set(EXPECTED)
+    for name, spec in ENCODINGS.items():
+        cls = type(make(name))
+        assert cls.__doc__ and any(tag in cls.__doc__ for tag in ("000", "001", "003", "004", "Press")), name
+        assert (spec.forward_aware, spec.backward_aware) == EXPECTED[name], name
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_awareness_matches_definitions(name):
+    assert awareness(make(name)) == EXPECTED[name]
+
+
+def test_awareness_checker_rejects_a_symmetric_sum():
+    """000 §3.4: plain SPE + RSPE (no swap) is symmetric, so positions collide - not aware."""
+    spe, rspe = make("spe"), make("rspe")
+
+    class Sum:
+        def table(self, pos):
+            return spe.table(pos) + rspe.table(pos)
+    assert awareness(Sum()) == (False, False)
+
+
+def test_spe_values_are_equation_1():
+    pos = batch_positions((4,))
+    t = make("spe").table(pos)[0]                                           # (4, D)
+    assert t[0, 0] == 0 and t[0, 1] == 1
+    assert torch.allclose(t[3, 2], torch.tensor(3 / 10000 ** (2 / D)).sin())
+    dpe = make("dpe").table(pos)[0]
+    assert torch.allclose(dpe[3, D // 2], torch.tensor(0.0)) and torch.allclose(dpe[0, D // 2], torch.tensor(3.0).sin())
+
+
+def test_unknown_name_and_bad_options():
+    with pytest.raises(UnknownNameError) as e:
+        build_encoding("ldpee", dim=D, max_len=MAX_LEN, options={})
+    assert "ldpe" in str(e.value) and "rmha" in str(e.value)
+    with pytest.raises(ParamsError, match="encodings.rmha.clipp"):
+        check_encoding_options("rmha", {"clipp": 4})
+    with pytest.raises(ParamsError, match="clip must be >= 1"):
+        check_encoding_options("rmha", {"clip": 0})
+    with pytest.raises(ParamsError, match="must be int"):
+        check_encoding_options("fparec", {"rank": "big"})
+    assert check_encoding_options("rmha", {"clip": 2}).clip == 2
+
+
+def test_registry_import_is_torch_free():
+    code = ("import sys; from models.encodings import ENCODINGS, check_encoding_options; "
+            "check_encoding_options('cape', {'pos_dim': 8}); print(len(ENCODINGS), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(len(EXPECTED)), "False"]
+
+
+# --------------------------------------------------------------------------- relative scores
+
+def scores(enc, q, k, pos, layer=0):
+    """Content + positional logits as attention.py computes them (B, H, Lq, L)."""
+    q, k = enc.rotate(q, k, pos, layer)
+    logits = q @ k.transpose(-1, -2) / (q.size(-1) ** 0.5)
+    b = enc.bias(q, k, pos, layer)
+    logits = logits if b is None else logits + b
+    probs = torch.softmax(logits.masked_fill(~allowed_keys(pos, q.size(2)), float("-inf")), -1)
+    return enc.weights(probs, pos, layer)
+
+
+def qk(L=6, B=2):
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(B, H, L, D // H, generator=g), torch.randn(B, H, L, D // H, generator=g)
+
+
+@pytest.mark.parametrize("name", RELATIVE)
+def test_relative_scores_depend_only_on_distance(name):
+    enc, (q, k) = make(name), qk()
+    pos = batch_positions((6, 4))
+    with torch.no_grad():
+        ref = scores(enc, q, k, pos)
+        for c in (1, 3):
+            assert torch.allclose(scores(enc, q, k, shifted(pos, c)), ref, atol=1e-5), c
+
+
+def test_rope_rotates_and_rope_one_only_in_block_one():
+    q, k = qk()
+    pos = batch_positions((6, 6))
+    none, rope, one = make("none"), make("rope"), make("rope_one")
+    base = scores(none, q, k, pos)
+    assert (scores(rope, q, k, pos) - base).abs().max() > 1e-2              # it rotates by position
+    assert (scores(rope, q, k, pos, layer=1) - base).abs().max() > 1e-2
+    assert torch.equal(scores(one, q, k, pos, layer=0), scores(rope, q, k, pos, layer=0))
+    assert torch.equal(scores(one, q, k, pos, layer=1), base)
+    rq, rk = rope.rotate(q, k, pos, 0)                                      # a rotation keeps norms
+    assert torch.allclose(rq.norm(dim=-1), q.norm(dim=-1), atol=1e-5)
+    assert torch.equal(rq[:, :, -1], q[:, :, -1])                           # last item: angle 0
+
+
+def test_rmha_distances_beyond_clip_share_one_embedding():
+    assert clipped_buckets(torch.tensor([-9, -5, -4, -3, 0, 3, 4, 7]), 4).tolist() == [0, 0, 0, 1, 4, 7, 8, 8]
+    enc = make("rmha", clip=2)
+    q = torch.ones(1, H, 6, D // H)
+    pos = batch_positions((6,))
+    with torch.no_grad():
+        b = enc.bias(q, q, pos, 0)[0, 0, 5]                                 # query = last item, keys j - i = -5..0
+    assert b[0] == b[1] == b[2] == b[3] and b[3] != b[4] and b[4] != b[5]  # -5..-2 share the clip-2 bucket
+    probs = torch.zeros(1, H, 6, 6)
+    probs[..., 0] = 1.0                                                     # all mass at distance <= -clip
+    v = enc.values(probs, torch.zeros(1, H, 6, D // H), pos, 0)
+    assert torch.allclose(v[0, :, 5], enc.value[0, :, 0]) and torch.allclose(v[0, :, 2], enc.value[0, :, 0])
+
+
+def test_alibi_penalises_distance_linearly():
+    enc = make("alibi")
+    q = torch.zeros(1, H, 5, D // H)
+    b = enc.bias(q, q, batch_positions((5,)), 0)[0]                         # (H, 5, 5)
+    assert torch.allclose(b[0, 4], -enc.slopes[0] * torch.tensor([4.0, 3, 2, 1, 0]))
+    assert enc.slopes.tolist() == [2.0 ** -4, 2.0 ** -8]
+
+
+# --------------------------------------------------------------------------- CAPE / CoPE
+
+def test_cape_unit_gates_give_relative_positions():
+    pos = batch_positions((4, 2), L=4)
+    gates = torch.ones(2, 1, 4, 4)
+    p = contextual_positions(gates, allowed_keys(pos, 4))[0, 0]            # (4, 4)
+    i, j = torch.meshgrid(torch.arange(4), torch.arange(4), indexing="ij")
+    assert torch.equal(p[j <= i], (i - j + 1)[j <= i].float())             # 001, remark after Eq. 2
+    p2 = contextual_positions(gates, allowed_keys(pos, 4))[1, 0]
+    assert p2[3].tolist() == [2.0, 2.0, 2.0, 1.0]                          # padding keys add nothing
+
+
+@pytest.mark.parametrize("name", ["cope", "cape"])
+def test_contextual_bias_with_unit_gates_is_relative_lookup(name):
+    enc = make(name)
+    enc.gates = lambda q, k: torch.ones(q.size(0), q.size(1), q.size(2), k.size(2))
+    q, k = qk(L=5, B=1)
+    pos = batch_positions((5,))
+    with torch.no_grad():
+        b, z = enc.bias(q, k, pos, 1), enc.scores(q, 1)                     # (1, H, 5, 5), (1, H, 5, n+1)
+    for i in range(5):
+        for j in range(i + 1):
+            assert torch.equal(b[0, :, i, j], z[0, :, i, i - j + 1])
+
+
+def test_interpolation_is_exact():
+    z = torch.tensor([[0.0, 1.0, 2.0, 4.0, 8.0]])
+    p = torch.tensor([[2.25, 3.0, 0.5, 4.0, 7.0]])
+    assert interpolate(z, p).tolist() == [[2.5, 4.0, 0.5, 8.0, 8.0]]       # 0.75*2 + 0.25*4; clamp at n
+    p.requires_grad_(True)
+    interpolate(z, p).sum().backward()
+    assert p.grad.tolist()[0][:3] == [2.0, 4.0, 1.0]                        # slope z[ceil] - z[floor]
+
+
+def test_cape_target_attention_counts_from_the_target():
+    enc = make("cape")
+    enc.gates = lambda q, k: torch.ones(q.size(0), q.size(1), q.size(2), k.size(2))
+    pos = batch_positions((3,), L=5)
+    q, k = torch.randn(1, H, 1, D // H), torch.randn(1, H, 5, D // H)
+    p = enc.positions(q, k, pos)[0, 0, 0]                                   # (5,)
+    assert p.tolist() == [3.0, 3.0, 3.0, 2.0, 1.0]                          # last item 1 step back; pads add 0
+
+
+# --------------------------------------------------------------------------- PARec family
+
+@pytest.mark.parametrize("name", ["parec", "fparec", "average", "linear_annealing", "exponential_annealing"])
+def test_positional_attention_gives_future_and_padding_zero_weight(name):
+    enc = make(name)
+    pos = batch_positions((6, 3), L=6)
+    with torch.no_grad():
+        w = enc.weights(torch.zeros(2, 1, 6, 6), pos, 1)[:, 0]             # (2, 6, 6)
+    future = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    assert torch.all(w[:, future] == 0)
+    assert torch.all(w[1, 3:, :3] == 0)                                     # padding keys
+    assert torch.allclose(w.sum(-1), torch.ones(2, 6))
+
+
+def test_handcrafted_patterns_values():
+    pos = batch_positions((3,))
+    avg = make("average").weights(torch.zeros(1, 1, 3, 3), pos, 0)[0, 0, 2]
+    assert torch.allclose(avg, torch.full((3,), 1 / 3))
+    exp = make("exponential_annealing", rate=0.5).weights(torch.zeros(1, 1, 3, 3), pos, 0)[0, 0, 2]
+    assert torch.allclose(exp, torch.tensor([1.0, 2.0, 4.0]) / 7)
+    lin = make("linear_annealing").weights(torch.zeros(1, 1, 3, 3), pos, 0)[0, 0, 2]
+    assert torch.allclose(lin, torch.tensor([MAX_LEN - 2, MAX_LEN - 1, MAX_LEN], dtype=torch.float) / (3 * MAX_LEN - 3))
+
+
+def test_fparec_with_full_rank_represents_any_parec_matrix():
+    parec, fparec = make("parec"), make("fparec", rank=MAX_LEN)
+    with torch.no_grad():
+        parec.R.normal_()
+        for layer in range(LAYERS):                                         # R1 R2^T = R
+            fparec.R1[layer].copy_(parec.R[layer])
+            fparec.R2[layer].copy_(torch.eye(MAX_LEN))
+        pos = batch_positions((6, 2), L=6)
+        for layer in range(LAYERS):
+            a = parec.weights(torch.zeros(2, 1, 6, 6), pos, layer)
+            b = fparec.weights(torch.zeros(2, 1, 6, 6), pos, layer)
+            assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_parec_rows_are_end_aligned():
+    """The last item of any session reads the same row of R (backward-aware, 003 §3.1)."""
+    enc = make("parec")
+    pos = batch_positions((6, 3), L=6)
+    with torch.no_grad():
+        w = enc.weights(torch.zeros(2, 1, 6, 6), pos, 0)[:, 0]
+        logits = enc.logits(pos, 0)
+    assert torch.equal(logits[0, 5, 3:], logits[1, 5, 3:])                 # same slots
+    assert not torch.allclose(w[0, 5, 3:], w[1, 5, 3:])                     # but renormalised over its past
+
+
+# --------------------------------------------------------------------------- seqpe encodings (CLI)
+
+def test_cli_lists_every_encoding_without_torch():
+    code = ("import sys; from typer.testing import CliRunner; from pipeline.cli import app; "
+            "r = CliRunner().invoke(app, ['encodings'], env={'COLUMNS': '200'}); "
+            "print(r.exit_code, 'torch' in sys.modules); print(r.output)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[0] == "0 False"
+    for name in EXPECTED:
+        assert f" {name} " in out
+    assert "positional encodings" in out and "✓" in out
+
+
+def _fake_run(tmp_path, name="ldpe"):
+    from models import build_model
+    from pipeline.params import TrainParams
+    tp = TrainParams(dim=8, heads=2, layers=1, max_len=6)
+    torch.manual_seed(5)
+    e = build_encoding(name, dim=8, max_len=6, heads=2, layers=1, options={})
+    net = build_model("sasrec", n_items=4, max_len=6, train=tp, options={}, encoding=e)
+    with torch.no_grad():
+        for p in net.encoding.parameters():
+            p.add_(1.0)                                                     # "trained" weights
+    from pipeline.params import to_dict
+    torch.save({"model": net.state_dict(), "config": {"encoding": name, "max_len": 6, "train": to_dict(tp),
+                                                      "encoding_options": {}}}, tmp_path / "checkpoint.pt")
+    return net
+
+
+def test_cli_inspect_writes_figures(tmp_path):
+    from typer.testing import CliRunner
+    from pipeline.cli import app
+    r = CliRunner().invoke(app, ["encodings", "inspect", "dpe", "--lengths", "3", "5", "--dim", "8",
+                                 "--out", str(tmp_path / "fig"), "-q"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == [
+        "dpe-dot-L3.png", "dpe-dot-L3xL5.png", "dpe-dot-L5.png", "dpe-matrix-L3.png", "dpe-matrix-L5.png"]
+    assert (tmp_path / "fig" / "dpe-dot-L3.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_inspect_reads_learned_weights_from_a_run(tmp_path):
+    from models.encodings.plots import inspect, load_from_run
+    net = _fake_run(tmp_path)
+    enc, dim, heads, max_len = load_from_run("ldpe", tmp_path)
+    assert (dim, heads, max_len) == (8, 2, 6)
+    assert torch.equal(enc.fwd.weight, net.encoding.fwd.weight)
+    summary = inspect("ldpe", [3], tmp_path / "fig", run_dir=tmp_path)
+    assert summary["files"] == ["ldpe-matrix-L3.png", "ldpe-dot-L3.png"]
+    assert summary["source"].startswith("trained run")
+    with pytest.raises(Exception, match="trained with encoding 'ldpe', not 'lpe'"):
+        inspect("lpe", [3], tmp_path / "fig", run_dir=tmp_path)

@@ -1,0 +1,69 @@
+"""pipeline/evaluate.py: runs' test metrics -> metrics.json (DVC) + summary with std and 95% CI."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from pipeline import evaluate as stage
+from pipeline.errors import DataError
+from pipeline.params import Params, from_dict
+
+T2 = math.sqrt(2 * 0.95 ** 2 / (1 - 0.95 ** 2))   # t_{0.975, 2} in closed form
+
+
+def write_run(root: Path, model: str, enc: str, seed: int, test: dict, dataset: str = "toyset"):
+    d = root / f"{model}-{enc}" / f"seed-{seed}"
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({
+        "name": f"{model}-{enc}", "dataset": dataset, "protocol": "srgnn", "model": model, "encoding": enc,
+        "seed": seed, "best_epoch": 2, "valid": {}, "test": test}))
+
+
+def params(ks=(5, 10)) -> Params:
+    return from_dict(Params, {"evaluate": {"ks": list(ks)}})
+
+
+def test_aggregation_math_and_flat_dvc_metrics(tmp_path):
+    runs = tmp_path / "runs"
+    for seed, (hr, nd) in zip((1, 2, 3), ((0.30, 0.10), (0.34, 0.14), (0.38, 0.12))):
+        write_run(runs, "sasrec", "lpe", seed, {"hr@10": hr, "ndcg@10": nd, "hr@20": 0.9})
+    write_run(runs, "pop", "none", 1, {"hr@10": 0.05, "ndcg@10": 0.01})
+    (runs / ".sasrec-lpe.abc.tmp" / "seed-9").mkdir(parents=True)          # a run being written: ignored
+    (runs / ".sasrec-lpe.abc.tmp" / "seed-9" / "run.json").write_text("{}")
+    out = stage.run("toyset", runs, tmp_path / "reports", params())
+    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    assert metrics == {"pop-none": {"hr@10": 0.05, "ndcg@10": 0.01, "seeds": 1},
+                       "sasrec-lpe": {"hr@10": pytest.approx(0.34), "ndcg@10": pytest.approx(0.12), "seeds": 3}}
+    summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
+    [pop, sas] = summary["configs"]
+    assert sas["seeds"] == [1, 2, 3] and set(sas["metrics"]) == {"hr@10", "ndcg@10"}   # hr@20 not in ks
+    hr = sas["metrics"]["hr@10"]
+    assert hr["std"] == pytest.approx(0.04) and hr["ci95"] == pytest.approx(T2 * 0.04 / math.sqrt(3))
+    assert sas["metrics"]["ndcg@10"]["std"] == pytest.approx(0.02)
+    assert pop["metrics"]["hr@10"] == {"mean": 0.05, "std": None, "ci95": None, "n": 1}
+    assert [r["name"] for r in out["runs"]] == ["pop-none/seed-1", "sasrec-lpe/seed-1", "sasrec-lpe/seed-2",
+                                                 "sasrec-lpe/seed-3"]
+    assert (tmp_path / "reports" / "report.md").read_text().count("\n| toyset |") == 2
+    assert (tmp_path / "reports" / "report.csv").read_text().splitlines()[0].startswith("dataset,protocol")
+
+
+def test_output_is_deterministic(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (2, 1):
+        write_run(runs, "sasrec", "rope", seed, {"hr@10": 0.1 * seed})
+    stage.run("toyset", runs, tmp_path / "a", params())
+    stage.run("toyset", runs, tmp_path / "b", params())
+    for name in ("metrics.json", "summary.json", "report.md", "report.csv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_missing_runs_are_errors(tmp_path):
+    with pytest.raises(DataError, match=r"run `seqpe train toyset` first"):
+        stage.run("toyset", tmp_path / "none", tmp_path / "reports", params())
+    write_run(tmp_path / "runs", "sasrec", "lpe", 1, {"hr@10": 0.1}, dataset="other")
+    with pytest.raises(DataError, match="no runs of dataset 'toyset'"):
+        stage.run("toyset", tmp_path / "runs", tmp_path / "reports", params())
+    assert not (tmp_path / "reports").exists()

@@ -1,0 +1,403 @@
+"""Import / export of SR-GNN pickles and S3-Rec text: exact counts on the real files, exact rows on
+tiny hand-made ones, byte-exact round trips, and seqpe's srgnn pipeline against an independent
+re-implementation of SR-GNN's preprocess.py (tests/srgnn_reference.py)."""
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline import augment, download, formats, io, preprocess
+from pipeline.errors import DataError, UnknownNameError
+from pipeline.params import Params, from_dict
+
+sys.path.insert(0, str(Path(__file__).parent))
+from srgnn_reference import reference  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "datasets"
+DIGI, YOO, S3REC = SHARED / "diginetica-srgnn", SHARED / "yoochoose1_64-srgnn", SHARED / "amazon-s3rec"
+needs_shared = pytest.mark.skipif(not DIGI.is_dir(), reason="shared datasets not present")
+
+
+def params(**sections) -> Params:
+    return from_dict(Params, sections)
+
+
+def dump(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(obj, protocol=3))
+
+
+def rows(folder: Path, split: str) -> list[tuple]:
+    return list(io.read_split(folder, split).iter_rows())
+
+
+def same_files(a: Path, b: Path, names=("all_train_seq.txt", "train.txt", "test.txt")) -> dict:
+    return {n: (a / n).read_bytes() == (b / n).read_bytes() for n in names}
+
+
+# --------------------------------------------------------------------------- srgnn, hand-made
+
+SEQS = [[1, 2], [3, 4, 5], [6, 1, 2], [7, 8], [2, 3], [4, 5, 6], [8, 1], [2, 2], [5, 7, 8, 1], [3, 9, 4]]
+TEST = ([[2, 3], [2], [5]], [4, 3, 6])       # sessions [2, 3, 4] and [5, 6], SR-GNN order
+
+
+def test_import_srgnn_tiny_exact(tmp_path):
+    dump(tmp_path / "in" / "all_train_seq.txt", SEQS)
+    dump(tmp_path / "in" / "test.txt", TEST)
+    s, a = tmp_path / "sessions", tmp_path / "samples"
+    summary = formats.import_dataset("tiny", tmp_path / "in", "srgnn", s, a, params())
+    assert (summary["train sessions (train+valid)"], summary["valid sessions"], summary["test sessions"],
+            summary["train samples (train+valid)"], summary["test samples"], summary["n_items (max id)"]) \
+        == (10, 1, 2, 16, 3, 9)
+    assert rows(s, "valid") == [(10, [3, 9, 4])]            # floor(10 * 0.1) most recent
+    assert rows(s, "train")[:2] == [(1, [1, 2]), (2, [3, 4, 5])] and len(rows(s, "train")) == 9
+    assert rows(s, "test") == [(11, [2, 3, 4]), (12, [5, 6])]  # rebuilt from the prefix samples
+    assert rows(a, "test") == [(11, [2, 3], 4), (11, [2], 3), (12, [5], 6)]
+    assert rows(a, "valid") == [(10, [3, 9], 4), (10, [3], 9)]
+    assert rows(a, "train")[:4] == [(1, [1], 2), (2, [3, 4], 5), (2, [3], 4), (3, [6, 1], 2)]
+    m = io.read_manifest(a)
+    assert (m["stage"], m["protocol"], m["n_items"], m["max_len"], m["augment"]) == \
+        ("import", "srgnn", 9, 3, {"train": "prefixes", "valid": "prefixes", "test": "prefixes"})
+    assert m["splits"]["test"] == {"samples": 3, "sessions": 2, "clicks": 5}
+    assert io.read_manifest(s)["splits"]["valid"] == {"sessions": 1, "clicks": 3}
+    items = pl.read_parquet(s / "items.parquet")
+    assert items.row(0) == (1, "1", 4) and items["count"].to_list()[-1] == 1 and items.height == 9
+    io.verify_shards(a)
+    io.verify_shards(s)
+
+
+def test_import_then_export_round_trip_is_byte_exact(tmp_path):
+    dump(tmp_path / "in" / "all_train_seq.txt", SEQS)
+    dump(tmp_path / "in" / "test.txt", TEST)
+    formats.import_dataset("tiny", tmp_path / "in", "srgnn", tmp_path / "s", tmp_path / "a", params())
+    out = formats.export_dataset(tmp_path / "s", tmp_path / "out")
+    assert (out["train sessions"], out["train samples"], out["test samples"]) == (10, 16, 3)
+    assert same_files(tmp_path / "in", tmp_path / "out", ("all_train_seq.txt", "test.txt")) == \
+        {"all_train_seq.txt": True, "test.txt": True}
+    prefixes, labels = pickle.loads((tmp_path / "out" / "train.txt").read_bytes())
+    assert (prefixes[:3], labels[:3], len(labels)) == ([[1], [3, 4], [3]], [2, 5, 4], 16)
+
+
+def test_train_txt_is_checked_and_a_fraction_cut_is_kept(tmp_path):
+    src = tmp_path / "in"
+    dump(src / "all_train_seq.txt", [[5, 6, 7, 8], [1, 2], [3, 4, 5]])
+    dump(src / "test.txt", TEST)
+    # SR-GNN's 1/64 layout when the cut falls inside the first session: its 1 shortest prefix only
+    dump(src / "train.txt", ([[5], [1], [3, 4], [3]], [6, 2, 5, 4]))
+    summary = formats.import_dataset("cut", src, "srgnn", tmp_path / "s", tmp_path / "a", params())
+    assert summary["train samples (train+valid)"] == 4 and "less the 2 longest prefixes" in summary["train.txt"]
+    assert rows(tmp_path / "s", "train")[0] == (1, [5, 6])    # cut like pipeline.protocols.srgnn
+    augment.run("diginetica", tmp_path / "s", tmp_path / "a2", params())
+    assert rows(tmp_path / "a2", "train") == rows(tmp_path / "a", "train")
+    formats.export_dataset(tmp_path / "s", tmp_path / "out")
+    assert same_files(src, tmp_path / "out") == {n: True for n in formats.SRGNN_FILES}
+
+    dump(src / "train.txt", ([[5], [1]], [6, 3]))
+    with pytest.raises(DataError, match=r"train.txt \(2 samples\) is not the prefix augmentation of "
+                                        r"all_train_seq.txt \(6 samples\)\. Fix: remove train.txt"):
+        formats.import_dataset("cut", src, "srgnn", tmp_path / "s3", tmp_path / "a3", params())
+    assert not (tmp_path / "s3").exists() and not (tmp_path / "a3").exists()
+
+
+def test_test_samples_not_from_whole_sessions_are_kept_exactly(tmp_path):
+    src = tmp_path / "in"
+    dump(src / "all_train_seq.txt", SEQS)
+    odd = ([[2], [2, 3], [5, 1]], [3, 4, 6])     # shortest prefix first: not SR-GNN's order
+    dump(src / "test.txt", odd)
+    formats.import_dataset("odd", src, "srgnn", tmp_path / "s", tmp_path / "a", params())
+    m = io.read_manifest(tmp_path / "s")
+    assert m["augment"]["test"] == "last" and "one session per sample" in m["protocol_info"]["test_sessions"]
+    assert rows(tmp_path / "s", "test") == [(11, [2, 3]), (12, [2, 3, 4]), (13, [5, 1, 6])]
+    formats.export_dataset(tmp_path / "s", tmp_path / "out")
+    assert (tmp_path / "out" / "test.txt").read_bytes() == (src / "test.txt").read_bytes()
+
+
+def test_import_errors(tmp_path):
+    p = params()
+    with pytest.raises(UnknownNameError, match="unknown format 'csv'. Fix: use one of: sasrec, srgnn"):
+        formats.import_dataset("x", tmp_path, "csv", tmp_path / "s", tmp_path / "a", p)
+    with pytest.raises(DataError, match="has no all_train_seq.txt"):
+        formats.import_dataset("x", tmp_path, "srgnn", tmp_path / "s", tmp_path / "a", p)
+    with pytest.raises(DataError, match="sessions and samples would both go to"):
+        formats.import_dataset("x", tmp_path, "srgnn", tmp_path / "s", tmp_path / "s", p)
+    dump(tmp_path / "all_train_seq.txt", SEQS)
+    dump(tmp_path / "test.txt", ([], []))
+    with pytest.raises(DataError, match="test.txt holds no samples"):
+        formats.import_dataset("x", tmp_path, "srgnn", tmp_path / "s", tmp_path / "a", p)
+    (tmp_path / "test.txt").write_bytes(pickle.dumps(TEST, protocol=3)[:-20])
+    with pytest.raises(DataError, match="test.txt is truncated"):
+        formats.import_dataset("x", tmp_path, "srgnn", tmp_path / "s", tmp_path / "a", p)
+    assert not (tmp_path / "s").exists() and not (tmp_path / "a").exists()
+
+
+def test_export_refuses_other_files_and_other_protocols(tmp_path):
+    dump(tmp_path / "in" / "all_train_seq.txt", SEQS)
+    dump(tmp_path / "in" / "test.txt", TEST)
+    formats.import_dataset("tiny", tmp_path / "in", "srgnn", tmp_path / "s", tmp_path / "a", params())
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.md").write_text("mine")
+    with pytest.raises(DataError, match="busy already holds other files"):
+        formats.export_dataset(tmp_path / "s", tmp_path / "busy")
+    assert (tmp_path / "busy" / "notes.md").read_text() == "mine"
+    with pytest.raises(DataError, match="holds srgnn sessions, not leave-one-out ones"):
+        formats.export_dataset(tmp_path / "s", tmp_path / "o", "sasrec")
+    formats.export_dataset(tmp_path / "s", tmp_path / "o")
+    formats.export_dataset(tmp_path / "s", tmp_path / "o")  # a previous export may be replaced
+
+
+# --------------------------------------------------------------------------- srgnn, the real files
+
+@pytest.fixture(scope="module")
+def digi(tmp_path_factory):
+    root = tmp_path_factory.mktemp("digi")
+    summary = formats.import_dataset("diginetica", DIGI, "srgnn", root / "s", root / "a", Params())
+    return root, summary
+
+
+@needs_shared
+def test_real_diginetica_import_counts(digi):
+    root, summary = digi
+    assert (summary["train sessions (train+valid)"], summary["train samples (train+valid)"],
+            summary["test samples"], summary["items"], summary["n_items (max id)"]) == \
+        (186_670, 719_470, 60_858, 43_097, 43_097)
+    assert (summary["train sessions"], summary["valid sessions"], summary["test sessions"]) == \
+        (168_003, 18_667, 15_963)
+    assert (summary["train samples"], summary["valid samples"], summary["train clicks (train+valid)"]) == \
+        (649_944, 69_526, 906_140)
+    m = io.read_manifest(root / "a")
+    assert (m["n_items"], m["splits"]["test"]["samples"], m["augment"]["test"]) == (43_097, 60_858, "prefixes")
+
+
+@needs_shared
+@pytest.mark.slow
+def test_real_diginetica_samples_equal_the_augment_stage(digi, tmp_path):
+    root, _ = digi
+    augment.run("diginetica", root / "s", tmp_path / "a", Params())
+    ours = [e["sha256"] for e in io.read_manifest(root / "a")["shards"]]
+    assert ours == [e["sha256"] for e in io.read_manifest(tmp_path / "a")["shards"]]
+
+
+@needs_shared
+@pytest.mark.slow
+def test_real_diginetica_export_is_byte_exact(digi, tmp_path):
+    root, _ = digi
+    formats.export_dataset(root / "s", tmp_path / "out")
+    assert same_files(DIGI, tmp_path / "out", ("all_train_seq.txt", "test.txt")) == \
+        {"all_train_seq.txt": True, "test.txt": True}
+    prefixes, labels = pickle.loads((tmp_path / "out" / "train.txt").read_bytes())
+    assert (len(prefixes), prefixes[:3], labels[:3], prefixes[-1], labels[-1]) == \
+        (719_470, [[1], [3, 4], [3]], [2, 5, 4], [36601], 12270)
+
+
+@pytest.fixture(scope="module")
+def yoo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("yoo")
+    summary = formats.import_dataset("yoochoose_1_64", YOO, "srgnn", root / "s", root / "a", Params())
+    return root, summary
+
+
+@needs_shared
+def test_real_yoochoose_1_64_import_counts(yoo):
+    _, summary = yoo
+    assert (summary["train sessions (train+valid)"], summary["train samples (train+valid)"],
+            summary["test sessions"], summary["test samples"], summary["n_items (max id)"], summary["items"]) \
+        == (116_167, 369_859, 15_324, 55_898, 37_483, 17_745)
+
+
+@needs_shared
+@pytest.mark.slow
+def test_real_yoochoose_1_64_export_is_byte_exact(yoo, tmp_path):
+    root, _ = yoo
+    formats.export_dataset(root / "s", tmp_path / "out")
+    assert same_files(YOO, tmp_path / "out", ("all_train_seq.txt", "test.txt")) == \
+        {"all_train_seq.txt": True, "test.txt": True}
+
+
+# --------------------------------------------------------------------------- sasrec
+
+@needs_shared
+@pytest.mark.parametrize("name, users, items, interactions", [
+    ("Beauty", 22_363, 12_101, 198_502),
+    ("Sports_and_Outdoors", 35_598, 18_357, 296_337),
+    ("Toys_and_Games", 19_412, 11_924, 167_597),
+])
+def test_real_s3rec_import_counts_and_round_trip(tmp_path, name, users, items, interactions):
+    summary = formats.import_dataset(name, S3REC / f"{name}.txt", "sasrec", tmp_path / "s", tmp_path / "a",
+                                     Params())
+    assert (summary["users"], summary["items"], summary["interactions"], summary["n_items (max id)"],
+            summary["users dropped (< 3 items)"]) == (users, items, interactions, items, 0)
+    assert (summary["train samples"], summary["valid samples"], summary["test samples"]) == \
+        (interactions - 3 * users, users, users)
+    formats.export_dataset(tmp_path / "s", tmp_path / "out", "sasrec")
+    assert (tmp_path / "out" / f"{name}.txt").read_bytes() == (S3REC / f"{name}.txt").read_bytes()
+
+
+def test_sasrec_tiny_exact(tmp_path):
+    src = tmp_path / "tiny.txt"
+    src.write_text("1 5 6 7 8 9\n2 3 4 5\n7 9 9\n3 4 6 8\n")
+    summary = formats.import_dataset("tiny", src, "sasrec", tmp_path / "s", tmp_path / "a",
+                                     params(augment={"max_len": 2}))
+    assert (summary["users"], summary["users dropped (< 3 items)"], summary["interactions"]) == (4, 1, 13)
+    s, a = tmp_path / "s", tmp_path / "a"
+    assert rows(s, "train") == [(1, [5, 6, 7]), (2, [3]), (3, [4])]
+    assert rows(s, "valid") == [(1, [5, 6, 7, 8]), (2, [3, 4]), (3, [4, 6])]
+    assert rows(s, "test") == [(1, [5, 6, 7, 8, 9]), (2, [3, 4, 5]), (3, [4, 6, 8])]
+    assert rows(a, "train") == [(1, [5, 6], 7), (1, [5], 6)]          # prefixes cut to max_len 2
+    assert rows(a, "valid") == [(1, [6, 7], 8), (2, [3], 4), (3, [4], 6)]
+    assert rows(a, "test") == [(1, [7, 8], 9), (2, [3, 4], 5), (3, [4, 6], 8)]
+    m = io.read_manifest(a)
+    assert (m["protocol"], m["n_items"], m["augment"], m["max_len"]) == \
+        ("leave_one_out", 9, {"train": "prefixes", "valid": "last", "test": "last"}, 2)
+    augment.run("diginetica", s, tmp_path / "a2", params(augment={"max_len": 2}))
+    assert [rows(tmp_path / "a2", x) for x in io.SPLITS] == [rows(a, x) for x in io.SPLITS]
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("1 2 3 4\n\n2 5 6 7\n", "line 2 is empty"),
+    ("1 2 3 4\n2 5 x7 6\n", "line 2: 'x7' is not an id in 1..2147483647"),
+    ("1 2 3 4\n2 5 0 6\n", "line 2: '0' is not an id"),
+    ("1 2 3 4\n2 5 6.0 7\n", "line 2: '6.0' is not an id"),
+    ("1 2 3 4\n2\n", "line 2 has a user but no items"),
+    ("1 2 3 4\n2 3 4 5\n1 5 6 7\n", "line 3: user 1 already had line 1"),
+    ("", "is empty"),
+])
+def test_sasrec_malformed_lines(tmp_path, text, fragment):
+    src = tmp_path / "bad.txt"
+    src.write_text(text)
+    with pytest.raises(DataError) as err:
+        formats.import_dataset("bad", src, "sasrec", tmp_path / "s", tmp_path / "a", params())
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "s").exists()
+
+
+# --------------------------------------------------------------------------- against SR-GNN's logic
+
+HEADER = "sessionId;userId;itemId;timeframe;eventdate\n"
+# items A=101 B=102 C=103 D=104 E=105; hand-computed expectation below
+HAND = [(10, 101, 3, "01"), (10, 102, 1, "01"), (10, 103, 2, "01"), (11, 101, 1, "02"), (11, 102, 2, "02"),
+        (12, 103, 1, "01"), (13, 101, 1, "02"), (13, 104, 2, "02"), (16, 101, 1, "02"), (17, 102, 1, "01"),
+        (17, 101, 2, "01"), (18, 103, 1, "02"), (18, 103, 2, "02"), (14, 102, 1, "03"), (14, 103, 2, "03"),
+        (16, 103, 2, "04"), (15, 103, 1, "10"), (15, 101, 2, "10"), (15, 102, 3, "10"),
+        *[(19, 105, t, "10") for t in range(1, 6)], (19, 101, 6, "10")]
+
+
+def hand_csv(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(HEADER + "".join(f"{s};NA;{i};{t};2016-05-{d}\n" for s, i, t, d in HAND))
+    return path
+
+
+def pipeline_export(dataset: str, raw_file: Path, root: Path, p: Params) -> Path:
+    """seqpe download --from, preprocess, export: the SR-GNN files seqpe writes for a raw file."""
+    download.run(dataset, root / "raw", p.download, from_path=raw_file, progress=False, sample=p.preprocess.sample)
+    preprocess.run(dataset, root / "raw", root / "sessions", p)
+    formats.export_dataset(root / "sessions", root / "out")
+    return root / "out"
+
+
+def test_reference_on_a_hand_made_file(tmp_path):
+    """The oracle itself: session date = its last row in file order (16), stable timeframe sort (10),
+    one-click sessions dropped before counting (12), rare items (D) and then short sessions (13)
+    dropped, the split day dropped (14), unknown test items dropped (19), ties by first appearance."""
+    ref = reference(hand_csv(tmp_path / "train-item-views.csv"), "diginetica")
+    assert ref["all_train_seq"] == [[1, 2, 3], [1, 3], [3, 1], [2, 2]]
+    assert ref["train_session_ids"] == ["10", "17", "11", "18"] and ref["test_session_ids"] == ["16", "15"]
+    assert ref["train"] == ([[1, 2], [1], [1], [3], [2]], [3, 2, 3, 1, 2])
+    assert ref["test"] == ([[3], [2, 3], [2]], [2, 1, 3])
+    assert ref["n_items"] == 3
+
+
+def test_seqpe_equals_reference_on_the_hand_made_file(tmp_path):
+    raw = hand_csv(tmp_path / "in" / "train-item-views.csv")
+    out = pipeline_export("diginetica", raw, tmp_path, params())
+    ref = reference(raw, "diginetica")
+    for name, key in (("all_train_seq.txt", "all_train_seq"), ("train.txt", "train"), ("test.txt", "test")):
+        assert (out / name).read_bytes() == pickle.dumps(ref[key], protocol=3), name
+
+
+def test_seqpe_equals_reference_on_a_generated_diginetica_file(tmp_path):
+    from pipeline.datasets.sample import csv_bytes, make_log
+    raw = tmp_path / "in" / "train-item-views.csv"
+    raw.parent.mkdir()
+    raw.write_bytes(csv_bytes(make_log(1500, 300, 40, 7)))
+    out = pipeline_export("diginetica", raw, tmp_path, params())
+    ref = reference(raw, "diginetica")
+    assert len(ref["all_train_seq"]) > 300 and len(ref["test"][1]) > 300 and ref["n_items"] > 100
+    for name, key in (("all_train_seq.txt", "all_train_seq"), ("train.txt", "train"), ("test.txt", "test")):
+        assert (out / name).read_bytes() == pickle.dumps(ref[key], protocol=3), name
+    # and the export imports back to the same files
+    formats.import_dataset("diginetica", out, "srgnn", tmp_path / "s2", tmp_path / "a2", params())
+    formats.export_dataset(tmp_path / "s2", tmp_path / "out2")
+    assert same_files(out, tmp_path / "out2") == {n: True for n in formats.SRGNN_FILES}
+
+
+def yoochoose_file(path: Path, seed: int = 3, n_sessions: int = 2500) -> Path:
+    """A small yoochoose-clicks.dat of our own (no header, `id,ISO time,item,category`, UTC): popular
+    and rare items, one-click sessions, sessions over midnight, and some whose last row comes later
+    in the file (their date is that row's)."""
+    rng = random.Random(seed)
+    rows, late = [], []
+    for sid in range(1, n_sessions + 1):
+        day = min(int(12 * rng.random() ** 0.5), 11)      # traffic grows: the last day is busy
+        t = (day * 86_400 + rng.randrange(86_000)) * 1000 + rng.randrange(1000)
+        clicks = []
+        for _ in range(min(1 + int(rng.expovariate(0.3)), 30)):
+            item = 214_500_000 + int(1000 * rng.random() ** 3)  # a long tail: many items under 5 clicks
+            clicks.append(f"{sid},{_iso(t)},{item},{rng.choice(['0', 'S', '3'])}")
+            t += rng.randrange(1, 600_000)
+        if len(clicks) >= 3 and rng.random() < 0.05:
+            late.append(clicks.pop())                     # this session's last row comes later
+        rows += clicks
+        if late and rng.random() < 0.2:
+            rows.append(late.pop(0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{r}\n" for r in rows + late))
+    return path
+
+
+def _iso(ms: int) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(1_396_828_800 + ms // 1000))  # from 2014-04-07
+    return f"{stamp}.{ms % 1000:03d}Z"
+
+
+@pytest.mark.parametrize("dataset, key", [("yoochoose_1_64", "1_64"), ("yoochoose_1_4", "1_4")])
+def test_seqpe_equals_reference_on_a_generated_yoochoose_file(tmp_path, dataset, key):
+    """On this file both fractions cut inside a session, where SR-GNN's all_train_seq.txt keeps that
+    session whole and its train.txt only the shortest prefixes."""
+    raw = yoochoose_file(tmp_path / "in" / "yoochoose-clicks.dat")
+    out = pipeline_export(dataset, raw, tmp_path, params())
+    ref = reference(raw, dataset="yoochoose")
+    (prefixes, _), seqs = ref[f"train_{key}"], ref[f"all_train_seq_{key}"]
+    assert len(seqs) > 5 and len(ref["test"][1]) > 100
+    assert prefixes[0] != seqs[0][:-1]                    # the cut falls inside the first session
+    for name, k in (("all_train_seq.txt", f"all_train_seq_{key}"), ("train.txt", f"train_{key}"),
+                    ("test.txt", "test")):
+        assert (out / name).read_bytes() == pickle.dumps(ref[k], protocol=3), name
+
+
+# --------------------------------------------------------------------------- CLI
+
+def test_cli_bad_pickle_is_one_line_exit_1(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "all_train_seq.txt").write_bytes(b"cos\nsystem\n(S'echo hi'\ntR.")
+    dump(src / "test.txt", TEST)
+    env = dict(os.environ, COLUMNS="300")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "import", "diginetica", str(src),
+                           "--sessions", str(tmp_path / "s"), "--samples", str(tmp_path / "a")],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr and "hi" not in proc.stdout
+    assert "all_train_seq.txt holds a reference to the global os.system (only lists/tuples/ints are " \
+           "accepted). Fix:" in lines[0]
+    assert not (tmp_path / "s").exists()

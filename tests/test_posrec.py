@@ -1,0 +1,131 @@
+"""PosRec (000 §4.3): PGGNN anchor edges, node-level (L)DPE, readout, options, presets."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models import MODELS, build_model
+from models.encodings import build_encoding
+from models.encodings.base import Positions
+from models.graph import anchor_weights, build_graph, neighbour_weights
+from models.posrec import PosRec, at_slot
+from pipeline.errors import ParamsError
+from pipeline.params import TrainParams
+
+TP = TrainParams(dim=8, layers=1, heads=1, dropout=0.0, max_len=10)
+
+# Hand-made session v = [5, 3, 5, 7, 2] (left-padded). Nodes by first appearance:
+#   slot 0: item 5 (first item v_0, and repeated), slot 1: 3, slot 2: 7, slot 3: 2 (last item v_4)
+# Directed edges: 5->3, 3->5, 5->7, 7->2. Undirected unweighted graph: 5-3, 5-7, 7-2, so
+#   hop(5,3)=1 hop(5,7)=1 hop(5,2)=2 hop(3,7)=2 hop(3,2)=3 hop(7,2)=1
+SESSION = torch.tensor([[0, 0, 5, 3, 5, 7, 2]])
+
+
+def test_anchor_edges_and_weights_by_hand():
+    a_in, a_out = anchor_weights(build_graph(SESSION))
+    # N_in anchors of every node: v_0 = 5 (also the only repeated item, one anchor): column 0
+    # holds hop(t, 5) = [0, 1, 1, 2] for t = 5, 3, 7, 2; nothing else is an in-anchor
+    assert a_in[0].tolist() == [[0, 0, 0, 0],
+                                [1, 0, 0, 0],
+                                [1, 0, 0, 0],
+                                [2, 0, 0, 0]]
+    # N_out anchors: the repeated item 5 (column 0, hop(t, 5)) and the last item 2
+    # (column 3, hop(t, 2) = [2, 3, 1, 0])
+    assert a_out[0].tolist() == [[0, 0, 0, 2],
+                                 [1, 0, 0, 3],
+                                 [1, 0, 0, 1],
+                                 [2, 0, 0, 0]]
+
+
+def test_pggnn_message_weights_by_hand():
+    w_in, w_out = neighbour_weights(build_graph(SESSION), anchors=True)
+    # in:  A^T + anchors = [[0,1,0,0],[2,0,0,0],[2,0,0,0],[2,0,1,0]]
+    #      (3 gets 5->3 (1) + anchor 5 at hop 1; 2 gets 7->2 (1) + anchor 5 at hop 2),
+    #      each row divided by its sum
+    assert torch.allclose(w_in[0], torch.tensor([[0, 1, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0],
+                                                 [2 / 3, 0, 1 / 3, 0]]))
+    # out: A + anchors = [[0,1,1,2],[2,0,0,3],[1,0,0,2],[2,0,0,0]] / row sums [4, 5, 3, 2]
+    assert torch.allclose(w_out[0], torch.tensor([[0, .25, .25, .5], [.4, 0, 0, .6],
+                                                  [1 / 3, 0, 0, 2 / 3], [1, 0, 0, 0]]))
+    # without anchors (PosRec-ANC): only the transitions
+    n_in, n_out = neighbour_weights(build_graph(SESSION), anchors=False)
+    assert n_out[0].tolist() == [[0, .5, .5, 0], [1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 0]]
+    assert n_in[0].tolist() == [[0, 1, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0]]
+
+
+@pytest.mark.parametrize("name", ["dpe", "ldpe"])
+def test_repeated_item_takes_first_forward_and_last_backward_part(name):
+    """000 §4.3.3: a repeated item's node takes the forward part of (L)DPE of its earliest
+    appearance and the backward part of its latest appearance."""
+    torch.manual_seed(0)
+    enc = build_encoding(name, dim=8, max_len=10)
+    g = build_graph(SESSION)
+    node = enc.table(g.positions)[0]                                    # (n, 8)
+    seq = enc.table(Positions.from_seqs(SESSION))[0]                    # (L, 8)
+    # item 5 is at columns 2 and 4 (forward 0 and 2, backward 4 and 2): node slot 0
+    assert torch.equal(node[0, :4], seq[2, :4])                         # forward half: first appearance
+    assert torch.equal(node[0, 4:], seq[4, 4:])                         # backward half: last appearance
+    assert not torch.equal(node[0], seq[2]) and not torch.equal(node[0], seq[4])
+    # items seen once keep their own encoding: 3 (col 3), 7 (col 5), 2 (col 6)
+    for slot, col in [(1, 3), (2, 5), (3, 6)]:
+        assert torch.equal(node[slot], seq[col])
+
+
+def _posrec(options=None, encoding="ldpe", seed=0):
+    torch.manual_seed(seed)
+    enc = None if encoding is None else build_encoding(encoding, dim=8, max_len=10)
+    return build_model("posrec", n_items=9, max_len=10, train=TP, options=options or {}, encoding=enc).eval()
+
+
+def test_session_vector_is_eq_10():
+    seqs = torch.tensor([[0, 0, 5, 3, 5, 7, 2], [0, 1, 2, 3, 4, 1, 6]])
+    parts = []
+    for lambdas in [(1, 0, 0), (0, 1, 0), (0, 0, 1)]:
+        m = _posrec(dict(zip(("lambda0", "lambda1", "lambda2"), lambdas)))
+        parts.append(m.encode(seqs))
+    full = _posrec({"lambda0": 1.0, "lambda1": 1.0, "lambda2": 0.5})
+    assert torch.allclose(full.encode(seqs), parts[0] + parts[1] + 0.5 * parts[2], atol=1e-6)
+    # lambda0 alone: X'_last = one PGGNN step on the anchor-augmented graph, at the last node
+    m = _posrec({"lambda0": 1.0, "lambda1": 0.0, "lambda2": 0.0})
+    g = build_graph(seqs)
+    w_in, w_out = neighbour_weights(g, anchors=True)
+    x = m.pggnn(m.emb(g.items), w_in, w_out)
+    assert torch.allclose(parts[0], at_slot(x, g.last), atol=1e-6)
+    # the readout's first/last nodes are v_0 and v_{l-1}: row 1's first item 1 repeats later
+    assert g.items[1, g.first[1]] == 1 and g.items[1, g.last[1]] == 6
+
+
+def test_encoding_is_injected_and_swappable():
+    seqs = torch.tensor([[0, 0, 5, 3, 5, 7, 2]])
+    m = _posrec(encoding="spe")
+    assert m.encoding.name == "spe"
+    assert _posrec(encoding=None).encoding.name == "ldpe"               # the paper's default
+    # same weights, another encoding: different scores (the readout sees P)
+    a, b = _posrec(encoding="none"), _posrec(encoding="dpe")
+    assert not torch.allclose(a(seqs)[:, 1:], b(seqs)[:, 1:])
+
+
+def test_anchor_option_changes_the_model():
+    seqs = torch.tensor([[0, 0, 5, 3, 5, 7, 2]])
+    with_anchors = _posrec({"anchors": True})(seqs)
+    without = _posrec({"anchors": False})(seqs)
+    assert not torch.allclose(with_anchors[:, 1:], without[:, 1:])
+
+
+def test_options_are_typed():
+    with pytest.raises(ParamsError, match=r"unknown params key 'models.posrec.lamda2'.*did you mean 'lambda2'"):
+        _posrec({"lamda2": 0.5})
+    with pytest.raises(ParamsError, match="models.posrec.anchors"):
+        _posrec({"anchors": "yes"})
+    with pytest.raises(ParamsError, match="norm"):
+        _posrec({"norm": "middle"})
+
+
+def test_paper_preset_resolves():
+    from pipeline.train import resolve_train
+    tp = resolve_train(TrainParams(), MODELS["posrec"], "paper", "posrec", None)
+    assert (tp.encoding, tp.epochs, tp.batch_size, tp.dim, tp.layers, tp.lr, tp.lr_schedule,
+            tp.lr_step, tp.lr_gamma) == ("ldpe", 4, 100, 100, 1, 1e-3, "step", 3, 0.1)
+    assert tp.weight_decay > 0
+    m = build_model("posrec", n_items=5, max_len=tp.max_len, train=tp, options={}, encoding=None)
+    assert isinstance(m, PosRec) and len(m.blocks) == 1 and m.emb.weight.shape == (6, 100)

@@ -1,0 +1,100 @@
+"""Stage `preprocess`: source.json check, shards + items + manifest written atomically, determinism."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline import io, preprocess
+from pipeline.errors import DataError, UnknownNameError
+from pipeline.params import Params, PreprocessParams
+from test_srgnn import DIGI_ROWS, write_digi
+
+SOURCE = {"dataset": "diginetica", "source": "diginetica", "url": None, "origin": "file",
+          "filename": "dataset-train-diginetica.zip", "bytes": 123, "sha256": "ab" * 32, "md5": "cd" * 16,
+          "files": {"train-item-views.csv": {"bytes": 1, "sha256": "ef" * 32}}}
+
+
+def raw_folder(root: Path, rows: str = DIGI_ROWS) -> Path:
+    write_digi(root, rows=rows)
+    io.write_json(root / "source.json", SOURCE)
+    return root
+
+
+def params(**kw) -> Params:
+    return Params(preprocess=PreprocessParams(**{"valid_fraction": 0.4, **kw}))
+
+
+def test_writes_shards_items_and_manifest(tmp_path):
+    m = preprocess.run("diginetica", raw_folder(tmp_path / "raw"), tmp_path / "out", params())
+    out = tmp_path / "out"
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "items.parquet", "manifest.json", "test/part-00000.parquet", "train/part-00000.parquet",
+        "valid/part-00000.parquet"]
+    assert io.read_json(out / "manifest.json") == m
+    assert m["stage"] == "preprocess" and m["dataset"] == "diginetica" and m["protocol"] == "srgnn"
+    assert m["n_items"] == 4 and m["max_len"] == 3
+    assert m["splits"] == {"train": {"sessions": 3, "clicks": 8}, "valid": {"sessions": 2, "clicks": 6},
+                           "test": {"sessions": 1, "clicks": 2}}
+    assert m["source"] == {k: SOURCE[k] for k in ("source", "filename", "origin", "sha256", "md5", "bytes", "files")}
+    assert m["augment"] == {"train": "prefixes", "valid": "prefixes", "test": "prefixes"}
+    assert m["params"]["preprocess"]["valid_fraction"] == 0.4 and m["params"]["options"]["split_days"] == 7
+    assert [s["step"] for s in m["steps"]][0] == "read" and len(m["steps"]) == 9
+    assert [e["path"] for e in m["shards"]] == ["train/part-00000.parquet", "valid/part-00000.parquet",
+                                                "test/part-00000.parquet", "items.parquet"]
+    io.verify_shards(out, m)
+    train = io.read_split(out, "train")
+    assert train.get_column("items").to_list() == [[1, 2, 3], [2, 4], [4, 1, 4]]
+    assert pl.read_parquet(out / "items.parquet").get_column("raw_id").to_list() == ["20", "30", "10", "40"]
+
+
+def test_two_runs_are_byte_identical(tmp_path):
+    raw = raw_folder(tmp_path / "raw")
+    preprocess.run("diginetica", raw, tmp_path / "a", params(rows_per_shard=2))
+    preprocess.run("diginetica", raw, tmp_path / "b", params(rows_per_shard=2))
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert len(files) == 6  # manifest, items, train in 2 shards, valid, test
+    for rel in files:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
+
+
+def test_shards_split_at_rows_per_shard(tmp_path):
+    m = preprocess.run("diginetica", raw_folder(tmp_path / "raw"), tmp_path / "o", params(rows_per_shard=2))
+    assert [(e["path"], e["rows"]) for e in m["shards"]] == [
+        ("train/part-00000.parquet", 2), ("train/part-00001.parquet", 1), ("valid/part-00000.parquet", 2),
+        ("test/part-00000.parquet", 1), ("items.parquet", 4)]
+
+
+def test_missing_source_json(tmp_path):
+    write_digi(tmp_path / "raw")
+    with pytest.raises(DataError, match=r"no source.json in .* Fix: run `seqpe download diginetica`"):
+        preprocess.run("diginetica", tmp_path / "raw", tmp_path / "out", params())
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_dataset_before_anything(tmp_path):
+    with pytest.raises(UnknownNameError, match="unknown dataset 'digenetica'"):
+        preprocess.run("digenetica", tmp_path / "raw", tmp_path / "out", params())
+
+
+def test_all_sessions_filtered_writes_nothing(tmp_path):
+    raw = raw_folder(tmp_path / "raw")
+    with pytest.raises(DataError) as err:
+        preprocess.run("diginetica", raw, tmp_path / "out", params(min_item_count=50))
+    assert "all sessions of diginetica vanished under the filters" in str(err.value)
+    assert "lower preprocess.min_item_count" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == [tmp_path / "raw"]
+
+
+def test_empty_test_split_is_an_error_and_keeps_old_output(tmp_path):
+    raw = raw_folder(tmp_path / "raw")
+    preprocess.run("diginetica", raw, tmp_path / "out", params())
+    before = (tmp_path / "out" / "manifest.json").read_bytes()
+    # without session 9, every test session holds only E (never in train) and C: none survives step 9
+    no_9 = "".join(line + "\n" for line in DIGI_ROWS.splitlines() if not line.startswith("9;"))
+    raw_folder(raw, rows=no_9 + "14;NA;50;1;2016-05-19\n14;NA;50;2;2016-05-19\n")
+    with pytest.raises(DataError, match="test split of 'diginetica' is empty"):
+        preprocess.run("diginetica", raw, tmp_path / "out", params())
+    assert (tmp_path / "out" / "manifest.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "raw"]

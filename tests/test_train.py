@@ -1,0 +1,289 @@
+"""pipeline/train.py (and pipeline/batches.py): selection on valid, test once, seeds, atomic runs."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from torch import nn
+
+import models.encodings as encodings
+from models import MODELS
+from models.base import ModelSpec, Recommender
+from models.encodings.base import PositionalEncoding, Positions
+from pipeline import train as stage
+from pipeline.errors import DataError, ParamsError, UnknownNameError
+from pipeline.batches import load_samples
+from pipeline.io import write_json, write_split
+from pipeline.params import Params, TrainParams, from_dict, to_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- fixtures
+
+def next_item_frame(n_items: int, sessions: int, start_id: int, rng: np.random.Generator) -> pl.DataFrame:
+    """Samples of the rule `next item = item + 1 (mod n_items, ids 1..n_items)`, prefixes of 1..6 items."""
+    rows = []
+    for s in range(sessions):
+        first = int(rng.integers(1, n_items + 1))
+        length = int(rng.integers(1, 7))
+        seq = [(first - 1 + i) % n_items + 1 for i in range(length + 1)]
+        rows.append((start_id + s, seq[:-1], seq[-1]))
+    return pl.DataFrame({"session_id": [r[0] for r in rows], "prefix": [r[1] for r in rows],
+                         "target": [r[2] for r in rows]},
+                        schema={"session_id": pl.Int64, "prefix": pl.List(pl.Int32), "target": pl.Int32})
+
+
+def make_samples(root: Path, n_items: int = 12, train: int = 300, held: int = 60, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    shards = []
+    for i, (split, n) in enumerate((("train", train), ("valid", held), ("test", held))):
+        shards += write_split(root, split, next_item_frame(n_items, n, 10_000 * i, rng))
+    write_json(root / "manifest.json", {"stage": "augment", "dataset": "toyset", "protocol": "srgnn",
+                                        "n_items": n_items, "shards": shards,
+                                        "augment": {s: "prefixes" for s in ("train", "valid", "test")}})
+    return root
+
+
+class ToyEncoding(PositionalEncoding):
+    """Learned absolute positions added to the input (enough to exercise the hook)."""
+    name = "toy_lpe"
+
+    def __init__(self, dim: int, max_len: int):
+        super().__init__()
+        self.pos_emb = nn.Embedding(max_len, dim)
+
+    def embed(self, x, pos: Positions):
+        return x + self.pos_emb(pos.backward) * pos.mask[..., None]          # (B, L, D)
+
+
+class ToyRecommender(Recommender):
+    """Last item -> MLP: learns `next = item + 1` in a few epochs."""
+
+    def __init__(self, n_items: int, dim: int, encoding):
+        super().__init__()
+        self.n_items, self.encoding = n_items, encoding
+        self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
+        self.mix = nn.Linear(dim, dim)
+        self.out = nn.Embedding(n_items + 1, dim)
+
+    def encode(self, seqs):
+        pos = Positions.from_seqs(seqs)
+        x = self.emb(seqs)                                                 # (B, L, D)
+        if self.encoding is not None:
+            x = self.encoding.embed(x, pos)
+        return self.mix(x[:, -1])                                          # (B, D)
+
+    def item_weights(self):
+        return self.out.weight                                             # (N, D)
+
+
+@pytest.fixture
+def toy_registry(monkeypatch):
+    """Register the toy model and encoding for the test only (the real ones may be absent)."""
+    class Spec:
+        def __init__(self):
+            self.name, self.description = "toy_lpe", "test encoding"
+
+        def build(self, dim, max_len, heads, layers, options):
+            return ToyEncoding(dim, max_len)
+
+    monkeypatch.setitem(encodings.ENCODINGS, "toy_lpe", Spec())
+    if hasattr(encodings, "build_encoding"):
+        monkeypatch.setattr(stage, "build_encoding",
+                            lambda name, tp, options: ToyEncoding(tp.dim, tp.max_len) if name == "toy_lpe"
+                            else encodings.build_encoding(name, dim=tp.dim, max_len=tp.max_len, heads=tp.heads,
+                                                          layers=tp.layers, options=options))
+
+    def build(n_items, max_len, train, options, encoding):
+        return ToyRecommender(n_items, train.dim, encoding)
+
+    monkeypatch.setitem(MODELS, "toy", ModelSpec(name="toy", build=build, description="test model",
+                                                 presets={"quick": {"epochs": 1, "lr": 0.05}}))
+
+
+def params(**train) -> Params:
+    base = dict(model="toy", encoding="toy_lpe", seeds=[1], epochs=8, batch_size=32, lr=0.02, dim=16,
+                layers=1, heads=1, dropout=0.0, max_len=8, patience=3, select_metric="ndcg@5", device="cpu")
+    base.update(train)
+    return from_dict(Params, {"train": base, "evaluate": {"ks": [1, 5], "batch_size": 64}})
+
+
+# --------------------------------------------------------------------------- training
+
+def test_toy_model_learns_and_run_folder_is_complete(tmp_path, toy_registry):
+    samples = make_samples(tmp_path / "samples")
+    runs = tmp_path / "runs"
+    [res] = stage.run("toyset", samples, runs, params(), progress=False)
+    assert res["name"] == "toy-toy_lpe/seed-1" and res["config"] == "toy-toy_lpe"
+    assert res["test"]["hr@1"] > 0.95
+    run_dir = runs / "toy-toy_lpe" / "seed-1"
+    assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "run.json", "timing.json"]
+    assert [p.name for p in runs.rglob("*") if "tmp" in p.name or p.name.startswith(".")] == []
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["dataset"] == "toyset" and record["protocol"] == "srgnn" and record["n_items"] == 12
+    assert record["samples"] == {"train": 300, "valid": 60, "test": 60}
+    assert record["best_epoch"] == max(record["history"], key=lambda h: h["valid"]["ndcg@5"])["epoch"]
+    assert record["test"] == res["test"]
+    assert set(record["test"]) == {"hr@1", "hr@5", "mrr@1", "mrr@5", "ndcg@1", "ndcg@5"}
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert ckpt["epoch"] == record["best_epoch"] and ckpt["config"]["n_items"] == 12
+    assert ckpt["config"]["train"]["dim"] == 16
+    assert "samples_per_s" in json.loads((run_dir / "timing.json").read_text())["epochs"][0]
+
+
+def test_same_seed_same_weights_and_bytes_other_seed_differs(tmp_path, toy_registry):
+    samples = make_samples(tmp_path / "samples")
+    p = params(epochs=2)
+    stage.run("toyset", samples, tmp_path / "a", p, seeds=[5, 6], progress=False)
+    stage.run("toyset", samples, tmp_path / "b", p, seeds=[5], progress=False)
+    def state(root, seed):
+        return torch.load(root / "toy-toy_lpe" / f"seed-{seed}" / "checkpoint.pt", weights_only=True)["model"]
+    a5, b5, a6 = state(tmp_path / "a", 5), state(tmp_path / "b", 5), state(tmp_path / "a", 6)
+    assert all(torch.equal(a5[k], b5[k]) for k in a5)
+    assert not all(torch.equal(a5[k], a6[k]) for k in a5)
+    rel = Path("toy-toy_lpe/seed-5")
+    for name in ("run.json", "checkpoint.pt"):
+        assert (tmp_path / "a" / rel / name).read_bytes() == (tmp_path / "b" / rel / name).read_bytes()
+
+
+def test_best_epoch_is_chosen_on_valid_and_test_is_scored_once_with_its_weights(tmp_path, toy_registry, monkeypatch):
+    samples = make_samples(tmp_path / "samples")
+    scripted = iter([0.1, 0.5, 0.3, 0.2, 0.9])          # patience 2: stops after epoch 4, best = 2
+    seen: dict[str, list] = {"valid": [], "test": []}
+
+    def fake_score(net, data, split, ks, batch_size, device, trim=True):
+        seen[split].append({k: v.clone() for k, v in net.state_dict().items()})
+        value = next(scripted) if split == "valid" else 0.25
+        return {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
+
+    monkeypatch.setattr(stage, "score", fake_score)
+    [res] = stage.run("toyset", samples, tmp_path / "runs", params(patience=2), progress=False)
+    assert res["best_epoch"] == 2 and res["valid"]["ndcg@5"] == 0.5
+    assert len(seen["valid"]) == 4 and len(seen["test"]) == 1
+    best, tested = seen["valid"][1], seen["test"][0]
+    assert all(torch.equal(best[k], tested[k]) for k in best)
+    assert not all(torch.equal(seen["valid"][3][k], tested[k]) for k in best)
+    ckpt = torch.load(tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "checkpoint.pt", weights_only=True)
+    assert all(torch.equal(best[k], ckpt["model"][k]) for k in best)
+    record = json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    assert [h["epoch"] for h in record["history"]] == [1, 2, 3, 4] and record["test"]["hr@1"] == 0.25
+
+
+def test_failed_run_leaves_no_partial_folder(tmp_path, toy_registry, monkeypatch):
+    samples = make_samples(tmp_path / "samples")
+    monkeypatch.setattr(stage, "write_json", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+    left = [p.name for p in (tmp_path / "runs").rglob("*") if p.is_file()]
+    assert len(left) == 1 and left[0].startswith(".seed-1.") and left[0].endswith(".resume.pt")   # resumable
+    assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path, toy_registry, monkeypatch):
+    samples = make_samples(tmp_path / "samples")
+    p = params(epochs=4, patience=0, lr_schedule="step", lr_step=1, lr_gamma=0.5, dropout=0.1)
+    stage.run("toyset", samples, tmp_path / "full", p, progress=False)
+    real_score, calls = stage.score, []
+
+    def crash_in_epoch_3(net, data, split, *args, **kwargs):
+        calls.append(split)
+        if calls.count("valid") == 3:
+            raise KeyboardInterrupt
+        return real_score(net, data, split, *args, **kwargs)
+
+    monkeypatch.setattr(stage, "score", crash_in_epoch_3)
+    with pytest.raises(KeyboardInterrupt):
+        stage.run("toyset", samples, tmp_path / "cut", p, progress=False)
+    monkeypatch.setattr(stage, "score", real_score)
+    stage.run("toyset", samples, tmp_path / "cut", p, progress=False)
+    rel = Path("toy-toy_lpe/seed-1")
+    for name in ("checkpoint.pt", "run.json"):
+        assert (tmp_path / "full" / rel / name).read_bytes() == (tmp_path / "cut" / rel / name).read_bytes()
+    assert [f.name for f in (tmp_path / "cut" / "toy-toy_lpe").iterdir()] == ["seed-1"]   # resume file gone
+
+
+def test_sampled_softmax_and_step_schedule(tmp_path, toy_registry):
+    samples = make_samples(tmp_path / "samples")
+    p = params(loss="sampled", negatives=6, lr_schedule="step", lr_step=2, lr_gamma=0.5, epochs=5, patience=0)
+    [res] = stage.run("toyset", samples, tmp_path / "runs", p, progress=False)
+    record = json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    assert [h["lr"] for h in record["history"]] == pytest.approx([0.02, 0.02, 0.01, 0.01, 0.005])
+    assert res["test"]["hr@5"] > 0.9
+
+
+def test_preset_overrides_and_unknown_names(tmp_path, toy_registry):
+    samples = make_samples(tmp_path / "samples")
+    [res] = stage.run("toyset", samples, tmp_path / "runs", params(), preset="quick", progress=False)
+    record = json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    assert record["train"]["epochs"] == 1 and record["train"]["lr"] == 0.05 and len(record["history"]) == 1
+    with pytest.raises(ParamsError, match="unknown preset 'paper' for model 'toy'. Fix: use one of: quick"):
+        stage.run("toyset", samples, tmp_path / "runs", params(), preset="paper", progress=False)
+    with pytest.raises(UnknownNameError, match="unknown model 'nope'.*toy"):
+        stage.run("toyset", samples, tmp_path / "runs", params(), model="nope", progress=False)
+    with pytest.raises(UnknownNameError, match="unknown encoding 'nope'.*toy_lpe"):
+        stage.run("toyset", samples, tmp_path / "runs", params(), encoding="nope", progress=False)
+    with pytest.raises(ParamsError, match="select_metric 'ndcg@10' is not computed"):
+        stage.run("toyset", samples, tmp_path / "runs", params(select_metric="ndcg@10"), progress=False)
+    with pytest.raises(ParamsError, match="train.loss must be one of ce, sampled"):
+        stage.run("toyset", samples, tmp_path / "runs", params(loss="bpr"), progress=False)
+
+
+def test_missing_samples_manifest_says_run_augment(tmp_path, toy_registry):
+    with pytest.raises(DataError, match=r"run `seqpe augment toyset` first"):
+        stage.run("toyset", tmp_path / "nothing", tmp_path / "runs", params(), progress=False)
+
+
+def test_cli_unknown_model_is_one_line_error(tmp_path, monkeypatch, capsys):
+    from pipeline import cli
+    make_samples(tmp_path / "samples")
+    monkeypatch.setattr(sys, "argv", ["seqpe", "train", "toyset", str(tmp_path / "samples"), str(tmp_path / "runs"),
+                                      "--model", "nosuchmodel", "--quiet", "--params", str(ROOT / "params.yaml")])
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "unknown model 'nosuchmodel'" in lines[0] and "sasrec" in lines[0], err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif("sasrec" not in MODELS, reason="models/sasrec.py is not there yet (another helper writes it)")
+def test_sasrec_learns_next_item_rule(tmp_path):
+    from models.encodings import ENCODINGS
+    samples = make_samples(tmp_path / "samples", n_items=10, train=400)
+    enc = "lpe" if "lpe" in ENCODINGS else sorted(ENCODINGS)[0]
+    p = params(model="sasrec", encoding=enc, epochs=12, lr=0.01, dim=32, layers=1, dropout=0.0, patience=0)
+    [res] = stage.run("toyset", samples, tmp_path / "runs", p, progress=False)
+    assert res["test"]["hr@1"] > 0.95, res
+
+
+@pytest.mark.skipif("pop" not in MODELS, reason="models/baselines.py is not there yet")
+def test_fitted_model_has_no_epochs_and_runs_under_encoding_none(tmp_path):
+    samples = make_samples(tmp_path / "samples")
+    [res] = stage.run("toyset", samples, tmp_path / "runs", params(model="pop", encoding="lpe"), progress=False)
+    assert res["config"] == "pop-none" and res["best_epoch"] == 0
+    record = json.loads((tmp_path / "runs" / "pop-none" / "seed-1" / "run.json").read_text())
+    assert record["epochs_run"] == 0 and [h["epoch"] for h in record["history"]] == [0]
+    assert 0 < record["test"]["hr@5"] < 1
+
+
+@pytest.mark.skipif("sasrec" not in MODELS, reason="models/sasrec.py is not there yet")
+def test_trimming_padding_columns_does_not_change_sasrec_metrics(tmp_path):
+    from models import build_model
+    samples = make_samples(tmp_path / "samples", n_items=30)
+    tp = TrainParams(dim=16, layers=1, max_len=8, dropout=0.0)
+    torch.manual_seed(0)
+    net = build_model("sasrec", n_items=30, max_len=8, train=tp, options={},
+                      encoding=stage.build_encoding("lpe", tp, {}))
+    data = load_samples(samples, "test", 8)
+    trimmed = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"), trim=True)
+    full = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"), trim=False)
+    assert trimmed == pytest.approx(full, abs=1e-12)
