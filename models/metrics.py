@@ -125,6 +125,9 @@ def _average_ranks(keys: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tens
 def _grouped_auc(groups: torch.Tensor, labels: torch.Tensor, scores: torch.Tensor):
     """Per-group AUC (Mann-Whitney). Returns (auc (G,), n_samples (G,), valid (G,) bool)."""
     labels = labels.to(torch.float64)
+    if labels.numel() == 0:
+        empty = torch.zeros(0, dtype=torch.float64, device=scores.device)
+        return empty, empty, empty.bool()
     order, avg = _average_ranks(groups, scores)
     g = groups[order]
     _, inverse = torch.unique(g, sorted=True, return_inverse=True)  # (S,) dense group ids
@@ -144,7 +147,7 @@ def auc(labels: torch.Tensor, scores: torch.Tensor) -> float:
     """ROC AUC; labels (S,) in {0, 1}, scores (S,). Tied scores count one half. NaN if one class."""
     groups = torch.zeros_like(labels, dtype=torch.long)
     a, _, valid = _grouped_auc(groups, labels, scores)
-    return float(a[0].item()) if bool(valid[0]) else math.nan
+    return float(a[0].item()) if valid.numel() and bool(valid[0]) else math.nan
 
 
 def gauc(users: torch.Tensor, labels: torch.Tensor, scores: torch.Tensor) -> float:

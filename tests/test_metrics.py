@@ -76,6 +76,7 @@ def test_auc_exact_with_ties():
     assert auc(torch.tensor([0, 1]), torch.tensor([0.1, 0.2])) == 1.0
     assert auc(torch.tensor([0, 1]), torch.tensor([0.3, 0.2])) == 0.0
     assert math.isnan(auc(torch.tensor([1, 1]), torch.tensor([0.3, 0.2])))
+    assert math.isnan(auc(torch.tensor([], dtype=torch.long), torch.tensor([])))
 
 
 def test_auc_matches_pairwise_count_on_random_data():
@@ -93,6 +94,16 @@ def test_gauc_weights_users_by_samples_and_skips_one_class_users():
     scores = torch.tensor([0.8, 0.9, 0.1, 0.4, 0.6, 0.1, 0.2])
     # user 7: positive 0.8 beats 0.1, loses to 0.9 -> 1/2; user 3: 1.0
     assert gauc(users, labels, scores) == pytest.approx((3 * 0.5 + 2 * 1.0) / 5)
+    rng = np.random.default_rng(1)                     # shuffled rows, ties across users: same answer
+    u, y, sc = rng.integers(0, 20, 400), rng.integers(0, 2, 400), rng.integers(0, 5, 400).astype(float)
+    expected, weight = 0.0, 0
+    for user in np.unique(u):
+        m = u == user
+        if 0 < y[m].sum() < m.sum():
+            expected += m.sum() * auc(torch.from_numpy(y[m]), torch.from_numpy(sc[m]))
+            weight += m.sum()
+    got = gauc(torch.from_numpy(u), torch.from_numpy(y), torch.from_numpy(sc))
+    assert got == pytest.approx(expected / weight, abs=1e-12)
 
 
 def test_logloss_exact():

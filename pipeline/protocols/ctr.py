@@ -8,7 +8,9 @@ dataset's rule `spec.options["valid"]`:
 - "last_per_user" (AmazonElectronics_x1, DIN's construction: per user, one positive and one
   sampled negative per position, the last position held out as test): valid = each user's
   train rows with the longest history, i.e. the user's last train position (its positive and
-  its negative). This mirrors how test was built, one step earlier.
+  its negative). This mirrors how test was built, one step earlier; on the real files every
+  user (5-core) has train rows, so valid should hold 2 x 192,403 = 384,806 rows, as test does,
+  leaving 2,223,958 train rows.
 - "tail" (KuaiVideo_x1, train.csv sorted by timestamp): valid = the last
   int(valid_fraction * N) rows of train.csv in file order, the most recent ones.
 
