@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from . import archive, fetch
+from . import archive  # `fetch` (requests + urllib3, ~0.1 s to import) only where something is fetched
 from .errors import DownloadError
 from .io import atomic_dir, read_json, write_json
 from .params import DownloadParams, SampleParams
@@ -166,6 +166,7 @@ def _download(dataset, src, dst: Path, params: DownloadParams, mirror, progress:
     part = dst / f".{src.filename}.part"
     failures: list[tuple[str, str, bool]] = []       # (location, reason, unreachable)
     mismatch: Optional[DownloadError] = None
+    from . import fetch
     http = fetch.session()
     try:
         with fetch.progress_bar(progress) as bar:
@@ -198,6 +199,7 @@ def _download(dataset, src, dst: Path, params: DownloadParams, mirror, progress:
 
 def _fetch_verified(http, bar, loc: str, part: Path, src, params: DownloadParams, expected, dst: Path):
     """Fetch `loc` into `part` and verify it; a stale resumed .part gets one fresh download."""
+    from . import fetch
     for fresh in (False, True):
         resumed = part.exists()
         task = bar.add_task(f"{src.filename} <- {_host(loc)}", total=src.size)

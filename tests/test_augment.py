@@ -55,7 +55,9 @@ def test_batches_and_shards_do_not_change_rows_or_bytes(tmp_path, monkeypatch):
                           {"train": "prefixes", "valid": "prefixes", "test": "prefixes"})
     p = Params(augment=AugmentParams(rows_per_shard=50))
     augment.run("sample", src, tmp_path / "a", p)
-    monkeypatch.setattr(augment, "BATCH_CELLS", 7)
+    monkeypatch.setattr(augment, "BATCH_CELLS", 7)      # pieces of a shard: concatenated, then rechunked
+    monkeypatch.setattr(augment, "BATCH_SAMPLES", 11)   # sessions planned a few at a time
+    monkeypatch.setattr(augment, "GATHER_CELLS", 5)     # many gather blocks, some inside one prefix
     m = augment.run("sample", src, tmp_path / "b", p)
     expected = [(s, items[:-i], items[-i]) for s, items in rows for i in range(1, len(items))]
     got = [r for e in m["shards"] if e["path"].startswith("train/")
@@ -77,6 +79,19 @@ def test_leave_one_out_modes_and_max_len(tmp_path):
     assert samples(out, "valid") == [(1, [3, 4], 5)]
     assert samples(out, "test") == [(1, [4, 5], 6)]
     assert m["params"]["max_len_applied"] == 2 and m["max_len"] == 2
+
+
+def test_sample_builders_edge_cases():
+    df = pl.DataFrame({"session_id": [7, 8, 9, 10], "items": [[], [5], [1, 2, 3], [4, 6]]},
+                      schema={"session_id": pl.Int64, "items": pl.List(pl.Int32)})
+    rows = lambda f: [(s, list(p), t) for s, p, t in f.iter_rows()]  # noqa: E731
+    assert rows(augment.prefix_samples(df)) == [(9, [1, 2], 3), (9, [1], 2), (10, [4], 6)]
+    assert rows(augment.prefix_samples(df.slice(2), 1)) == [(9, [2], 3), (9, [1], 2), (10, [4], 6)]
+    assert rows(augment.last_samples(df.slice(1), 1)) == [(9, [2], 3), (10, [4], 6)]
+    assert augment.last_samples(df.head(2)).schema == pl.Schema(augment.SAMPLE_SCHEMA)
+    with pytest.raises(DataError, match="null"):
+        augment.prefix_samples(df.with_columns(pl.Series("items", [[1], None, [1, 2], [3, None]],
+                                                         dtype=pl.List(pl.Int32))))
 
 
 def test_srgnn_ignores_max_len(tmp_path):
