@@ -48,7 +48,8 @@ class ModelSpec:
     description: str
     paper: str = ""
     uses_encoding: bool = True           # False: the model ignores --encoding (e.g. GRU4Rec, POP)
-    presets: Optional[dict] = None       # name -> dict of TrainParams overrides (e.g. "paper")
+    presets: Optional[dict] = None       # name -> {"train", "models", "encodings", "datasets"} (e.g. "paper");
+                                         # a flat dict = TrainParams overrides; see pipeline/presets.py
 
 
 MODELS: dict[str, ModelSpec] = {}

@@ -76,12 +76,16 @@ def _builder(name: str, default_encoding: str):
     return build
 
 
-# 003 §4.2: 2 blocks, Adam, cross-entropy over all items; k = 40 is encodings.fparec.rank.
+# 003 §4.2: 2 blocks, Adam, cross-entropy over all items, FPARec rank k = 40 (PROTOCOLS.md §6).
+# max_len 50 is the Amazon (Beauty, Sports, Toys) setting; ML-1m uses longer (--set train.max_len=200).
 _PAPER = {"epochs": 200, "layers": 2, "heads": 1, "dim": 64, "lr": 1e-3, "dropout": 0.2, "max_len": 50,
           "loss": "ce", "patience": 10}
 
 register_model(ModelSpec("parec", _builder("parec", "parec"), "PARec: learned positional attention (values only)",
-                         "003 Eq. 6", uses_encoding=True, presets={"paper": {**_PAPER, "encoding": "parec"}}))
+                         "003 Eq. 6", uses_encoding=True,
+                         presets={"paper": {"train": {**_PAPER, "encoding": "parec"}}}))
 register_model(ModelSpec("fparec", _builder("fparec", "fparec"),
                          "FPARec: factorised positional attention; handcrafted patterns via --encoding",
-                         "003 Eq. 7, §4.4", uses_encoding=True, presets={"paper": {**_PAPER, "encoding": "fparec"}}))
+                         "003 Eq. 7, §4.4", uses_encoding=True,
+                         presets={"paper": {"train": {**_PAPER, "encoding": "fparec"},
+                                            "encodings": {"fparec": {"rank": 40}}}}))

@@ -85,13 +85,21 @@ def build_posrec(n_items: int, max_len: int, train, options=None,
 
 
 # 000 §5.1.5 with PROTOCOLS.md §6: one PGGNN layer, one attention layer, Adam lr 1e-3 x0.1
-# every 3 epochs, batch 100, embedding 100, L2 (SR-GNN's 1e-5), 4 epochs, LDPE.
-# lambda0 = lambda1 = 1 and lambda2 = 1 are PosRecConfig's defaults (Diginetica); Yoochoose
-# uses lambda2 = 0.5: params.yaml `models: {posrec: {lambda2: 0.5}}`.
-_PAPER = {"encoding": "ldpe", "epochs": 4, "batch_size": 100, "dim": 100, "layers": 1, "heads": 1,
-          "lr": 1e-3, "weight_decay": 1e-5, "lr_schedule": "step", "lr_step": 3, "lr_gamma": 0.1,
-          "dropout": 0.0, "patience": 0, "max_len": 200}
+# every 3 epochs, batch 100, embedding 100, L2 (SR-GNN's 1e-5), 4 epochs, LDPE,
+# lambda0 = lambda1 = 1; lambda2 = 1 on Diginetica and 0.5 on Yoochoose. `paper` picks the
+# variant from the dataset name (pipeline/presets.py); paper_diginetica / paper_yoochoose name
+# it for datasets called otherwise. Other datasets get lambda2 = 1.
+_PAPER_TRAIN = {"encoding": "ldpe", "epochs": 4, "batch_size": 100, "dim": 100, "layers": 1, "heads": 1,
+                "lr": 1e-3, "weight_decay": 1e-5, "lr_schedule": "step", "lr_step": 3, "lr_gamma": 0.1,
+                "dropout": 0.0, "patience": 0, "max_len": 200}
+_LAMBDAS = {"diginetica": {"lambda0": 1.0, "lambda1": 1.0, "lambda2": 1.0},
+            "yoochoose": {"lambda0": 1.0, "lambda1": 1.0, "lambda2": 0.5}}
+_PRESETS = {
+    "paper": {"train": _PAPER_TRAIN, "models": {"posrec": _LAMBDAS["diginetica"]},
+              "datasets": {ds: {"models": {"posrec": lam}} for ds, lam in _LAMBDAS.items()}},
+    **{f"paper_{ds}": {"train": _PAPER_TRAIN, "models": {"posrec": lam}} for ds, lam in _LAMBDAS.items()},
+}
 
 register_model(ModelSpec("posrec", build_posrec, "PosRec: position-aware gated GNN + bidirectional "
                          "Transformer readout with (L)DPE", "000 §4.3", uses_encoding=True,
-                         presets={"paper": _PAPER}))
+                         presets=_PRESETS))

@@ -179,13 +179,15 @@ def train(dataset: str,
           model: Annotated[Optional[str], typer.Option(help="model name (default train.model)")] = None,
           encoding: Annotated[Optional[str], typer.Option(help="encoding name (default train.encoding)")] = None,
           seed: Annotated[Optional[list[int]], typer.Option(help="seed(s) (default train.seeds)")] = None,
-          preset: Annotated[Optional[str], typer.Option(help="named params set, e.g. paper")] = None,
+          preset: Annotated[Optional[str], typer.Option(
+              help="model's named settings, e.g. paper (train + model/encoding options, per-dataset "
+                   "variants; --set train.KEY and params.yaml models:/encodings: win over it)")] = None,
           params: ParamsOpt = Path("params.yaml"), overrides: SetOpt = None, quiet: QuietOpt = False):
     """Train a model (best epoch chosen on valid) and score it once on test."""
     from . import train as stage
     results = stage.run(dataset, _default("samples", dataset, samples), _default("runs", dataset, runs),
                         _params(params, overrides), model=model, encoding=encoding, seeds=seed,
-                        preset=preset, progress=not quiet)
+                        preset=preset, progress=not quiet, overrides=overrides)
     if not quiet:
         _print_runs(results)
 

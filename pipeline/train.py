@@ -27,12 +27,14 @@ file is removed once the run folder is in place.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
+from . import presets
 from .batches import Samples, batches, load_samples
 from .errors import DataError, ParamsError, unknown
 from .io import SPLITS, atomic_dir, dumps_json, read_json, write_bytes, write_json
@@ -59,16 +61,30 @@ def samples_manifest(dataset: str, samples_dir: Path) -> dict:
     return manifest
 
 
-def resolve_train(train: TrainParams, spec, preset: Optional[str], model: str,
-                  encoding: Optional[str]) -> TrainParams:
-    """TrainParams after the model's named preset and the command-line model/encoding."""
+def resolve_train(train: TrainParams, spec, preset: Optional[str], model: str, encoding: Optional[str],
+                  dataset: str = "", explicit: Iterable[str] = ()) -> TrainParams:
+    """TrainParams after the model's preset (and its variant for `dataset`), the `explicit` keys of
+    `train` (given by --set, kept over the preset) and the command-line model/encoding."""
+    return _train_params(train, presets.resolve(spec.presets, preset, model, dataset).train, model, encoding,
+                         explicit)
+
+
+def resolve_run(params: Params, spec, preset: Optional[str], model: str, encoding: Optional[str], dataset: str,
+                explicit: Iterable[str] = ()) -> tuple[TrainParams, Params, presets.Resolved]:
+    """(TrainParams, Params with the preset's model/encoding options merged under the explicit ones,
+    the preset applied); precedence in pipeline/presets.py."""
+    res = presets.resolve(spec.presets, preset, model, dataset)
+    tp = _train_params(params.train, res.train, model, encoding, explicit)
+    params = dataclasses.replace(params, train=tp, models=presets.merge_options(res.models, params.models),
+                                 encodings=presets.merge_options(res.encodings, params.encodings))
+    return tp, params, res
+
+
+def _train_params(train: TrainParams, preset_train: dict, model: str, encoding: Optional[str],
+                  explicit: Iterable[str]) -> TrainParams:
     data = to_dict(train)
-    if preset is not None:
-        presets = spec.presets or {}
-        if preset not in presets:
-            known = ", ".join(sorted(presets)) or "(this model has none)"
-            raise ParamsError(f"unknown preset '{preset}' for model '{model}'", f"use one of: {known}")
-        data.update(presets[preset])
+    data.update(preset_train)
+    data.update({k: getattr(train, k) for k in explicit if hasattr(train, k)})
     data["model"] = model
     if encoding is not None:
         data["encoding"] = encoding
@@ -356,8 +372,13 @@ def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int) -> s
 
 def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, model: Optional[str] = None,
         encoding: Optional[str] = None, seeds: Optional[list[int]] = None, preset: Optional[str] = None,
-        progress: bool = True) -> list[dict]:
-    """Train every seed of one (model, encoding) configuration; return one summary per run."""
+        progress: bool = True, overrides: Optional[list[str]] = None) -> list[dict]:
+    """Train every seed of one (model, encoding) configuration; return one summary per run.
+
+    Only the samples manifest describes the data (n_items, protocol): `dataset` need not be a
+    registered name (`seqpe import diginetica_srgnn ...` then `seqpe train diginetica_srgnn`); it
+    picks the preset's dataset variant. `overrides` are the command line's --set strings: their
+    `train.*` keys win over the preset (pipeline/presets.py)."""
     import torch
     from models import MODELS
 
@@ -365,7 +386,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     if name not in MODELS:
         raise unknown("model", name, MODELS)
     spec = MODELS[name]
-    tp = resolve_train(params.train, spec, preset, name, encoding)
+    tp, params, applied = resolve_run(params, spec, preset, name, encoding, dataset,
+                                      presets.explicit_train_keys(overrides))
     check_select_metric(tp, params.evaluate)
     if spec.uses_encoding:
         import models.encodings as enc
@@ -392,6 +414,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
             if old != resume:    # left by a killed run with other inputs: cannot be continued
                 old.unlink()
         net, record, timing = train_one(spec, tp, params, data, manifest, int(seed), device, progress, resume)
+        record["preset"] = applied.record()
         save_run(run_dir, net, record, timing)
         resume.unlink(missing_ok=True)
         results.append({"name": f"{name}-{enc_name}/seed-{seed}", "config": f"{name}-{enc_name}", "seed": seed,

@@ -38,7 +38,7 @@ def test_registry_names_and_specs():
         spec = MODELS[name]
         assert spec.name == name and spec.description and spec.paper
         assert spec.uses_encoding == (name in WITH_ENCODING)
-    assert MODELS["posrec"].presets["paper"]["encoding"] == "ldpe"
+    assert MODELS["posrec"].presets["paper"]["train"]["encoding"] == "ldpe"
     with pytest.raises(UnknownNameError, match="unknown model 'posrek'.*posrec"):
         build_model("posrek", n_items=3, max_len=4, train=TP, options={}, encoding=None)
 
@@ -192,9 +192,25 @@ def test_itemknn_cosine_of_last_item():
 
 @pytest.mark.parametrize("name", [n for n in OURS if MODELS[n].presets])
 def test_presets_are_valid_train_params(name):
+    from pipeline.presets import parts, resolve
     from pipeline.train import resolve_train
-    for preset, overrides in MODELS[name].presets.items():
+    for preset, value in MODELS[name].presets.items():
         tp = resolve_train(TrainParams(), MODELS[name], preset, name, None)
-        assert all(getattr(tp, k) == v for k, v in overrides.items())
+        assert all(getattr(tp, k) == v for k, v in parts(value, preset).get("train", {}).items())
         if MODELS[name].uses_encoding:
             assert tp.encoding in ENCODINGS
+        res = resolve(MODELS[name].presets, preset, name, "any")
+        for model, options in res.models.items():      # the options a preset carries build
+            assert model == name
+            build_model(name, n_items=3, max_len=tp.max_len, train=tp, options=options, encoding=None)
+        for enc, options in res.encodings.items():
+            build_encoding(enc, dim=tp.dim, max_len=tp.max_len, heads=tp.heads, layers=tp.layers, options=options)
+
+
+def test_paper_presets_carry_the_papers_model_and_encoding_options():
+    from pipeline.presets import resolve
+    lam = {ds: resolve(MODELS["posrec"].presets, "paper", "posrec", ds).models["posrec"]["lambda2"]
+           for ds in ("diginetica", "diginetica_srgnn", "yoochoose_1_64", "beauty")}
+    assert lam == {"diginetica": 1.0, "diginetica_srgnn": 1.0, "yoochoose_1_64": 0.5, "beauty": 1.0}
+    assert resolve(MODELS["posrec"].presets, "paper_yoochoose", "posrec", "yc").models["posrec"]["lambda2"] == 0.5
+    assert resolve(MODELS["fparec"].presets, "paper", "fparec", "beauty").encodings == {"fparec": {"rank": 40}}

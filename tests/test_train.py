@@ -235,6 +235,60 @@ def test_preset_overrides_and_unknown_names(tmp_path, toy_registry):
         stage.run("toyset", samples, tmp_path / "runs", params(loss="bpr"), progress=False)
 
 
+PAPER = {"train": {"epochs": 1, "lr": 0.05},
+         "models": {"toy": {"alpha": 1.0, "beta": 2}},
+         "encodings": {"toy_lpe": {"rank": 40}},
+         "datasets": {"yoochoose": {"train": {"lr": 0.03}, "models": {"toy": {"alpha": 0.5}}},
+                      "diginetica": {"models": {"toy": {"beta": 3}}}}}
+
+
+def test_preset_carries_model_and_encoding_options_per_dataset(tmp_path, toy_registry, monkeypatch):
+    import dataclasses
+    samples = make_samples(tmp_path / "samples")        # its manifest says dataset "toyset"
+    monkeypatch.setitem(MODELS, "toy", dataclasses.replace(MODELS["toy"], presets={"paper": PAPER}))
+
+    def record(dataset, p=None, **kw):
+        stage.run(dataset, samples, tmp_path / dataset, p or params(), preset="paper", progress=False, **kw)
+        return json.loads((tmp_path / dataset / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+
+    r = record("toyset")                                 # no variant matches: the base preset
+    assert (r["options"], r["encoding_options"]) == ({"alpha": 1.0, "beta": 2}, {"rank": 40})
+    assert (r["train"]["epochs"], r["train"]["lr"], r["preset"]) == (1, 0.05, {"name": "paper", "variant": None})
+    r = record("diginetica_srgnn")                       # not a registered dataset: only the manifest counts
+    assert (r["options"], r["train"]["lr"], r["preset"]["variant"]) == ({"alpha": 1.0, "beta": 3}, 0.05, "diginetica")
+    r = record("YooChoose_1_64")
+    assert (r["options"], r["train"]["lr"], r["preset"]["variant"]) == ({"alpha": 0.5, "beta": 2}, 0.03, "yoochoose")
+    # explicit params.yaml options win option by option; --set train.KEY wins over the preset
+    p = dataclasses.replace(params(epochs=2), models={"toy": {"alpha": 0.25}}, encodings={"toy_lpe": {"rank": 8}})
+    r = record("yoochoose_big", p, overrides=["train.epochs=2", "models.toy.alpha=0.25"])
+    assert (r["options"], r["encoding_options"]) == ({"alpha": 0.25, "beta": 2}, {"rank": 8})
+    assert (r["train"]["epochs"], len(r["history"]), r["train"]["lr"]) == (2, 2, 0.03)
+    with pytest.raises(ParamsError, match="dataset 'yoochoose_vs_diginetica' matches several variants .*"
+                                          "diginetica, yoochoose"):
+        record("yoochoose_vs_diginetica")
+    from pipeline.presets import parts
+    with pytest.raises(ParamsError, match=r"mixes flat train keys \(epochs\) with sections"):
+        parts({"epochs": 3, "models": {}}, "preset 'x'")
+    assert parts({"epochs": 3}, "preset 'x'") == {"train": {"epochs": 3}}   # legacy flat form
+
+
+def test_cli_preset_then_set_on_an_unregistered_dataset(tmp_path, toy_registry, monkeypatch):
+    import dataclasses
+    from pipeline import cli
+    make_samples(tmp_path / "samples")
+    monkeypatch.setitem(MODELS, "toy", dataclasses.replace(MODELS["toy"], presets={"paper": PAPER}))
+    monkeypatch.setattr(sys, "argv", ["seqpe", "train", "yoochoose_srgnn", str(tmp_path / "samples"),
+                                      str(tmp_path / "runs"), "--model", "toy", "--encoding", "toy_lpe",
+                                      "--preset", "paper", "--set", "train.epochs=2", "--set", "train.dim=8",
+                                      "--quiet", "--params", str(ROOT / "params.yaml")])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 0
+    r = json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    assert (r["train"]["epochs"], len(r["history"]), r["train"]["dim"], r["train"]["lr"]) == (2, 2, 8, 0.03)
+    assert r["options"] == {"alpha": 0.5, "beta": 2} and r["dataset"] == "toyset"
+
+
 def test_missing_samples_manifest_says_run_augment(tmp_path, toy_registry):
     with pytest.raises(DataError, match=r"run `seqpe augment toyset` first"):
         stage.run("toyset", tmp_path / "nothing", tmp_path / "runs", params(), progress=False)

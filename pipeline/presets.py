@@ -1,0 +1,117 @@
+"""Named parameter sets of a model (`seqpe train --preset NAME`), resolved against one dataset.
+
+A model registers its presets in `ModelSpec.presets` (models/base.py): name -> preset. A
+preset carries the paper's settings for the three parts of a run:
+
+    {"train":     {TrainParams field: value, ...},              # e.g. epochs, dim, lr, encoding
+     "models":    {model name: {option: value}},                # params.yaml `models:` shape
+     "encodings": {encoding name: {option: value}},             # params.yaml `encodings:` shape
+     "datasets":  {name fragment: {"train"/"models"/"encodings": ...}}}   # per-dataset variants
+
+Every key is optional. A preset with none of these four keys is the legacy flat form: the
+whole dict is TrainParams overrides (`{"epochs": 30, "lr": 1e-3}`).
+
+Dataset variants: a `datasets` entry applies when its fragment occurs in the dataset name
+(case-insensitive), so PosRec's `paper` means lambda2 = 0.5 for `yoochoose_1_64` and
+lambda2 = 1 for `diginetica` / `diginetica_srgnn` (000 §5.1.5). Two matching fragments are an
+error (ambiguous); no match keeps the preset's base settings. A model may also register the
+variants under their own names (`paper_yoochoose`) for datasets with other names.
+
+Precedence, lowest first (the record of the run holds the resolved values):
+    train:      params.yaml `train:`  <  preset  <  dataset variant  <  `--set train.KEY=...`
+                <  `--model` / `--encoding`
+    options:    preset  <  dataset variant  <  params.yaml `models:` / `encodings:` (and --set)
+`train:` in params.yaml is complete (every key has a value), so a preset must win over it,
+or presets would do nothing; the command line's --set is explicit, so it wins over the
+preset (`--preset paper --set train.epochs=1`). `models:` / `encodings:` hold only what a
+user wrote on purpose, so an explicit option there beats the preset's, key by key.
+
+Torch-free: the train stage calls it before importing any model code it does not need.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from .errors import ParamsError
+
+PARTS = ("train", "models", "encodings")
+STRUCTURED = PARTS + ("datasets",)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What one preset contributes for one dataset (empty when no preset was asked for)."""
+    train: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    encodings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    name: Optional[str] = None
+    variant: Optional[str] = None      # the `datasets` fragment that matched, if any
+
+    def record(self) -> Optional[dict]:
+        """For run.json: which preset and dataset variant were applied."""
+        return None if self.name is None else {"name": self.name, "variant": self.variant}
+
+
+def parts(preset: dict, where: str) -> dict[str, Any]:
+    """The structured form of one preset (or dataset variant); the flat form -> {"train": ...}."""
+    if not isinstance(preset, dict):
+        raise ParamsError(f"{where} must be a mapping", "fix the preset in the model's module")
+    keys = set(preset)
+    if not keys & set(STRUCTURED):
+        return {"train": dict(preset)}
+    extra = sorted(keys - set(STRUCTURED))
+    if extra:
+        raise ParamsError(f"{where} mixes flat train keys ({', '.join(extra)}) with sections",
+                          f"put train keys under 'train'; sections are {', '.join(STRUCTURED)}")
+    return preset
+
+
+def _merge_options(base: dict, over: dict, where: str) -> dict:
+    out = {k: dict(v) for k, v in base.items()}
+    for name, opts in (over or {}).items():
+        if not isinstance(opts, dict):
+            raise ParamsError(f"{where}.{name} must be a mapping of options", "write {option: value}")
+        out.setdefault(name, {}).update(opts)
+    return out
+
+
+def resolve(presets: Optional[dict], preset: Optional[str], model: str, dataset: str) -> Resolved:
+    """The preset `preset` of `model` with its variant for `dataset` applied on top."""
+    if preset is None:
+        return Resolved()
+    presets = presets or {}
+    if preset not in presets:
+        known = ", ".join(sorted(presets)) or "(this model has none)"
+        raise ParamsError(f"unknown preset '{preset}' for model '{model}'", f"use one of: {known}")
+    where = f"preset '{preset}' of model '{model}'"
+    base = parts(presets[preset], where)
+    variants = base.get("datasets") or {}
+    hits = sorted(f for f in variants if f.lower() in dataset.lower())
+    if len(hits) > 1:
+        raise ParamsError(f"dataset '{dataset}' matches several variants of {where}: {', '.join(hits)}",
+                          "rename the dataset or pick a variant preset (e.g. paper_yoochoose)")
+    layers = [base] + [parts(variants[hits[0]], f"{where}, dataset '{hits[0]}'")] if hits else [base]
+    train: dict[str, Any] = {}
+    models: dict = {}
+    encodings: dict = {}
+    for layer in layers:
+        train.update(layer.get("train") or {})
+        models = _merge_options(models, layer.get("models"), f"{where} models")
+        encodings = _merge_options(encodings, layer.get("encodings"), f"{where} encodings")
+    return Resolved(train, models, encodings, preset, hits[0] if hits else None)
+
+
+def merge_options(preset_opts: dict, explicit: dict) -> dict:
+    """params.yaml `models:` / `encodings:` over the preset's, option by option (explicit wins)."""
+    return _merge_options(preset_opts, explicit, "params")
+
+
+def explicit_train_keys(overrides: Optional[Iterable[str]]) -> list[str]:
+    """TrainParams keys set on the command line (`--set train.KEY=VALUE`), in order."""
+    keys = []
+    for text in overrides or []:
+        path = text.split("=", 1)[0].strip().split(".")
+        if len(path) == 2 and path[0] == "train" and path[1] not in keys:
+            keys.append(path[1])
+    return keys
