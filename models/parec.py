@@ -40,6 +40,13 @@ class PARec(Recommender):
         super().__init__()
         self.n_items = n_items
         self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
+        # Scores are LayerNorm(F_L) . M: with unit-variance rows of M the initial logits have
+        # std ~sqrt(d) and the loss starts far above ln N; start M at std d^-1/2 (as SASRec does)
+        # and scale the input by sqrt(d) so F_0 keeps unit scale.
+        nn.init.normal_(self.emb.weight, std=dim ** -0.5)
+        with torch.no_grad():
+            self.emb.weight[0].zero_()
+        self.scale = dim ** 0.5
         self.drop = nn.Dropout(dropout)
         self.encoding = encoding
         self.blocks = nn.ModuleList(
@@ -50,7 +57,7 @@ class PARec(Recommender):
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:
         pos = Positions.from_seqs(seqs)
         keep = pos.mask[:, :, None].to(self.emb.weight.dtype)           # (B, L, 1)
-        x = self.encoding.embed(self.drop(self.emb(seqs)), pos) * keep  # (B, L, D) F_0
+        x = self.encoding.embed(self.drop(self.emb(seqs) * self.scale), pos) * keep  # (B, L, D) F_0
         for block in self.blocks:
             x = block(x, pos, self.encoding)                            # (B, L, D) F_l
         return self.ln(x[:, -1])                                        # (B, D) last item (left padding)
