@@ -228,15 +228,8 @@ def test_missing_raw_file(tmp_path):
 
 # ----------------------------------------------------------------------------- reference
 
-def reference_srgnn(path: Path, split_days: int = 7, min_count: int = 5) -> dict:
-    """SR-GNN's preprocess.py restated in plain Python (dicts, one row at a time, UTC dates)."""
-    clicks, dates = {}, {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f, delimiter=";"):
-            sid = row["sessionId"]
-            clicks.setdefault(sid, []).append((row["itemId"], int(row["timeframe"])))
-            dates[sid] = calendar.timegm(time.strptime(row["eventdate"], "%Y-%m-%d"))
-    clicks = {s: [i for i, _ in sorted(c, key=lambda c: c[1])] for s, c in clicks.items()}
+def reference_filter(clicks: dict, dates: dict, min_count: int) -> dict[str, int]:
+    """Steps 3-5 in place: drop length-1 sessions, count items, keep items clicked >= min_count."""
     for s in [s for s in clicks if len(clicks[s]) == 1]:
         del clicks[s], dates[s]
     counts: dict[str, int] = {}
@@ -249,6 +242,19 @@ def reference_srgnn(path: Path, split_days: int = 7, min_count: int = 5) -> dict
             del clicks[s], dates[s]
         else:
             clicks[s] = kept
+    return counts
+
+
+def reference_srgnn(path: Path, split_days: int = 7, min_count: int = 5) -> dict:
+    """SR-GNN's preprocess.py restated in plain Python (dicts, one row at a time, UTC dates)."""
+    clicks, dates = {}, {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f, delimiter=";"):
+            sid = row["sessionId"]
+            clicks.setdefault(sid, []).append((row["itemId"], int(row["timeframe"])))
+            dates[sid] = calendar.timegm(time.strptime(row["eventdate"], "%Y-%m-%d"))
+    clicks = {s: [i for i, _ in sorted(c, key=lambda c: c[1])] for s, c in clicks.items()}
+    counts = reference_filter(clicks, dates, min_count)
     maxdate = max(dates.values())
     split = maxdate - 86400 * split_days
     train = sorted([(s, d) for s, d in dates.items() if d < split], key=lambda x: x[1])
@@ -285,18 +291,7 @@ def reference_yoochoose(path: Path, min_count: int = 5) -> dict:
         for row in csv.reader(f):
             clicks.setdefault(row[0], []).append(row[2])
             dates[row[0]] = calendar.timegm(time.strptime(row[1][:19], "%Y-%m-%dT%H:%M:%S"))
-    for s in [s for s in clicks if len(clicks[s]) == 1]:
-        del clicks[s], dates[s]
-    counts: dict[str, int] = {}
-    for seq in clicks.values():
-        for i in seq:
-            counts[i] = counts.get(i, 0) + 1
-    for s in list(clicks):
-        kept = [i for i in clicks[s] if counts[i] >= min_count]
-        if len(kept) < 2:
-            del clicks[s], dates[s]
-        else:
-            clicks[s] = kept
+    counts = reference_filter(clicks, dates, min_count)
     split = max(dates.values()) - 86400
     order = lambda keep: sorted([(s, d) for s, d in dates.items() if keep(d)], key=lambda x: x[1])  # noqa: E731
     numbers: dict[str, int] = {}
