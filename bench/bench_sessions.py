@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -134,6 +135,7 @@ def main() -> None:
     t0 = time.perf_counter()
     src = make_diginetica(work) if family == "diginetica" else make_yoochoose(work)
     print(f"raw input {src} ({src.stat().st_size / 1e6:.0f} MB), ready in {time.perf_counter() - t0:.0f} s")
+    shutil.rmtree(work / args.dataset, ignore_errors=True)  # every stage does its full work (no "already present")
     raw, sess, samp = (work / args.dataset / d for d in ("raw", "sessions", "samples"))
     print(f"load average before: {os.getloadavg()}")
     rows = [measure("download --from", stage_code("download", args.dataset, src, raw)),

@@ -248,14 +248,16 @@ def _host(loc: str) -> str:
 
 # --------------------------------------------------------------------------- verify + install
 
-def _hashes(path: Path) -> tuple[int, str, str]:
-    sha, md5, n = hashlib.sha256(), hashlib.md5(), 0
+def _hashes(path: Path, md5: bool = True) -> tuple[int, str, Optional[str]]:
+    """(bytes, sha256, md5 or None when not asked for) of a file, in one read."""
+    sha, m5, n = hashlib.sha256(), hashlib.md5() if md5 else None, 0
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
             sha.update(block)
-            md5.update(block)
+            if m5 is not None:
+                m5.update(block)
             n += len(block)
-    return n, sha.hexdigest(), md5.hexdigest()
+    return n, sha.hexdigest(), m5.hexdigest() if m5 is not None else None
 
 
 def _expected(src, previous, generated: bool) -> Optional[tuple[str, str, str]]:
@@ -330,8 +332,8 @@ def _install_extracted(dataset, src, dst: Path, path: Path) -> dict:
 def _record(dataset, src, origin, n, sha, md5, written: dict[str, Path]) -> dict:
     files = {}
     for name in sorted(written):
-        size, fsha, fmd5 = _hashes(written[name])
         want = src.file_md5.get(name) or src.file_md5.get(Path(name).name)
+        size, fsha, fmd5 = _hashes(written[name], md5=bool(want))   # md5 only where one is published
         if want and want.lower() != fmd5:
             raise DownloadError(f"md5 of {name} inside {src.filename} does not match: expected {want} "
                                 f"(published), got {fmd5}",
@@ -365,7 +367,7 @@ def _present(previous: dict, dst: Path, src) -> bool:
         entry, path = files.get(name), dst / name
         if not isinstance(entry, dict) or not path.is_file() or path.stat().st_size != entry.get("bytes"):
             return False
-    return all(_hashes(dst / name)[1] == files[name].get("sha256") for name in src.files)
+    return all(_hashes(dst / name, md5=False)[1] == files[name].get("sha256") for name in src.files)
 
 
 def _summary(dataset, src, record: dict, note: str) -> dict:

@@ -22,7 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-import polars as pl
+from .lazy import lazy
+
+pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
 
 from .errors import DataError
 

@@ -384,3 +384,19 @@ def test_cli_error_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in err
     assert lines[0].startswith("error: no network") and "--from PATH/data.zip" in lines[0]
+
+
+def test_download_from_a_local_zip_never_imports_polars(tmp_path):
+    """`download --from` needs no dataframe library: Polars (~0.2 s per process) stays unimported."""
+    import subprocess
+    zpath = tmp_path / "dataset-train-diginetica.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr("train-item-views.csv", "sessionId;userId;itemId;timeframe;eventdate\n1;;5;10;2016-05-01\n")
+    code = ("import sys; from pathlib import Path; from pipeline.download import run; "
+            "from pipeline.params import DownloadParams; "
+            f"run('diginetica', Path({str(tmp_path / 'raw')!r}), DownloadParams(), from_path=Path({str(zpath)!r}), progress=False); "
+            "print(sorted(m for m in ('polars.dataframe', 'numpy.core', 'numpy._core', 'pyarrow.lib', 'requests') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "raw" / "train-item-views.csv").read_text().endswith("2016-05-01\n")

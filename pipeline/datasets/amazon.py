@@ -15,14 +15,16 @@ import gzip
 import json
 from pathlib import Path
 
-import polars as pl
+from ..lazy import lazy
+
+pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
 
 from ..errors import DataError
 from . import DatasetSpec, SourceSpec, register
 
 HOST = "http://snap.stanford.edu/data/amazon/productGraph/categoryFiles"
 HOMEPAGE = "http://jmcauley.ucsd.edu/data/amazon/"
-JSON_SCHEMA = {"reviewerID": pl.String, "asin": pl.String, "overall": pl.Float64, "unixReviewTime": pl.Int64}
+JSON_FIELDS = {"reviewerID": "String", "asin": "String", "overall": "Float64", "unixReviewTime": "Int64"}
 CSV_COLUMNS = ("user", "item", "rating", "timestamp")
 FIX_DOWNLOAD = "re-download it (`seqpe download <dataset>`)"
 
@@ -57,7 +59,7 @@ def _first_bad_json_line(path: Path) -> str:
 def read_reviews_json(path: Path) -> pl.DataFrame:
     """JSON lines (gz or plain) -> user, item, rating, timestamp in file order."""
     try:
-        df = pl.scan_ndjson(path, schema=JSON_SCHEMA).collect(engine="streaming")
+        df = pl.scan_ndjson(path, schema={k: getattr(pl, t) for k, t in JSON_FIELDS.items()}).collect(engine="streaming")
     except (pl.exceptions.ComputeError, pl.exceptions.SchemaError, OSError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "cannot parse" in msg:  # a field of the wrong type (e.g. a text unixReviewTime)

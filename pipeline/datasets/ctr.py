@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
+from ..lazy import lazy
+
+pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
 
 from ..errors import DataError
 from . import DatasetSpec, SourceSpec, register
@@ -28,17 +30,17 @@ from . import DatasetSpec, SourceSpec, register
 HUB = "https://huggingface.co/datasets/reczoo"
 BARS_FILES = ("train.csv", "test.csv")
 
-# dataset -> raw column -> (protocol column or None to drop, dtype)
+# dataset -> raw column -> (protocol column or None to drop, Polars dtype name)
 COLUMNS = {
     "amazon_electronics": {
-        "label": ("label", pl.Int64), "user_id": ("user", pl.Int64), "item_id": ("item", pl.Int64),
-        "cate_id": ("cate", pl.Int64), "item_history": ("hist_items", pl.String),
-        "cate_history": ("hist_cates", pl.String),
+        "label": ("label", "Int64"), "user_id": ("user", "Int64"), "item_id": ("item", "Int64"),
+        "cate_id": ("cate", "Int64"), "item_history": ("hist_items", "String"),
+        "cate_history": ("hist_cates", "String"),
     },
     "kuaivideo": {
-        "timestamp": ("timestamp", pl.Int64), "user_id": ("user", pl.Int64), "item_id": ("item", pl.Int64),
-        "is_click": ("label", pl.Int64), "is_like": (None, pl.Int64), "is_follow": (None, pl.Int64),
-        "pos_items": ("hist_items", pl.String), "neg_items": ("hist_neg_items", pl.String),
+        "timestamp": ("timestamp", "Int64"), "user_id": ("user", "Int64"), "item_id": ("item", "Int64"),
+        "is_click": ("label", "Int64"), "is_like": (None, "Int64"), "is_follow": (None, "Int64"),
+        "pos_items": ("hist_items", "String"), "neg_items": ("hist_neg_items", "String"),
     },
 }
 
@@ -73,7 +75,7 @@ def scan_bars(path: Path, columns: dict, split: str) -> pl.LazyFrame:
                                      f"unexpected {', '.join(extra)}" if extra else "") if x) or "duplicated columns"
         raise DataError(f"{path.name} has the wrong column set ({what})",
                         f"expected the BARS columns {','.join(columns)}; re-download the dataset")
-    schema = {c: columns[c][1] for c in cols}
+    schema = {c: getattr(pl, columns[c][1]) for c in cols}
     keep = [pl.col(c).alias(columns[c][0]) for c in cols if columns[c][0] is not None]
     return (pl.scan_csv(path, schema=schema, has_header=True, quote_char='"', row_index_name="row")
               .select(pl.lit(split).alias("split"), "row", *keep))

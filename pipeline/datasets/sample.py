@@ -22,7 +22,9 @@ import io as _io
 import zipfile
 from pathlib import Path
 
-import polars as pl
+from ..lazy import lazy
+
+pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
 
 from .. import io
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import polars as pl
+from ..lazy import lazy
+
+pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
 
 from ..errors import DataError
 from . import DatasetSpec, SourceSpec, register
