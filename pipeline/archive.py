@@ -58,6 +58,11 @@ def unpack(archive: Path, kind: str, files: Sequence[str], out_dir: Path, *, nam
         if len(files) != 1:
             raise DownloadError(f"{name} is a single file but {len(files)} files are needed ({', '.join(files)})",
                                 "fix the source's archive kind in the dataset registry")
+        if files[0].lower().endswith(".gz"):
+            with open(archive, "rb") as f:
+                if f.read(2) != b"\x1f\x8b":
+                    raise DownloadError(f"{archive.name} is not gzip data, so it cannot be kept as {files[0]}",
+                                        f"pass the original {files[0]}")
         return {files[0]: _place(archive, out_dir / files[0], move)}
     try:
         if kind == "zip":

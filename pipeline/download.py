@@ -72,6 +72,9 @@ def run(dataset: str, dst: Path, params: DownloadParams, *, from_path: Optional[
                                     "this is a bug in the dataset module; report it")
             return _install(dataset, src, dst, path, "generated", str(path), previous, owned=True)
     if from_path is not None:
+        alternate = _alternate(Path(from_path).expanduser(), src)
+        if alternate is not None:
+            return _install_alternate(dataset, src, dst, alternate)
         path, extracted = _local(Path(from_path).expanduser(), src)
         if extracted:
             return _install_extracted(dataset, src, dst, path)
@@ -92,8 +95,9 @@ def run(dataset: str, dst: Path, params: DownloadParams, *, from_path: Optional[
 def _local(path: Path, src) -> tuple[Path, bool]:
     """(path, extracted?) for `--from PATH`."""
     if not path.exists():
-        raise DownloadError(f"--from {path} does not exist", f"pass the path of {src.filename} or of a folder "
-                            f"holding {', '.join(src.files)}")
+        also = f" (or {' or '.join(src.alternates)})" if src.alternates else ""
+        raise DownloadError(f"--from {path} does not exist", f"pass the path of {src.filename}{also} or of a "
+                            f"folder holding {', '.join(src.files)}")
     if path.is_dir():
         if (path / src.filename).is_file():
             return path / src.filename, False
@@ -102,6 +106,18 @@ def _local(path: Path, src) -> tuple[Path, bool]:
     if path.name != src.filename and path.name in needed and src.archive != "none":
         return path, True
     return path, False
+
+
+def _alternate(path: Path, src) -> Optional[Path]:
+    """`--from` a file the reader accepts instead of the source's own (e.g. ratings_Beauty.csv), or a
+    folder holding one and not the source's file: that file; else None."""
+    if not src.alternates:
+        return None
+    if path.is_file():
+        return path if path.name in src.alternates else None
+    if path.is_dir() and not (path / src.filename).is_file():
+        return next((path / a for a in src.alternates if (path / a).is_file()), None)
+    return None
 
 
 def _from_sibling(dataset, src, dst: Path) -> Optional[dict]:
@@ -329,6 +345,18 @@ def _install_extracted(dataset, src, dst: Path, path: Path) -> dict:
     return _summary(dataset, src, record, f"from extracted files: no archive to verify{checked}")
 
 
+def _install_alternate(dataset, src, dst: Path, path: Path) -> dict:
+    """`--from` an alternate file (see SourceSpec.alternates): copy it under its own name; the raw
+    folder then holds only that file, so the reader cannot pick a stale file of the other kind."""
+    with atomic_dir(dst) as tmp:
+        written = archive.collect(path, (path.name,), tmp)
+        record = _record(dataset, src, "file", None, None, None, written)
+        record["filename"] = path.name
+        write_json(tmp / SOURCE_JSON, record)
+    return _summary(dataset, src, record, f"{path.name} accepted in place of {src.filename} "
+                                          f"(no published checksum: recorded sha256 {record['files'][path.name]['sha256']})")
+
+
 def _record(dataset, src, origin, n, sha, md5, written: dict[str, Path]) -> dict:
     files = {}
     for name in sorted(written):
@@ -356,18 +384,23 @@ def _previous(dst: Path) -> Optional[dict]:
 
 def _present(previous: dict, dst: Path, src) -> bool:
     """True when source.json describes this source and every needed file on disk matches it."""
-    if previous.get("source") != src.name or previous.get("filename") != src.filename:
+    if previous.get("source") != src.name:
+        return False
+    needed = src.files
+    if previous.get("filename") in src.alternates:   # installed from an alternate file: that one
+        needed = (previous["filename"],)
+    elif previous.get("filename") != src.filename:
         return False
     for algo in ("sha256", "md5"):                  # the registry's checksum changed: fetch again
         want = getattr(src, algo)
         if want and previous.get(algo) not in (None, want.lower()):
             return False
     files = previous["files"]
-    for name in src.files:
+    for name in needed:
         entry, path = files.get(name), dst / name
         if not isinstance(entry, dict) or not path.is_file() or path.stat().st_size != entry.get("bytes"):
             return False
-    return all(_hashes(dst / name, md5=False)[1] == files[name].get("sha256") for name in src.files)
+    return all(_hashes(dst / name, md5=False)[1] == files[name].get("sha256") for name in needed)
 
 
 def _summary(dataset, src, record: dict, note: str) -> dict:

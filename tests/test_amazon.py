@@ -138,3 +138,31 @@ def test_k_core_emptying_writes_nothing(tmp_path):
         preprocess.run("beauty", tmp_path / "raw", tmp_path / "sessions", params(k_core=5))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
 
+
+
+def test_download_from_the_ratings_csv_installs_it_under_its_own_name(tmp_path):
+    """`seqpe download beauty --from ratings_Beauty.csv`: kept as ratings_Beauty.csv (never renamed to
+    the .json.gz), recognised as present on the next plain download, and preprocessed like the JSON."""
+    from pipeline import download
+    from pipeline.errors import DownloadError
+    from pipeline.io import read_json
+    from pipeline.params import DownloadParams
+    csv = tmp_path / "mine" / "ratings_Beauty.csv"
+    csv.parent.mkdir()
+    csv.write_text("".join(f"{u},{i},{s},{t}\n" for u, i, s, t in REVIEWS))
+    raw = tmp_path / "raw"
+    out = download.run("beauty", raw, DownloadParams(), from_path=csv, progress=False)
+    assert sorted(p.name for p in raw.iterdir()) == ["ratings_Beauty.csv", "source.json"]
+    assert "accepted in place of reviews_Beauty_5.json.gz" in out["note"]
+    rec = read_json(raw / "source.json")
+    assert rec["filename"] == "ratings_Beauty.csv" and rec["origin"] == "file"
+    again = download.run("beauty", raw, DownloadParams(), progress=False)  # no network needed
+    assert again["note"].startswith("already present")
+    preprocess.run("beauty", raw, tmp_path / "sessions", params())
+    assert read_split(tmp_path / "sessions", "test").rows() == EXPECTED_TEST
+    # another category's CSV is not taken for this one's .json.gz; the good copy stays
+    other = tmp_path / "ratings_Toys_and_Games.csv"
+    other.write_text("a,b,1,2\n")
+    with pytest.raises(DownloadError, match="is not gzip data"):
+        download.run("beauty", raw, DownloadParams(), from_path=other, progress=False)
+    assert sorted(p.name for p in raw.iterdir()) == ["ratings_Beauty.csv", "source.json"]

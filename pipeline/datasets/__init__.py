@@ -27,6 +27,9 @@ class SourceSpec:
     manual: Optional[str] = None       # how to get it by hand when there is no public URL
     homepage: Optional[str] = None
     file_md5: dict = field(default_factory=dict)   # published md5 of unpacked members
+    # other single files the reader accepts in place of `files` (Amazon: the ratings-only CSV);
+    # `download --from` one of them installs it under its own name (no checksum is published)
+    alternates: tuple[str, ...] = ()
     generate: Optional[Callable] = None  # archive == "generated": generate(dst_file: Path, sample: SampleParams) writes the archive
 
 

@@ -141,7 +141,8 @@ for _name, (_category, _size) in CATEGORIES.items():
     register(DatasetSpec(
         name=_name,
         source=SourceSpec(name=f"amazon_{_name}", filename=_file, archive="gz", files=(_file,),
-                          url=f"{HOST}/{_file}", homepage=HOMEPAGE),
+                          url=f"{HOST}/{_file}", homepage=HOMEPAGE,
+                          alternates=tuple(c for c in candidates(_category) if c != _file)),
         protocol="leave_one_out",
         description=f"Amazon 2014 {_category.replace('_', ' ')} 5-core reviews, k-core, leave-one-out",
         reader=reader_for(_category),
