@@ -3,8 +3,12 @@
 Modes (chosen per split by the protocol, recorded in the sessions manifest's "augment"):
 
     prefixes  a session s of length n gives n-1 samples (s[:-i], s[-i]) for i = 1..n-1, longest
-              prefix first (PROTOCOLS.md §2 step 10, SR-GNN's `process_seqs`); for leave-one-out
-              train rows these are the shifted next-item targets (§3)
+              prefix first (PROTOCOLS.md §2 step 10, SR-GNN's `process_seqs`)
+    shifted   one row per session holding its most recent `augment.max_len` + 1 items: inputs
+              items[:-1], shifted targets items[1:] (PROTOCOLS.md §3, leave-one-out train rows:
+              "a user's train sequence predicts every next item, truncated to the most recent
+              max_len"); training expands a row into its (prefix, target) pairs
+              (`pipeline.batches`), so the rows stay O(clicks) on disk however long the users
     last      one sample (s[:-1], s[-1])  (leave-one-out valid / test rows)
     rows      the rows are copied as they are (CTR samples are already samples)
 
@@ -38,11 +42,12 @@ from .datasets import get
 from .errors import DataError
 from .params import Params, to_dict
 
-MODES = ("prefixes", "last", "rows")
+MODES = ("prefixes", "shifted", "last", "rows")
 BATCH_SAMPLES = 4_000_000  # samples planned at once (three int64 positions each + transients)
 BATCH_CELLS = 1 << 27  # prefix items built at once (512 MB of Int32): an output shard up to this is one piece
 GATHER_CELLS = 1 << 16  # prefix items gathered per index block (the int64 block stays in cache)
 SAMPLE_SCHEMA = {"session_id": pl.Int64, "prefix": pl.List(pl.Int32), "target": pl.Int32}
+SHIFTED_SCHEMA = {"session_id": pl.Int64, "items": pl.List(pl.Int32)}
 
 
 class Plan(NamedTuple):
@@ -137,6 +142,15 @@ def prefix_samples(sessions: pl.DataFrame, max_len: int = 0) -> pl.DataFrame:
     (max_len 0 keeps whole prefixes).
     """
     return build(plan(sessions, "prefixes", max_len))
+
+
+def shifted_samples(sessions: pl.DataFrame, max_len: int = 0) -> pl.DataFrame:
+    """One row (session_id, items) per session of >= 2 items, keeping its most recent max_len + 1
+    items (max_len 0 keeps all): inputs items[:-1], targets items[1:]."""
+    items = pl.col("items").cast(pl.List(pl.Int32))
+    return (sessions.lazy().filter(pl.col("items").list.len() >= 2)
+            .select(pl.col("session_id").cast(pl.Int64), items.list.tail(max_len + 1) if max_len > 0 else items)
+            .collect())
 
 
 def last_samples(sessions: pl.DataFrame, max_len: int = 0) -> pl.DataFrame:
@@ -237,9 +251,9 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
                 raise DataError(f"sessions manifest of '{dataset}' gives augment mode {mode!r} for {split}, "
                                 f"expected one of {', '.join(MODES)}", f"re-run `seqpe preprocess {dataset}`")
             files = _split_files(src, sessions_manifest, split)
-            schema = SAMPLE_SCHEMA if mode != "rows" else None
+            schema = {"rows": None, "shifted": SHIFTED_SCHEMA}.get(mode, SAMPLE_SCHEMA)
             writer = ShardWriter(tmp, split, params.augment.rows_per_shard, schema or {})
-            n_sessions = clicks = 0
+            n_sessions = clicks = targets = 0
             for path in files:
                 shard = pl.read_parquet(path)
                 if mode == "rows":
@@ -248,6 +262,13 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
                     continue
                 n_sessions += shard.height
                 clicks += int(shard.get_column("items").list.len().sum() or 0)
+                if mode == "shifted":
+                    rows_ = shifted_samples(shard.select("session_id", "items"), max_len)
+                    n = rows_.get_column("items").list.len()
+                    targets += int((n - 1).sum() or 0)
+                    longest = max(longest, int((n - 1).max() or 0))
+                    writer.add(rows_)
+                    continue
                 for batch in _batches(shard.select("session_id", "items"), mode, BATCH_SAMPLES):
                     p = plan(batch, mode, max_len)
                     if len(p):
@@ -257,8 +278,13 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
             entries = writer.close()
             rows = sum(e["rows"] for e in entries)
             manifest["shards"] += entries
-            manifest["splits"][split] = ({"rows": rows} if mode == "rows"
-                                         else {"samples": rows, "sessions": n_sessions, "clicks": clicks})
+            if mode == "rows":
+                manifest["splits"][split] = {"rows": rows}
+            elif mode == "shifted":  # samples = (prefix, target) pairs the rows expand to
+                manifest["splits"][split] = {"samples": targets, "rows": rows, "sessions": n_sessions,
+                                             "clicks": clicks}
+            else:
+                manifest["splits"][split] = {"samples": rows, "sessions": n_sessions, "clicks": clicks}
         manifest["max_len"] = longest
         io.write_json(tmp / io.MANIFEST, manifest)
     return manifest

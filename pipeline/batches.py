@@ -65,9 +65,18 @@ def frame_to_samples(df: pl.DataFrame, max_len: int) -> Samples:
 
 
 def load_samples(root: str | Path, split: str, max_len: int) -> Samples:
-    """Read `<root>/<split>/part-*.parquet` (session_id, prefix, target) into a Samples matrix."""
+    """Read `<root>/<split>/part-*.parquet` into a Samples matrix: (session_id, prefix, target)
+    rows as they are; shifted rows (session_id, items) expanded into their (prefix, target)
+    pairs, every next item of the row's window with the items before it as the prefix."""
     lf = scan_split(root, split)
     names = lf.collect_schema().names()
+    if "items" in names and "prefix" not in names:
+        from .augment import prefix_samples   # the augment stage's own vectorised gather
+        rows = lf.select(pl.col("session_id"), pl.col("items").cast(pl.List(pl.Int32))).collect()
+        if rows.get_column("items").list.len().min() is not None and rows.get_column("items").list.len().min() < 2:
+            raise DataError(f"{Path(root) / split} has a shifted row with fewer than 2 items",
+                            "re-run `seqpe augment` for this dataset")
+        return frame_to_samples(prefix_samples(rows, max_len), max_len)
     missing = [c for c in ("prefix", "target") if c not in names]
     if missing:
         raise DataError(f"{Path(root) / split} has no column(s) {', '.join(missing)}",

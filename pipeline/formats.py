@@ -37,7 +37,7 @@ from pathlib import Path
 import polars as pl
 
 from . import unpickle
-from .augment import last_samples, prefix_samples
+from .augment import last_samples, prefix_samples, shifted_samples
 from .errors import DataError, unknown
 from .io import (MANIFEST, SPLITS, atomic_dir, read_manifest, read_split, sha256_file,
                  shard_entry, verify_shards, write_bytes, write_json, write_parquet, write_split)
@@ -208,13 +208,13 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     sessions = {"train": kept.with_columns(pl.col("items").list.slice(0, n - 2)),
                 "valid": kept.with_columns(pl.col("items").list.slice(0, n - 1)),
                 "test": kept}
-    modes = {"train": "prefixes", "valid": "last", "test": "last"}
+    modes = {"train": "shifted", "valid": "last", "test": "last"}
     max_len = params.augment.max_len
     samples = {s: augment(sessions[s], modes[s], max_len) for s in SPLITS}
     steps = [_step(f"read {src.name}", users), _step("drop users with fewer than 3 items", kept)]
     summary = {"format": "sasrec", "users": n_read, "items": _distinct(users), "interactions": inter,
                "n_items (max id)": n_items, "users dropped (< 3 items)": n_read - kept.height,
-               **{f"{s} samples": samples[s].height for s in SPLITS}}
+               **{f"{s} samples": _sample_counts(samples[s])["samples"] for s in SPLITS}}
     info = {"format": "sasrec", "file": src.name, "users_dropped_below_3_items": n_read - kept.height,
              "session_ids": "the file's user ids",
              "split": "leave-one-out: train = items[:-2], valid = items[:-1], test = all items"}
@@ -264,8 +264,8 @@ def _write(dataset: str, imp: Imported, sessions_dst: Path, samples_dst: Path, p
         write_json(a_tmp / MANIFEST, {
             **head, "shards": shards, "sessions_manifest": sha256_file(s_tmp / MANIFEST),
             "params": {**imp.params, "augment": to_dict(params.augment), "max_len_applied": imp.max_len},
-            "max_len": max(_max_len(imp.samples[s], "prefix") for s in SPLITS),
-            "splits": {s: {"samples": imp.samples[s].height, "sessions": imp.sessions[s].height,
+            "max_len": max(_longest(imp.samples[s]) for s in SPLITS),
+            "splits": {s: {**_sample_counts(imp.samples[s]), "sessions": imp.sessions[s].height,
                            "clicks": _clicks(imp.sessions[s])} for s in SPLITS}})
 
 
@@ -346,7 +346,8 @@ def list_column(seqs: list) -> pl.Series:
 
 def augment(sessions: pl.DataFrame, mode: str, max_len: int = 0) -> pl.DataFrame:
     """The `augment` stage's own sample builders, so imports equal `seqpe augment` of the sessions."""
-    return (prefix_samples if mode == "prefixes" else last_samples)(sessions.select("session_id", "items"), max_len)
+    build = {"prefixes": prefix_samples, "shifted": shifted_samples, "last": last_samples}[mode]
+    return build(sessions.select("session_id", "items"), max_len)
 
 
 def sessions_from_samples(samples: pl.DataFrame, first_id: int) -> tuple[pl.DataFrame, str]:
@@ -375,6 +376,22 @@ def _clicks(df: pl.DataFrame, col: str = "items") -> int:
 
 def _max_id(df: pl.DataFrame) -> int:
     return int(df.select(pl.col("items").list.max().max()).item() or 0)
+
+
+def _sample_counts(samples: pl.DataFrame) -> dict:
+    """What `augment` records per split: (prefix, target) rows, or for shifted rows (session_id,
+    items) the pairs they expand to plus the rows."""
+    if "items" in samples.columns:
+        return {"samples": int(samples.select((pl.col("items").list.len() - 1).sum()).item() or 0),
+                "rows": samples.height}
+    return {"samples": samples.height}
+
+
+def _longest(samples: pl.DataFrame) -> int:
+    """Longest prefix of a samples frame (shifted rows: len(items) - 1)."""
+    if "items" in samples.columns:
+        return max(_max_len(samples, "items") - 1, 0)
+    return _max_len(samples, "prefix")
 
 
 def _max_len(df: pl.DataFrame, col: str) -> int:

@@ -81,6 +81,28 @@ def test_leave_one_out_modes_and_max_len(tmp_path):
     assert m["params"]["max_len_applied"] == 2 and m["max_len"] == 2
 
 
+def test_leave_one_out_shifted_rows(tmp_path):
+    """Train rows under the leave-one-out protocol: one row per user with the most recent max_len + 1
+    items (inputs items[:-1], targets items[1:]); users with one train item give no row."""
+    src = sessions_folder(tmp_path / "sess", "leave_one_out",
+                          {"train": [(1, [1, 2, 3, 4, 7]), (2, [5]), (3, [8, 9])],
+                           "valid": [(1, [1, 2, 3, 4, 7, 5])], "test": [(1, [1, 2, 3, 4, 7, 5, 6])]},
+                          {"train": "shifted", "valid": "last", "test": "last"})
+    p = Params(augment=AugmentParams(max_len=3))
+    m = augment.run("sample", src, tmp_path / "out", p)
+    out = tmp_path / "out"
+    assert [(s, list(i)) for s, i in io.read_split(out, "train").iter_rows()] == [(1, [2, 3, 4, 7]), (3, [8, 9])]
+    assert io.read_split(out, "train").schema == pl.Schema(augment.SHIFTED_SCHEMA)
+    assert m["splits"]["train"] == {"samples": 4, "rows": 2, "sessions": 3, "clicks": 8}
+    assert samples(out, "valid") == [(1, [3, 4, 7], 5)] and m["max_len"] == 3
+    whole = augment.run("sample", src, tmp_path / "whole", Params(augment=AugmentParams(max_len=0)))
+    assert io.read_split(tmp_path / "whole", "train")["items"].to_list() == [[1, 2, 3, 4, 7], [8, 9]]
+    assert whole["splits"]["train"]["samples"] == 5
+    again = augment.run("sample", src, tmp_path / "again", p)
+    for e in again["shards"]:
+        assert (out / e["path"]).read_bytes() == (tmp_path / "again" / e["path"]).read_bytes()
+
+
 def test_sample_builders_edge_cases():
     df = pl.DataFrame({"session_id": [7, 8, 9, 10], "items": [[], [5], [1, 2, 3], [4, 6]]},
                       schema={"session_id": pl.Int64, "items": pl.List(pl.Int32)})

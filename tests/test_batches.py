@@ -54,8 +54,21 @@ def test_bad_samples_are_data_errors(tmp_path):
     df = pl.DataFrame({"session_id": [1], "prefix": [[1, None]], "target": [2]}, schema=SCHEMA)
     with pytest.raises(DataError, match="null item id"):
         frame_to_samples(df, 3)
-    write_split(tmp_path, "train", pl.DataFrame({"session_id": [1], "items": [[1, 2]]}))
+    write_split(tmp_path, "train", pl.DataFrame({"session_id": [1], "target": [[1, 2]]}))
     with pytest.raises(DataError, match="has no column"):
         load_samples(tmp_path, "train", 3)
+    write_split(tmp_path / "s", "train", pl.DataFrame({"session_id": [1, 2], "items": [[1, 2], [3]]}))
+    with pytest.raises(DataError, match="shifted row with fewer than 2 items"):
+        load_samples(tmp_path / "s", "train", 3)
     with pytest.raises(DataError, match="no shards"):
         load_samples(tmp_path, "valid", 3)
+
+
+def test_shifted_rows_expand_to_every_next_item(tmp_path):
+    """A shifted row (session_id, items) is every next item of its window with the items before it
+    as the prefix, cut to the last max_len; the same pairs as prefix rows of the window."""
+    write_split(tmp_path, "train", pl.DataFrame({"session_id": [7, 8], "items": [[4, 5, 6, 7], [9, 3]]},
+                                                schema={"session_id": pl.Int64, "items": pl.List(pl.Int32)}))
+    got = load_samples(tmp_path, "train", 2)
+    assert got.seqs.tolist() == [[5, 6], [4, 5], [0, 4], [0, 9]]
+    assert got.targets.tolist() == [7, 6, 5, 3] and got.lengths.tolist() == [2, 2, 1, 1]

@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 
 from pipeline import augment, download, formats, io, preprocess
+from pipeline.batches import load_samples
 from pipeline.errors import DataError, UnknownNameError
 from pipeline.params import Params, from_dict
 
@@ -235,8 +236,13 @@ def test_real_s3rec_import_counts_and_round_trip(tmp_path, name, users, items, i
                                      Params())
     assert (summary["users"], summary["items"], summary["interactions"], summary["n_items (max id)"],
             summary["users dropped (< 3 items)"]) == (users, items, interactions, items, 0)
+    # train: each user's shifted row keeps its most recent max_len + 1 train items (n - 2 of them),
+    # so it gives min(n - 3, max_len) (prefix, target) pairs
+    lengths = [len(line.split()) - 1 for line in (S3REC / f"{name}.txt").read_text().splitlines()]
+    max_len = Params().augment.max_len
     assert (summary["train samples"], summary["valid samples"], summary["test samples"]) == \
-        (interactions - 3 * users, users, users)
+        (sum(min(n - 3, max_len) for n in lengths), users, users)
+    assert sum(n - 3 for n in lengths) == interactions - 3 * users
     formats.export_dataset(tmp_path / "s", tmp_path / "out", "sasrec")
     assert (tmp_path / "out" / f"{name}.txt").read_bytes() == (S3REC / f"{name}.txt").read_bytes()
 
@@ -251,12 +257,15 @@ def test_sasrec_tiny_exact(tmp_path):
     assert rows(s, "train") == [(1, [5, 6, 7]), (2, [3]), (3, [4])]
     assert rows(s, "valid") == [(1, [5, 6, 7, 8]), (2, [3, 4]), (3, [4, 6])]
     assert rows(s, "test") == [(1, [5, 6, 7, 8, 9]), (2, [3, 4, 5]), (3, [4, 6, 8])]
-    assert rows(a, "train") == [(1, [5, 6], 7), (1, [5], 6)]          # prefixes cut to max_len 2
+    assert rows(a, "train") == [(1, [5, 6, 7])]          # shifted row: the last max_len + 1 items
+    train = load_samples(a, "train", 2)                  # -> every next item with the items before it
+    assert train.seqs.tolist() == [[5, 6], [0, 5]] and train.targets.tolist() == [7, 6]
     assert rows(a, "valid") == [(1, [6, 7], 8), (2, [3], 4), (3, [4], 6)]
     assert rows(a, "test") == [(1, [7, 8], 9), (2, [3, 4], 5), (3, [4, 6], 8)]
     m = io.read_manifest(a)
     assert (m["protocol"], m["n_items"], m["augment"], m["max_len"]) == \
-        ("leave_one_out", 9, {"train": "prefixes", "valid": "last", "test": "last"}, 2)
+        ("leave_one_out", 9, {"train": "shifted", "valid": "last", "test": "last"}, 2)
+    assert m["splits"]["train"] == {"samples": 2, "rows": 1, "sessions": 3, "clicks": 5}
     augment.run("diginetica", s, tmp_path / "a2", params(augment={"max_len": 2}))
     assert [rows(tmp_path / "a2", x) for x in io.SPLITS] == [rows(a, x) for x in io.SPLITS]
 

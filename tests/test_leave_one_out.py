@@ -54,7 +54,7 @@ def test_k_core_rounds_reindex_and_splits():
     assert lists(result.splits["test"]) == [(1, [1, 2, 3]), (2, [1, 3, 2]), (3, [3, 1, 2])]
     assert lists(result.splits["valid"]) == [(1, [1, 2]), (2, [1, 3]), (3, [3, 1])]
     assert lists(result.splits["train"]) == [(1, [1]), (2, [1]), (3, [3])]
-    assert result.augment == {"train": "prefixes", "valid": "last", "test": "last"}
+    assert result.augment == {"train": "shifted", "valid": "last", "test": "last"}
     assert result.extra["k_core_rounds"] == 4
     schema = result.splits["train"].schema
     assert schema["session_id"] == pl.Int64 and schema["items"] == pl.List(pl.Int32)

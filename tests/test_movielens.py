@@ -70,7 +70,8 @@ def test_preprocess_and_augment_end_to_end(tmp_path):
     assert [s["step"] for s in m["steps"]] == ["read", "k_core_round_1", "min_3_per_user"]
     a = augment.run("ml_1m", tmp_path / "sessions", tmp_path / "samples", params(k_core=2))
     samples = {s: read_split(tmp_path / "samples", s) for s in ("train", "valid", "test")}
-    assert samples["train"].rows() == [(1, [1], 2), (2, [2], 4)]
+    assert samples["train"].rows() == [(1, [1, 2]), (2, [2, 4])]        # shifted rows: targets items[1:]
+    assert a["splits"]["train"] == {"samples": 2, "rows": 2, "sessions": 2, "clicks": 4}
     assert samples["valid"].rows() == [(1, [1, 2], 3), (2, [2, 4], 3)]
     assert samples["test"].rows() == [(1, [2, 3], 4), (2, [4, 3], 1)]  # prefixes cut to max_len 2
     assert a["splits"]["test"]["samples"] == 2

@@ -20,7 +20,7 @@ import polars as pl
 from ..errors import unknown
 
 PROTOCOLS = ("srgnn", "leave_one_out", "ctr")
-AUGMENT_MODES = ("prefixes", "last", "rows")
+AUGMENT_MODES = ("prefixes", "shifted", "last", "rows")
 
 
 @dataclass

@@ -18,7 +18,7 @@ Steps, in this order:
    order, each user's interactions ordered by (timestamp, file order). 0 is padding.
 5. Split per user (session_id = new user id, rows ordered by it): test = the full
    sequence, valid = sequence[:-1], train = sequence[:-2]. `augment` turns them into
-   samples: train "prefixes" (every next item, shifted targets), valid and test "last".
+   samples: train "shifted" (every next item, shifted targets), valid and test "last".
 """
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
         items=items,
         steps=steps,
         n_items=items.height,
-        augment={"train": "prefixes", "valid": "last", "test": "last"},
+        augment={"train": "shifted", "valid": "last", "test": "last"},
         extra={
             "k_core": k,
             "k_core_rounds": len(rounds),
