@@ -114,8 +114,8 @@ def read_sessions(spec, raw_dir: Path) -> pl.DataFrame:
     # ids in the narrowest integer type that holds them (Yoochoose: Int32), to halve the lists
     clicks = clicks.drop("stamp").with_columns(_narrow(clicks.get_column("session_id")),
                                                _narrow(clicks.get_column("item_id")))
-    if sort:  # 2. one global stable sort (session, time, file row) instead of a sort per group
-        clicks = clicks.sort("session_id", "time", "row")
+    if sort:  # 2. one global stable sort (session, time; ties keep the file row order) instead of a sort per group
+        clicks = clicks.sort("session_id", "time", maintain_order=True)
     # Runs of equal session ids (whole sessions when a file keeps sessions contiguous, as the
     # real ones do) are grouped on a sorted key: much faster than hashing 33M session ids.
     run = pl.col("session_id").rle_id().set_sorted().alias("_run")
