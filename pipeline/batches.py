@@ -73,7 +73,8 @@ def load_samples(root: str | Path, split: str, max_len: int) -> Samples:
     if "items" in names and "prefix" not in names:
         from .augment import prefix_samples   # the augment stage's own vectorised gather
         rows = lf.select(pl.col("session_id"), pl.col("items").cast(pl.List(pl.Int32))).collect()
-        if rows.get_column("items").list.len().min() is not None and rows.get_column("items").list.len().min() < 2:
+        shortest = rows.get_column("items").list.len().min()
+        if shortest is not None and shortest < 2:
             raise DataError(f"{Path(root) / split} has a shifted row with fewer than 2 items",
                             "re-run `seqpe augment` for this dataset")
         return frame_to_samples(prefix_samples(rows, max_len), max_len)

@@ -74,10 +74,10 @@ def run(dataset: str, dst: Path, params: DownloadParams, *, from_path: Optional[
     if from_path is not None:
         alternate = _alternate(Path(from_path).expanduser(), src)
         if alternate is not None:
-            return _install_alternate(dataset, src, dst, alternate)
+            return _install_copied(dataset, src, dst, alternate, alternate=True)
         path, extracted = _local(Path(from_path).expanduser(), src)
         if extracted:
-            return _install_extracted(dataset, src, dst, path)
+            return _install_copied(dataset, src, dst, path)
         return _install(dataset, src, dst, path, "file", str(path), previous)
     if previous is not None and _present(previous, dst, src):
         return _summary(dataset, src, previous, "already present (files match source.json)")
@@ -335,26 +335,23 @@ def _install(dataset, src, dst: Path, path: Path, origin: str, where: str, previ
     return _summary(dataset, src, record, note)
 
 
-def _install_extracted(dataset, src, dst: Path, path: Path) -> dict:
-    """`--from` already-extracted files: copy them; only published member md5s can be checked."""
+def _install_copied(dataset, src, dst: Path, path: Path, alternate: bool = False) -> dict:
+    """`--from` files that need no unpacking: the already-extracted files (only published member
+    md5s can be checked), or an alternate file (see SourceSpec.alternates) kept under its own
+    name; the raw folder then holds only that file, so the reader cannot pick a stale one."""
+    files = (path.name,) if alternate else src.files
     with atomic_dir(dst) as tmp:
-        written = archive.collect(path, src.files, tmp)
-        record = _record(dataset, src, "file", None, None, None, written)
+        record = _record(dataset, src, "file", None, None, None, archive.collect(path, files, tmp))
+        if alternate:
+            record["filename"] = path.name
         write_json(tmp / SOURCE_JSON, record)
-    checked = " (published md5 of the files verified)" if src.file_md5 else ""
-    return _summary(dataset, src, record, f"from extracted files: no archive to verify{checked}")
-
-
-def _install_alternate(dataset, src, dst: Path, path: Path) -> dict:
-    """`--from` an alternate file (see SourceSpec.alternates): copy it under its own name; the raw
-    folder then holds only that file, so the reader cannot pick a stale file of the other kind."""
-    with atomic_dir(dst) as tmp:
-        written = archive.collect(path, (path.name,), tmp)
-        record = _record(dataset, src, "file", None, None, None, written)
-        record["filename"] = path.name
-        write_json(tmp / SOURCE_JSON, record)
-    return _summary(dataset, src, record, f"{path.name} accepted in place of {src.filename} "
-                                          f"(no published checksum: recorded sha256 {record['files'][path.name]['sha256']})")
+    if alternate:
+        note = (f"{path.name} accepted in place of {src.filename} "
+                f"(no published checksum: recorded sha256 {record['files'][path.name]['sha256']})")
+    else:
+        note = "from extracted files: no archive to verify" + (
+            " (published md5 of the files verified)" if src.file_md5 else "")
+    return _summary(dataset, src, record, note)
 
 
 def _record(dataset, src, origin, n, sha, md5, written: dict[str, Path]) -> dict:
