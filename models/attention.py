@@ -81,7 +81,7 @@ class MultiHeadAttention(nn.Module):
         else:
             logits = torch.zeros(allowed.shape, dtype=v.dtype, device=v.device)  # (B, 1, Lq, L)
         probs = masked_softmax(logits, allowed)                           # (B, H|1, Lq, L)
-        probs = enc.weights(probs, pos, self.layer)                       # (B|1, H|1, Lq, L)
+        probs = enc.weights(probs, pos, self.layer, allowed)              # (B|1, H|1, Lq, L)
         probs = self.drop(probs)
         out = probs @ v                                                   # (B, H, Lq, E)
         extra = enc.values(probs, v, pos, self.layer)                     # (B, H, Lq, E) or None

@@ -71,7 +71,7 @@ class Recorder(PositionalEncoding):
         self.calls.append(("bias", layer))
         return torch.zeros(1, 1, q.size(2), k.size(2))
 
-    def weights(self, probs, pos, layer):
+    def weights(self, probs, pos, layer, allowed=None):
         self.calls.append(("weights", layer, tuple(probs.shape)))
         return probs
 
@@ -109,6 +109,26 @@ def test_positional_attention_builds_no_qk_and_uses_its_weights():
         v = a._split(a.v(X))                                                # (2, H, L, E)
         expected = a.out((w @ v).transpose(1, 2).reshape(2, L, D))
         assert torch.allclose(a(X, POS, e), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["parec", "fparec", "average"])
+def test_positional_attention_follows_the_attentions_own_mask(name):
+    """Causal blocks (003) give future keys zero weight; a bidirectional block (PosRec's readout)
+    spreads the positional weights over every real key, padding still excluded."""
+    e = enc(name)
+    with torch.no_grad():
+        causal = e.weights(torch.zeros(2, 1, L, L), POS, 0, allowed_keys(POS, L, causal=True))[:, 0]
+        both = e.weights(torch.zeros(2, 1, L, L), POS, 0, allowed_keys(POS, L, causal=False))[:, 0]
+        assert torch.equal(causal, e.weights(torch.zeros(2, 1, L, L), POS, 0)[:, 0])  # default: causal
+        upper = torch.ones(L, L).triu(1).bool()                             # keys j > i
+        assert torch.all(causal[:, upper] == 0) and torch.all(both[1][upper] > 0)
+        assert torch.all(both[0, 2:, :2] == 0) and torch.allclose(both[:, 2:].sum(-1), torch.ones(2, 3))
+        x2 = X.clone()
+        x2[1, -1] += 1.0                                                     # change the last item
+        for causal_flag, changes_first in ((True, False), (False, True)):
+            a = attn(qk=e.needs_qk, causal=causal_flag)
+            moved = (a(x2, POS, e)[1, 0] - a(X, POS, e)[1, 0]).abs().max() > 1e-6
+            assert bool(moved) == changes_first
 
 
 def test_post_norm_block_and_padding_rows_zero():

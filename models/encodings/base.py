@@ -102,5 +102,8 @@ class PositionalEncoding(nn.Module):
     def values(self, probs: torch.Tensor, v: torch.Tensor, pos: Positions, layer: int) -> Optional[torch.Tensor]:
         return None
 
-    def weights(self, probs: torch.Tensor, pos: Positions, layer: int) -> torch.Tensor:
+    def weights(self, probs: torch.Tensor, pos: Positions, layer: int,
+                allowed: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Attention weights (B|1, H|1, Lq, L) from the q.k ones; `allowed` (B, 1, Lq, L) is the
+        caller's key mask (causal or bidirectional; None: causal self-attention)."""
         return probs

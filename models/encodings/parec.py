@@ -12,11 +12,13 @@ zero weight; rows renormalise over the real past). Sequences are left-padded to 
 as in 003 §3.1, so an item's slot is n - 1 - (its backward position): the learned rows
 are indexed from the end, independent of how much padding a batch has. Hence PARec and
 FPARec are backward-aware (000 Def. 3.2) and not forward-aware. The handcrafted patterns
-depend only on the distance i - j (relative: neither). Causal self-attention only.
+depend only on the distance i - j (relative: neither). Self-attention only; the key mask is the
+attention's own (causal in 003's blocks, bidirectional in PosRec's readout).
 """
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 from torch import nn
@@ -30,9 +32,13 @@ def slots(pos: Positions, n: int) -> torch.Tensor:
     return n - 1 - pos.backward                                              # (B, L)
 
 
-def positional_weights(logits: torch.Tensor, pos: Positions) -> torch.Tensor:
-    """Masked softmax of positional logits (B|1, L, L) over allowed keys -> (B, 1, L, L)."""
-    allowed = allowed_keys(pos, pos.mask.size(1), causal=True)               # (B, 1, L, L)
+def positional_weights(logits: torch.Tensor, pos: Positions, allowed: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Masked softmax of positional logits (B|1, L, L) over allowed keys -> (B, 1, L, L).
+
+    `allowed` is the attention's own key mask: causal in SASRec-style blocks (003), all real keys
+    in a bidirectional readout (PosRec's, for its Figs. 3-4 with any encoding); default causal."""
+    if allowed is None:
+        allowed = allowed_keys(pos, pos.mask.size(1), causal=True)           # (B, 1, L, L)
     logits = logits[:, None].masked_fill(~allowed, float("-inf"))           # (B, 1, L, L)
     return torch.softmax(logits, dim=-1)
 
@@ -47,9 +53,9 @@ class _Positional(PositionalEncoding):
     def logits(self, pos: Positions, layer: int) -> torch.Tensor:           # (B, L, L)
         raise NotImplementedError
 
-    def weights(self, probs, pos, layer):
+    def weights(self, probs, pos, layer, allowed=None):
         assert probs.size(-2) == probs.size(-1), "positional attention is self-attention only"
-        return positional_weights(self.logits(pos, layer), pos).to(probs.dtype)  # (B, 1, L, L)
+        return positional_weights(self.logits(pos, layer), pos, allowed).to(probs.dtype)  # (B, 1, L, L)
 
 
 class PARec(_Positional):
