@@ -22,11 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from .errors import DataError
 from .lazy import lazy
 
 pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
-
-from .errors import DataError
 
 SPLITS = ("train", "valid", "test")
 MANIFEST = "manifest.json"

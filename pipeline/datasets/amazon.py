@@ -15,12 +15,11 @@ import gzip
 import json
 from pathlib import Path
 
+from ..errors import DataError
 from ..lazy import lazy
+from . import DatasetSpec, SourceSpec, register
 
 pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
-
-from ..errors import DataError
-from . import DatasetSpec, SourceSpec, register
 
 HOST = "http://snap.stanford.edu/data/amazon/productGraph/categoryFiles"
 HOMEPAGE = "http://jmcauley.ucsd.edu/data/amazon/"

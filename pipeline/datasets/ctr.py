@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import DataError
 from ..lazy import lazy
+from . import DatasetSpec, SourceSpec, register
 
 pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
-
-from ..errors import DataError
-from . import DatasetSpec, SourceSpec, register
 
 HUB = "https://huggingface.co/datasets/reczoo"
 BARS_FILES = ("train.csv", "test.csv")

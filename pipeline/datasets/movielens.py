@@ -9,12 +9,11 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from ..errors import DataError
 from ..lazy import lazy
+from . import DatasetSpec, SourceSpec, register
 
 pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
-
-from ..errors import DataError
-from . import DatasetSpec, SourceSpec, register
 
 RATINGS = ("user", "item", "rating", "timestamp")
 USERS = ("user", "gender", "age", "occupation", "zip")

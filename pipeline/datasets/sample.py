@@ -23,10 +23,9 @@ import zipfile
 from pathlib import Path
 
 from ..lazy import lazy
+from .. import io
 
 pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
-
-from .. import io
 
 SAMPLE_ARCHIVE = "sample-diginetica.zip"
 MEMBER = "train-item-views.csv"

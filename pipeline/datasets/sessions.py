@@ -23,12 +23,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..errors import DataError
 from ..lazy import lazy
+from . import DatasetSpec, SourceSpec, register
 
 pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
-
-from ..errors import DataError
-from . import DatasetSpec, SourceSpec, register
 
 DIGINETICA_FILE = "train-item-views.csv"
 YOOCHOOSE_FILE = "yoochoose-clicks.dat"
