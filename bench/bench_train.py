@@ -87,6 +87,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--no-trim", action="store_true", help="keep all max_len columns (train.trim_padding: false)")
+    ap.add_argument("--bucket", type=int, default=50, help="train.bucket (0 = plain shuffle)")
     args = ap.parse_args()
 
     import torch
@@ -124,7 +125,8 @@ def main() -> None:
     opt = torch.optim.Adam(net.parameters(), lr=tp.lr)
     gen = torch.Generator().manual_seed(1)
     net.train()
-    it = batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim)
+    it = batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim,
+                 bucket=0 if args.no_trim else args.bucket)
     warm = 5
     t0 = None
     for i, (seqs, targets) in enumerate(it):
@@ -166,7 +168,8 @@ def main() -> None:
     print(f"data: {root} ({manifest.get('dataset')}), train {len(train):,}, test {len(test):,} ranked, "
           f"n_items {n_items:,}")
     print(f"model: {tp.model}-{tp.encoding} dim {tp.dim} layers {tp.layers} heads {tp.heads} max_len {tp.max_len} "
-          f"batch {tp.batch_size} loss {tp.loss} trim_padding {not args.no_trim}, {params_m:.2f}M parameters")
+          f"batch {tp.batch_size} loss {tp.loss} trim_padding {not args.no_trim} bucket {args.bucket}, "
+          f"{params_m:.2f}M parameters")
     print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print("\n| model | load s | train samples/s (wall) | train samples per CPU-s | est. epoch min (wall) | "
           "eval s (wall) | eval samples/s (wall) | eval samples per CPU-s | RSS after load MB | "

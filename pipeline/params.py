@@ -81,6 +81,8 @@ class TrainParams:
     lr_gamma: float = 0.1
     threads: int = 0                  # CPU threads for torch (0 = all cores)
     trim_padding: bool = True         # drop columns that are padding in a whole batch (same predictions, faster)
+    bucket: int = 50                  # with trim_padding: sort shuffled rows by length within chunks of this
+                                      # many batches, then shuffle the batches (0 = plain shuffle)
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,8 @@ def _train_params(train: TrainParams, preset_train: dict, model: str, encoding: 
     for key in ("epochs", "batch_size", "max_len", "dim", "negatives", "lr_step"):
         if getattr(tp, key) < 1:
             raise ParamsError(f"train.{key} must be >= 1, got {getattr(tp, key)}", f"fix train.{key}")
+    if tp.bucket < 0:
+        raise ParamsError(f"train.bucket must be >= 0, got {tp.bucket}", "use 0 (plain shuffle) or e.g. 50")
     return tp
 
 
@@ -135,13 +137,16 @@ def build_encoding(name: str, tp: TrainParams, options: dict):
 # --------------------------------------------------------------------------- one epoch, scoring
 
 def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: bool = True) -> dict[str, float]:
-    """Full-ranking metrics of `net` on one split; scores stay on the device, batch by batch."""
+    """Full-ranking metrics of `net` on one split; scores stay on the device, batch by batch.
+
+    Rows are served sorted by prefix length (every row once, so the metrics are those of any
+    order) so that trimmed batches carry little padding."""
     import torch
     from models.metrics import RankingMetrics
     acc = RankingMetrics(ks)
     net.eval()
     with torch.inference_mode():
-        for seqs, targets in batches(samples, batch_size, device=device, trim=trim):
+        for seqs, targets in batches(samples, batch_size, device=device, trim=trim, by_length=trim):
             acc.update(net(seqs), targets)                               # (B, N), (B,)
     return acc.compute()
 
@@ -167,7 +172,7 @@ def train_epoch(net, opt, data: Samples, tp: TrainParams, n_items: int, generato
     net.train()
     total, count = 0.0, 0
     for seqs, targets in batches(data, tp.batch_size, shuffle=True, generator=generator, device=device,
-                                 trim=tp.trim_padding):
+                                 trim=tp.trim_padding, bucket=tp.bucket if tp.trim_padding else 0):
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(net, seqs, targets, tp, n_items, generator)
         loss.backward()

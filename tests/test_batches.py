@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.batches import batches, frame_to_samples, load_samples, pad_left
+from pipeline.batches import batch_order, batches, frame_to_samples, load_samples, pad_left
 from pipeline.errors import DataError
 from pipeline.io import write_split
 
@@ -48,6 +48,35 @@ def test_trim_drops_only_columns_that_are_padding_in_the_whole_batch():
     widths = [seqs.tolist() for seqs, _ in batches(s, 2)]
     assert widths == [[[0, 1], [2, 3]], [[4], [5]]]
     assert [tuple(x.shape) for x, _ in batches(s, 2, trim=False)] == [(2, 5), (2, 5)]
+
+
+def test_bucketed_shuffle_serves_every_row_once_in_length_sorted_batches():
+    """bucket=k: chunks of k batches of a seeded permutation, each sorted by length, batches shuffled."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 40, 1000).astype(np.int32)
+
+    def order(seed, bucket):
+        return batch_order(lengths, 32, shuffle=True, generator=torch.Generator().manual_seed(seed), bucket=bucket)
+    plain = order(5, 0)          # bucket 0 is the plain seeded permutation cut into batches
+    assert torch.equal(torch.cat(plain), torch.randperm(1000, generator=torch.Generator().manual_seed(5)))
+    one_chunk = order(5, 1000)   # one chunk: every batch is a contiguous run of the length-sorted rows
+    assert sorted(torch.cat(one_chunk).tolist()) == list(range(1000))
+    spans = sorted((int(lengths[b].min()), int(lengths[b].max())) for b in one_chunk)
+    assert all(hi <= lo for (_, hi), (lo, _) in zip(spans, spans[1:]))
+    assert [len(b) for b in one_chunk].count(32) == 31              # 31 full batches + one of 8
+    chunks = order(5, 4)                                           # chunks of 4 batches
+    assert sorted(torch.cat(chunks).tolist()) == list(range(1000))
+    assert all(torch.equal(a, b) for a, b in zip(chunks, order(5, 4)))
+    assert not all(torch.equal(a, b) for a, b in zip(chunks, order(6, 4)))
+    cells = {k: sum(len(b) * int(lengths[b].max()) for b in order(5, k)) for k in (0, 4)}
+    assert cells[4] < 0.7 * cells[0], cells                        # trimmed batches carry less padding
+    assert batch_order(lengths[:0], 32, shuffle=True, generator=torch.Generator(), bucket=4) == []
+
+
+def test_by_length_order_is_a_stable_sort_of_all_rows():
+    lengths = np.array([3, 1, 2, 1, 3], dtype=np.int32)
+    assert [b.tolist() for b in batch_order(lengths, 2, by_length=True)] == [[1, 3], [2, 0], [4]]
+    assert [b.tolist() for b in batch_order(lengths, 2)] == [[0, 1], [2, 3], [4]]
 
 
 def test_bad_samples_are_data_errors(tmp_path):

@@ -233,6 +233,8 @@ def test_preset_overrides_and_unknown_names(tmp_path, toy_registry):
         stage.run("toyset", samples, tmp_path / "runs", params(select_metric="ndcg@10"), progress=False)
     with pytest.raises(ParamsError, match="train.loss must be one of ce, sampled"):
         stage.run("toyset", samples, tmp_path / "runs", params(loss="bpr"), progress=False)
+    with pytest.raises(ParamsError, match="train.bucket must be >= 0"):
+        stage.run("toyset", samples, tmp_path / "runs", params(bucket=-1), progress=False)
 
 
 PAPER = {"train": {"epochs": 1, "lr": 0.05},
