@@ -41,18 +41,19 @@ class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention (Vaswani et al. 2017) with encoding hooks.
 
     `layer` is the block index passed to the hooks (rope_one rotates only in block 0,
-    PARec keeps one matrix per block).
+    PARec keeps one matrix per block). `out_proj=False` drops the output projection W_O
+    (003 Eq. 6: the positional attention layer is softmax(R) V with W_V only, Table 1).
     """
 
     def __init__(self, dim: int, heads: int, dropout: float = 0.0, *, layer: int = 0,
-                 causal: bool = True, qk: bool = True):
+                 causal: bool = True, qk: bool = True, out_proj: bool = True):
         super().__init__()
         assert dim % heads == 0, f"dim {dim} must be divisible by heads {heads}"
         self.dim, self.heads, self.layer, self.causal = dim, heads, layer, causal
         self.q = nn.Linear(dim, dim) if qk else None
         self.k = nn.Linear(dim, dim) if qk else None
         self.v = nn.Linear(dim, dim)
-        self.out = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, dim) if out_proj else nn.Identity()
         self.drop = nn.Dropout(dropout)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, H, L, E)
@@ -107,11 +108,11 @@ class TransformerBlock(nn.Module):
     """Attention + FFN with residuals; LayerNorm before (pre) or after (post) each sub-layer."""
 
     def __init__(self, dim: int, heads: int, dropout: float, *, layer: int, causal: bool = True,
-                 norm: str = "pre", ffn_dim: int = 0, qk: bool = True):
+                 norm: str = "pre", ffn_dim: int = 0, qk: bool = True, out_proj: bool = True):
         super().__init__()
         assert norm in ("pre", "post"), f"norm must be pre or post, got {norm}"
         self.norm = norm
-        self.attn = MultiHeadAttention(dim, heads, dropout, layer=layer, causal=causal, qk=qk)
+        self.attn = MultiHeadAttention(dim, heads, dropout, layer=layer, causal=causal, qk=qk, out_proj=out_proj)
         self.ffn = FeedForward(dim, ffn_dim or dim, dropout)
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.drop = nn.Dropout(dropout)

@@ -37,8 +37,8 @@ class Recommender(nn.Module):
         scores[:, 0] = float("-inf")
         return scores
 
-    def fit(self, seqs: torch.Tensor, targets: torch.Tensor) -> None:  # only when needs_fit
-        raise NotImplementedError
+    def fit(self, items: torch.Tensor, session: torch.Tensor) -> None:  # only when needs_fit:
+        raise NotImplementedError          # the train clicks (T,) and their session index (T,)
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ class ModelSpec:
     description: str
     paper: str = ""
     uses_encoding: bool = True           # False: the model ignores --encoding (e.g. GRU4Rec, POP)
+    fitted: bool = False                 # True: fitted on the train sessions (needs_fit), not trained
     presets: Optional[dict] = None       # name -> {"train", "models", "encodings", "datasets"} (e.g. "paper");
                                          # a flat dict = TrainParams overrides; see pipeline/presets.py
 

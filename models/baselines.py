@@ -2,12 +2,14 @@
 
 Notation used for tensor shapes:
     B  batch, L  padded length (left padding, 0 = pad), N  n_items + 1, K  neighbours
-    S  training samples
+    T  training clicks, P  distinct (session, item) pairs
 
-They are fitted, not trained (`needs_fit = True`): `fit(seqs, targets)` sees every
-training sample at once, and the state lives in fixed-size buffers so a checkpoint
-restores it. Scores are float64 and strictly ordered: every model breaks its ties by
-global popularity and then by item id (a lower id first), because the ranking metric
+They are fitted, not trained (`needs_fit = True`): `fit(items, session)` sees every training
+click at once, as whole sessions: `items` (T,) the clicks in order and `session` (T,) a
+non-decreasing session index (pipeline.batches.load_sessions rebuilds them from the samples,
+so a prefix-augmented session counts once, not once per prefix). The state lives in fixed-size
+buffers so a checkpoint restores it. Scores are float64 and strictly ordered: every model breaks
+its ties by global popularity and then by item id (a lower id first), because the ranking metric
 counts only strictly greater scores and ties would otherwise flatter the target.
 """
 from __future__ import annotations
@@ -17,12 +19,20 @@ import torch
 from .base import ModelSpec, Recommender, register_model
 from .model_config import ItemKNNConfig, PopConfig, model_options
 
+PAIR_CHUNK = 1 << 24      # Item-KNN: (item, item) pairs materialised at once while counting co-occurrences
 
-def item_counts(seqs: torch.Tensor, targets: torch.Tensor, n_items: int) -> torch.Tensor:
-    """Clicks per item over prefixes and targets (N,) float64; column 0 stays 0."""
-    ids = torch.cat([seqs[seqs != 0], targets])                         # (total,)
-    counts = torch.zeros(n_items + 1, dtype=torch.float64, device=seqs.device)
-    return counts.index_add_(0, ids, torch.ones_like(ids, dtype=torch.float64))
+
+def sessions_from_padded(seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded sessions (S, L) -> flat (items (T,), session (T,)) as `fit` takes them."""
+    mask = seqs != 0                                                    # (S, L)
+    rows = torch.arange(seqs.shape[0], device=seqs.device)[:, None].expand_as(seqs)  # (S, L)
+    return seqs[mask], rows[mask]
+
+
+def item_counts(items: torch.Tensor, n_items: int) -> torch.Tensor:
+    """Clicks per item (N,) float64 (repeats count); column 0 stays 0."""
+    counts = torch.zeros(n_items + 1, dtype=torch.float64, device=items.device)
+    return counts.index_add_(0, items, torch.ones_like(items, dtype=torch.float64))
 
 
 def popularity_order(counts: torch.Tensor) -> torch.Tensor:
@@ -35,6 +45,41 @@ def popularity_order(counts: torch.Tensor) -> torch.Tensor:
     return score
 
 
+def co_occurrence(items: torch.Tensor, session: torch.Tensor, n_items: int) -> tuple:
+    """Sessions holding both i and j, for every ordered pair i != j that occurs, and sessions per item.
+
+    Returns (i (Q,), j (Q,), c (Q,) sessions with both, support (N,) sessions with the item); pairs
+    sorted by (i, j). Each session contributes its distinct items once (a binary session vector),
+    so c is symmetric. Pairs are built per session (k distinct items -> k^2 - k pairs) in chunks
+    of about PAIR_CHUNK, so memory stays bounded for long sequences (ML-1m windows of 201 items).
+    """
+    N = n_items + 1
+    key = torch.unique(session * N + items)                             # (P,) distinct (session, item), sorted
+    s, it = key // N, key % N                                           # (P,)
+    support = torch.bincount(it, minlength=N).double()                  # (N,)
+    _, k = torch.unique_consecutive(s, return_counts=True)              # (S',) distinct items per session
+    off = torch.cumsum(k, 0) - k                                        # (S',) offset into `it`
+    sq = k * k                                                          # (S',) pairs per session (with i = j)
+    ends = torch.cumsum(sq, 0)
+    pairs = torch.empty(0, dtype=torch.long, device=items.device)
+    counts = torch.empty(0, dtype=torch.long, device=items.device)
+    first = 0
+    while first < k.numel():
+        base = int(ends[first - 1]) if first else 0
+        last = max(int(torch.searchsorted(ends, base + PAIR_CHUNK, right=True)), first + 1)  # sessions [first, last)
+        kk, oo, nn = k[first:last], off[first:last], sq[first:last]
+        rep = torch.repeat_interleave(torch.arange(kk.numel(), device=items.device), nn)  # (M,) session of each pair
+        r = torch.arange(int(nn.sum()), device=items.device) - (torch.cumsum(nn, 0) - nn)[rep]  # (M,) index in it
+        a, b = oo[rep] + r // kk[rep], oo[rep] + r % kk[rep]            # (M,) positions in `it`
+        keep = a != b
+        chunk, c = torch.unique(it[a[keep]] * N + it[b[keep]], return_counts=True)
+        pairs, inv = torch.unique(torch.cat([pairs, chunk]), return_inverse=True)
+        counts = torch.zeros(pairs.numel(), dtype=torch.long, device=items.device).index_add_(
+            0, inv, torch.cat([counts, c]))
+        first = last
+    return pairs // N, pairs % N, counts, support
+
+
 class _Fitted(Recommender):
     needs_fit = True
 
@@ -43,8 +88,8 @@ class _Fitted(Recommender):
         self.n_items = n_items
         self.register_buffer("pop", torch.zeros(n_items + 1, dtype=torch.float64))  # (N,) tie-break scores
 
-    def fit(self, seqs: torch.Tensor, targets: torch.Tensor) -> None:
-        self.pop.copy_(popularity_order(item_counts(seqs, targets, self.n_items)))
+    def fit(self, items: torch.Tensor, session: torch.Tensor) -> None:
+        self.pop.copy_(popularity_order(item_counts(items, self.n_items)))
 
     def _finish(self, scores: torch.Tensor) -> torch.Tensor:
         scores[:, 0] = float("-inf")
@@ -69,11 +114,12 @@ class SessionPop(_Fitted):
 
 
 class ItemKNN(_Fitted):
-    """Item-KNN: the K items most similar to the session's last item.
+    """Item-KNN (Hidasi et al. 2016; Ludewig & Jannach 2018): the K items most similar to the
+    session's last item, similarity over binary session vectors:
 
-    c_ij = # training samples where item i is in the prefix and j is the target (with
-    prefix augmentation: # sessions where i precedes j); sim_ij = c_ij / (n_i^a n_j^(1-a)),
-    n = click counts (a = 0.5: cosine). Items outside the K neighbours score 0.
+        sim_ij = |S_i & S_j| / (|S_i|^a |S_j|^(1-a))     (a = 0.5: cosine; symmetric; i != j)
+
+    S_i = the training sessions holding item i. Items outside the K neighbours score 0.
     """
 
     def __init__(self, n_items: int, cfg: ItemKNNConfig):
@@ -83,21 +129,14 @@ class ItemKNN(_Fitted):
         self.register_buffer("nbr", torch.zeros(n_items + 1, k, dtype=torch.long))       # (N, K)
         self.register_buffer("sim", torch.zeros(n_items + 1, k, dtype=torch.float64))    # (N, K)
 
-    def fit(self, seqs: torch.Tensor, targets: torch.Tensor) -> None:
-        super().fit(seqs, targets)
+    def fit(self, items: torch.Tensor, session: torch.Tensor) -> None:
+        super().fit(items, session)
         N, K = self.n_items + 1, self.cfg.neighbours
-        counts = item_counts(seqs, targets, self.n_items)               # (N,)
-        # one (i, target) pair per distinct item of each prefix: unique (sample, item) keys
-        rows = torch.arange(seqs.shape[0], device=seqs.device)[:, None].expand_as(seqs)  # (S, L)
-        mask = seqs != 0
-        per_row = torch.unique(rows[mask] * N + seqs[mask])             # (P,) sorted, distinct
-        i, j = per_row % N, targets[per_row // N]                       # (P,)
-        pair, c = torch.unique(i * N + j, return_counts=True)          # (Q,)
-        i, j = pair // N, pair % N                                      # (Q,)
+        i, j, c, support = co_occurrence(items, session, self.n_items)  # (Q,) each, (N,)
         a = self.cfg.alpha
-        sim = c.double() / (counts[i].pow(a) * counts[j].pow(1 - a))    # (Q,)
-        # keep the K best per row: sort by similarity (desc), then stably by row
-        by_sim = torch.argsort(sim - 1e-12 * self.pop[j], descending=True, stable=True)
+        sim = c.double() / (support[i].pow(a) * support[j].pow(1 - a))  # (Q,)
+        # keep the K best per row: sort by similarity (desc; popularity breaks ties), then stably by row
+        by_sim = torch.argsort(sim + 1e-12 * self.pop[j], descending=True, stable=True)
         i, j, sim = i[by_sim], j[by_sim], sim[by_sim]
         by_row = torch.argsort(i, stable=True)
         i, j, sim = i[by_row], j[by_row], sim[by_row]                    # (Q,) rows grouped, best first
@@ -113,7 +152,7 @@ class ItemKNN(_Fitted):
         last = seqs[:, -1]                                              # (B,) left padding: last column
         scores = torch.zeros(seqs.shape[0], self.n_items + 1, dtype=torch.float64, device=seqs.device)
         scores.scatter_add_(1, self.nbr[last], self.sim[last])          # (B, N) slot 0 of unused entries: item 0
-        # a similarity is >= 1 / (max clicks) >> 1e-9: popularity (<= 1e-9) only breaks ties
+        # a similarity is >= 1 / (sessions of the commonest item) >> 1e-9: popularity (<= 1e-9) only breaks ties
         return self._finish(scores + 1e-9 * self.pop[None, :])
 
 
@@ -128,8 +167,9 @@ def build_itemknn(n_items: int, max_len: int, train, options=None, encoding=None
     return ItemKNN(n_items, model_options(ItemKNNConfig, "itemknn", options))
 
 
-register_model(ModelSpec("pop", _build_pop(Pop), "POP: global popularity", "000 Table 2", uses_encoding=False))
+register_model(ModelSpec("pop", _build_pop(Pop), "POP: global popularity", "000 Table 2", uses_encoding=False,
+                         fitted=True))
 register_model(ModelSpec("spop", _build_pop(SessionPop), "S-POP: session popularity, then global",
-                         "000 Table 2", uses_encoding=False))
-register_model(ModelSpec("itemknn", build_itemknn, "Item-KNN: co-occurrence neighbours of the last item",
-                         "000 Table 2", uses_encoding=False))
+                         "000 Table 2", uses_encoding=False, fitted=True))
+register_model(ModelSpec("itemknn", build_itemknn, "Item-KNN: session co-occurrence neighbours of the last item",
+                         "000 Table 2", uses_encoding=False, fitted=True))

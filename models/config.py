@@ -8,6 +8,8 @@ layers) come from TrainParams; these hold only what is particular to one encodin
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -87,8 +89,8 @@ class FPARecConfig:
 
 @dataclass(frozen=True)
 class ExponentialConfig:
-    """Exponential annealing (003 §4.4): weight of the item k steps back proportional to rate^k."""
-    rate: float = 0.5                 # in (0, 1]; 1 = average
+    """Exponential annealing (003 Eq. 14): weight of the item k steps back proportional to rate^k."""
+    rate: float = math.exp(-1)        # in (0, 1]; 003's e^(j - i) is rate 1/e; 1 = average
 
     def check(self, name: str) -> None:
         if not 0.0 < self.rate <= 1.0:

@@ -15,7 +15,15 @@ factorised R_1 R_2^T (FPARec) and the handcrafted patterns of the ablation (003 
 average, linear_annealing, exponential_annealing) are encodings of models/encodings/
 parec.py, so the backbone is one class: "parec" and "fparec" differ only in the encoding
 they default to. The blocks are models/attention.py's TransformerBlock with qk=False,
-pre-LayerNorm, causal mask.
+out_proj=False (no W_O: Table 1 counts d^2 + n^2 parameters per attention layer), pre-LayerNorm,
+causal mask.
+
+Two readings worth knowing. Mask(softmax(R)) is taken as softmax over the allowed (past, real)
+keys, i.e. masked logits then softmax, so each row sums to 1 (Eq. 15 normalises the handcrafted
+patterns the same way). And seqpe trains on (end-aligned prefix, next item) samples, so the
+prediction is always read from the last row; 003 Eq. 11 trains each user's sequence once and
+reads row t-1 for step t. Both see the same targets; the rows of R that carry the training
+signal differ.
 """
 from __future__ import annotations
 
@@ -50,7 +58,8 @@ class PARec(Recommender):
         self.drop = nn.Dropout(dropout)
         self.encoding = encoding
         self.blocks = nn.ModuleList(
-            TransformerBlock(dim, heads, dropout, layer=i, causal=True, norm="pre", ffn_dim=cfg.ffn_dim, qk=False)
+            TransformerBlock(dim, heads, dropout, layer=i, causal=True, norm="pre", ffn_dim=cfg.ffn_dim, qk=False,
+                             out_proj=False)                            # 003 Eq. 6: softmax(R) V, W_V only
             for i in range(layers))
         self.ln = nn.LayerNorm(dim)
 

@@ -86,6 +86,33 @@ def load_samples(root: str | Path, split: str, max_len: int) -> Samples:
     return frame_to_samples(df, max_len)
 
 
+def load_sessions(root: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """The whole sequences behind one split's samples, as flat (items (T,), session (T,)) arrays,
+    session index non-decreasing (for fitted baselines: POP counts each click once).
+
+    Prefix rows (session_id, prefix, target): a session is its longest prefix + that target (the
+    clicks of a Yoochoose-fraction cut session that fall in the fraction). Shifted rows
+    (session_id, items): the row's items. Sessions keep their first-appearance order.
+    """
+    lf = scan_split(root, split)
+    names = lf.collect_schema().names()
+    if "items" in names and "prefix" not in names:
+        seqs = lf.select(pl.col("items").cast(pl.List(pl.Int32))).collect().get_column("items")
+    elif {"session_id", "prefix", "target"} <= set(names):
+        longest = (lf.select("session_id", "prefix", "target", n=pl.col("prefix").list.len())
+                   .group_by("session_id", maintain_order=True)
+                   .agg(pl.all().sort_by("n", maintain_order=True).last()))
+        seqs = (longest.select(pl.concat_list(pl.col("prefix").cast(pl.List(pl.Int32)),
+                                              pl.col("target").cast(pl.Int32)).alias("items"))
+                .collect().get_column("items"))
+    else:
+        raise DataError(f"{Path(root) / split} holds no sessions (no items, or session_id/prefix/target, columns)",
+                        "re-run `seqpe augment` for this dataset")
+    lengths = seqs.list.len().to_numpy().astype(np.int64)                           # (S,)
+    items = seqs.explode(empty_as_null=False).to_numpy().astype(np.int64)          # (T,)
+    return items, np.repeat(np.arange(lengths.shape[0], dtype=np.int64), lengths)
+
+
 def batch_order(lengths: np.ndarray, batch_size: int, *, shuffle: bool = False, generator=None,
                 bucket: int = 0, by_length: bool = False) -> list:
     """Row indices of every batch, in the order they are served (a list of LongTensors).

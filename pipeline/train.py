@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from . import presets
-from .batches import Samples, batches, load_samples
+from .batches import Samples, batches, load_samples, load_sessions
 from .errors import DataError, ParamsError, unknown
 from .io import SPLITS, atomic_dir, dumps_json, read_json, write_bytes, write_json
 from .params import EvaluateParams, Params, TrainParams, from_dict, to_dict
@@ -302,8 +302,10 @@ def _save_resume(path: Path, state: dict) -> None:
 
 
 def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], manifest: dict,
-              seed: int, device, progress: bool, resume_path: Optional[Path] = None) -> tuple:
-    """Train (or fit) one seed; return (net with the best weights, record, timing)."""
+              seed: int, device, progress: bool, resume_path: Optional[Path] = None,
+              sessions: Optional[tuple] = None) -> tuple:
+    """Train (or fit) one seed; return (net with the best weights, record, timing). Fitted baselines
+    take `sessions`, the train split's whole sequences (pipeline.batches.load_sessions)."""
     import torch
     from models import build_model
 
@@ -321,7 +323,9 @@ def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], m
     if getattr(net, "needs_fit", False):
         t0 = time.perf_counter()
         train = data["train"]
-        net.fit(torch.from_numpy(train.seqs).long().to(device), torch.from_numpy(train.targets).long().to(device))
+        assert sessions is not None, "fitted baselines need the train sessions (train.run loads them)"
+        items, session = sessions
+        net.fit(torch.from_numpy(items).to(device), torch.from_numpy(session).to(device))
         fit_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         valid = score(net, data["valid"], "valid", ks, ev_bs, device, trim=tp.trim_padding)
@@ -410,6 +414,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         if top > manifest["n_items"] or int(data[split].targets.min()) < 1:
             raise DataError(f"{split} samples hold item ids outside 1..{manifest['n_items']} (n_items)",
                             "re-run `seqpe augment` so samples and manifest agree")
+    sessions = load_sessions(samples_dir, "train") if spec.fitted else None
     enc_name = tp.encoding if spec.uses_encoding else "none"
     results = []
     for seed in (seeds or tp.seeds):
@@ -418,7 +423,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         for old in sorted(run_dir.parent.glob(f".seed-{seed}.*.resume.pt")):
             if old != resume:    # left by a killed run with other inputs: cannot be continued
                 old.unlink()
-        net, record, timing = train_one(spec, tp, params, data, manifest, int(seed), device, progress, resume)
+        net, record, timing = train_one(spec, tp, params, data, manifest, int(seed), device, progress, resume,
+                                        sessions)
         record["preset"] = applied.record()
         save_run(run_dir, net, record, timing)
         resume.unlink(missing_ok=True)

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.batches import batch_order, batches, frame_to_samples, load_samples, pad_left
+from pipeline.batches import batch_order, batches, frame_to_samples, load_samples, load_sessions, pad_left
 from pipeline.errors import DataError
 from pipeline.io import write_split
 
@@ -101,3 +101,21 @@ def test_shifted_rows_expand_to_every_next_item(tmp_path):
     got = load_samples(tmp_path, "train", 2)
     assert got.seqs.tolist() == [[5, 6], [4, 5], [0, 4], [0, 9]]
     assert got.targets.tolist() == [7, 6, 5, 3] and got.lengths.tolist() == [2, 2, 1, 1]
+
+
+def test_load_sessions_rebuilds_each_session_once(tmp_path):
+    """Prefix rows: longest prefix + its target, once per session, across shards, in first-appearance
+    order (a cut session keeps the clicks its samples hold); shifted rows: the items themselves."""
+    df = pl.DataFrame({"session_id": [7, 7, 7, 3, 8, 8],
+                       "prefix": [[4, 5, 6], [4, 5], [4], [9], [1, 2], [1]],
+                       "target": [7, 6, 5, 2, 3, 2]}, schema=SCHEMA)
+    write_split(tmp_path / "p", "train", df, rows_per_shard=2)      # session 7 spans two shards
+    items, session = load_sessions(tmp_path / "p", "train")
+    assert items.tolist() == [4, 5, 6, 7, 9, 2, 1, 2, 3] and session.tolist() == [0, 0, 0, 0, 1, 1, 2, 2, 2]
+    write_split(tmp_path / "s", "train", pl.DataFrame({"session_id": [5, 6], "items": [[3, 1, 3], [2, 4]]},
+                                                      schema={"session_id": pl.Int64, "items": pl.List(pl.Int32)}))
+    items, session = load_sessions(tmp_path / "s", "train")
+    assert items.tolist() == [3, 1, 3, 2, 4] and session.tolist() == [0, 0, 0, 1, 1]
+    write_split(tmp_path / "c", "train", pl.DataFrame({"user": [1], "label": [1]}))
+    with pytest.raises(DataError, match="holds no sessions"):
+        load_sessions(tmp_path / "c", "train")

@@ -8,6 +8,8 @@ is aware iff that largest candidate set is non-empty and separates distinct posi
 """
 from __future__ import annotations
 
+import math
+
 import subprocess
 import sys
 
@@ -51,11 +53,10 @@ EXPECTED = {
     "parec": (False, True),        # rows indexed by end-aligned slots
     "fparec": (False, True),
     "average": (False, False),     # patterns of i - j
-    "linear_annealing": (False, False),
+    "linear_annealing": (False, True),   # a_ij = slot of j (003 Eq. 13): end-aligned
     "exponential_annealing": (False, False),
 }
-RELATIVE = ["rope", "rope_one", "rmha", "alibi", "cope", "cape", "average", "linear_annealing",
-            "exponential_annealing"]
+RELATIVE = ["rope", "rope_one", "rmha", "alibi", "cope", "cape", "average", "exponential_annealing"]
 
 
 def make(name: str, **options):
@@ -277,8 +278,16 @@ def test_handcrafted_patterns_values():
     assert torch.allclose(avg, torch.full((3,), 1 / 3))
     exp = make("exponential_annealing", rate=0.5).weights(torch.zeros(1, 1, 3, 3), pos, 0)[0, 0, 2]
     assert torch.allclose(exp, torch.tensor([1.0, 2.0, 4.0]) / 7)
-    lin = make("linear_annealing").weights(torch.zeros(1, 1, 3, 3), pos, 0)[0, 0, 2]
-    assert torch.allclose(lin, torch.tensor([MAX_LEN - 2, MAX_LEN - 1, MAX_LEN], dtype=torch.float) / (3 * MAX_LEN - 3))
+    assert torch.allclose(make("exponential_annealing").weights(torch.zeros(1, 1, 3, 3), pos, 0)[0, 0, 2],
+                          torch.tensor([math.exp(-2), math.exp(-1), 1.0]) / (1 + math.exp(-1) + math.exp(-2)))
+    # 003 Eq. 13 with Eq. 15: a_ij = j (1-based slot) for j <= i; a full window of n = MAX_LEN slots
+    full = batch_positions((MAX_LEN,))
+    lin = make("linear_annealing").weights(torch.zeros(1, 1, MAX_LEN, MAX_LEN), full, 0)[0, 0]   # (n, n)
+    want = torch.tril(torch.arange(1, MAX_LEN + 1, dtype=torch.float).expand(MAX_LEN, -1))
+    assert torch.allclose(lin, want / want.sum(-1, keepdim=True))
+    # a 3-item sequence sits in the last 3 slots: weights n - 2, n - 1, n in its last row
+    short = make("linear_annealing").weights(torch.zeros(1, 1, 3, 3), pos, 0)[0, 0, 2]
+    assert torch.allclose(short, torch.tensor([MAX_LEN - 2, MAX_LEN - 1, MAX_LEN], dtype=torch.float) / (3 * MAX_LEN - 3))
 
 
 def test_fparec_with_full_rank_represents_any_parec_matrix():

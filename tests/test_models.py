@@ -6,15 +6,16 @@ import torch
 import torch.nn.functional as F
 
 from models import MODELS, build_model
+from models.baselines import sessions_from_padded
 from models.encodings import ENCODINGS, build_encoding
 from models.encodings.base import PositionalEncoding
 from pipeline.errors import ParamsError, UnknownNameError
 from pipeline.params import TrainParams
 
-OURS = ["posrec", "stamp", "parec", "fparec", "gru4rec", "narm", "srgnn", "pop", "spop", "itemknn"]
-NEURAL = ["posrec", "stamp", "parec", "fparec", "gru4rec", "narm", "srgnn"]
-WITH_ENCODING = ["posrec", "stamp", "parec", "fparec"]
-DEFAULT_ENCODING = {"posrec": "ldpe", "stamp": "ldpe", "parec": "parec", "fparec": "fparec"}
+OURS = ["sasrec", "posrec", "stamp", "parec", "fparec", "gru4rec", "narm", "srgnn", "pop", "spop", "itemknn"]
+NEURAL = ["sasrec", "posrec", "stamp", "parec", "fparec", "gru4rec", "narm", "srgnn"]
+WITH_ENCODING = ["sasrec", "posrec", "stamp", "parec", "fparec"]
+DEFAULT_ENCODING = {"sasrec": "lpe", "posrec": "ldpe", "stamp": "ldpe", "parec": "parec", "fparec": "fparec"}
 L, N_ITEMS = 6, 20
 TP = TrainParams(dim=16, layers=1, heads=2, dropout=0.0, max_len=L + 3)
 NO_DROPOUT = {"narm": {"emb_dropout": 0.0, "ct_dropout": 0.0}}
@@ -141,7 +142,7 @@ def fit(model, seqs, targets, epochs: int = 25, batch: int = 50, lr: float = 0.0
 def splits():
     train, held_out = rule_data(200, 1), rule_data(100, 2)
     pop = make("pop")
-    pop.fit(*train)
+    pop.fit(*sessions_from_padded(torch.cat([train[0], train[1][:, None]], 1)))   # prefix + target
     return train, held_out, hr1(pop, *held_out)
 
 
@@ -155,19 +156,19 @@ def test_overfits_a_rule_and_beats_pop(name, splits):
 
 # --------------------------------------------------------------------------- fitted baselines
 
-FIT_SEQS = torch.tensor([[0, 1, 2], [0, 0, 2], [2, 3, 2], [0, 0, 4]])
-FIT_TARGETS = torch.tensor([3, 3, 1, 3])
+# four training sessions (left-padded); clicks 1: 2, 2: 4, 3: 4, 4: 1, 5: 0
+FIT_SESSIONS = torch.tensor([[0, 1, 2, 3], [0, 0, 2, 3], [2, 3, 2, 1], [0, 0, 4, 3]])
 
 
 def _fitted(name, options=None):
     m = build_model(name, n_items=5, max_len=3, train=TP, options=options or {}, encoding=None)
-    assert m.needs_fit
-    m.fit(FIT_SEQS, FIT_TARGETS)
+    assert m.needs_fit and MODELS[name].fitted
+    m.fit(*sessions_from_padded(FIT_SESSIONS))
     return m
 
 
 def test_pop_ranks_by_clicks_then_id():
-    # clicks (prefixes + targets): 1: 2, 2: 4, 3: 4, 4: 1, 5: 0 -> order 2, 3 (tie: lower id), 1, 4, 5
+    # clicks: 1: 2, 2: 4, 3: 4, 4: 1, 5: 0 -> order 2, 3 (tie: lower id), 1, 4, 5
     scores = _fitted("pop")(torch.tensor([[0, 0, 5]]))
     assert scores[0, 1:].argsort(descending=True).add(1).tolist() == [2, 3, 1, 4, 5]
     assert torch.isinf(scores[0, 0]) and len(set(scores[0, 1:].tolist())) == 5   # strictly ordered
@@ -179,15 +180,49 @@ def test_spop_puts_session_items_first():
     assert scores[0, 1:].argsort(descending=True).add(1).tolist() == [5, 4, 2, 3, 1]
 
 
-def test_itemknn_cosine_of_last_item():
-    # pairs (distinct prefix item -> target): (1,3) (2,3) | (2,3) | (2,1) (3,1) | (4,3)
-    # clicks n: 1: 2, 2: 4, 3: 4, 4: 1; sim_ij = c_ij / sqrt(n_i n_j)
+def test_itemknn_is_the_cosine_of_binary_session_vectors():
+    # session sets {1,2,3} {2,3} {1,2,3} {3,4}: support 1: 2, 2: 3, 3: 4, 4: 1
+    # both: (1,2) 2, (1,3) 2, (2,3) 3, (3,4) 1; sim_ij = both / sqrt(n_i n_j), symmetric, i != j
     m = _fitted("itemknn", {"neighbours": 2})
-    assert torch.allclose(m.sim[2], torch.tensor([2 / 4, 1 / (8 ** 0.5)], dtype=torch.float64))
-    assert m.nbr[2].tolist() == [3, 1]
+    assert m.nbr[2].tolist() == [3, 1] and m.nbr[1].tolist() == [2, 3] and m.nbr[4].tolist() == [3, 0]
+    assert torch.allclose(m.sim[2], torch.tensor([3 / 12 ** 0.5, 2 / 6 ** 0.5], dtype=torch.float64))
+    assert torch.allclose(m.sim[1], torch.tensor([2 / 6 ** 0.5, 2 / 8 ** 0.5], dtype=torch.float64))
+    assert m.sim[4, 0].item() == pytest.approx(1 / 4 ** 0.5) and m.sim[4, 1].item() == 0
     scores = m(torch.tensor([[0, 0, 2]]))
     assert scores[0, 1:].argsort(descending=True).add(1).tolist() == [3, 1, 2, 4, 5]
-    assert abs(scores[0, 3].item() - 0.5) < 1e-8
+    assert abs(scores[0, 3].item() - 3 / 12 ** 0.5) < 1e-8
+
+
+def test_a_session_counts_once_not_once_per_prefix():
+    """The samples of one session [1..5] are 4 prefixes; fitted on the session, every item has one
+    click (POP falls back to ids) and Item-KNN links every pair both ways with similarity 1."""
+    pop = _fitted("pop")
+    pop.fit(*sessions_from_padded(torch.tensor([[1, 2, 3, 4, 5]])))
+    assert pop(torch.tensor([[1]]))[0, 1:].argsort(descending=True).add(1).tolist() == [1, 2, 3, 4, 5]
+    knn = _fitted("itemknn", {"neighbours": 4})
+    knn.fit(*sessions_from_padded(torch.tensor([[1, 2, 3, 4, 5]])))
+    assert knn.nbr[5].tolist() == [1, 2, 3, 4] and knn.nbr[1].tolist() == [2, 3, 4, 5]
+    assert torch.equal(knn.sim[1:], torch.ones(5, 4, dtype=torch.float64))
+
+
+def test_co_occurrence_in_chunks_equals_brute_force(monkeypatch):
+    import models.baselines as bl
+    g = torch.Generator().manual_seed(0)
+    sessions = [torch.randint(1, 12, (int(n),), generator=g) for n in torch.randint(1, 15, (40,), generator=g)]
+    items = torch.cat(sessions)
+    session = torch.cat([torch.full((len(x),), k) for k, x in enumerate(sessions)])
+    want = {}
+    for x in sessions:
+        u = sorted(set(x.tolist()))
+        for a in u:
+            for b in u:
+                if a != b:
+                    want[(a, b)] = want.get((a, b), 0) + 1
+    for chunk in (1 << 24, 50, 1):          # one chunk, several, one session per chunk
+        monkeypatch.setattr(bl, "PAIR_CHUNK", chunk)
+        i, j, c, support = bl.co_occurrence(items, session, 11)
+        assert dict(zip(zip(i.tolist(), j.tolist()), c.tolist())) == want
+        assert support[3].item() == sum(3 in x.tolist() for x in sessions)
 
 
 @pytest.mark.parametrize("name", [n for n in OURS if MODELS[n].presets])
@@ -214,3 +249,19 @@ def test_paper_presets_carry_the_papers_model_and_encoding_options():
     assert lam == {"diginetica": 1.0, "diginetica_srgnn": 1.0, "yoochoose_1_64": 0.5, "beauty": 1.0}
     assert resolve(MODELS["posrec"].presets, "paper_yoochoose", "posrec", "yc").models["posrec"]["lambda2"] == 0.5
     assert resolve(MODELS["fparec"].presets, "paper", "fparec", "beauty").encodings == {"fparec": {"rank": 40}}
+    sas = {ds: resolve(MODELS["sasrec"].presets, "paper", "sasrec", ds).train for ds in ("beauty", "ml_1m")}
+    assert sas["beauty"]["dropout"] == 0.5 and sas["beauty"]["max_len"] == 50 and sas["beauty"]["dim"] == 50
+    assert sas["ml_1m"]["dropout"] == 0.2 and sas["ml_1m"]["max_len"] == 200 and sas["ml_1m"]["encoding"] == "lrpe"
+
+
+def test_positional_attention_layer_has_table_1_parameter_count():
+    """003 Table 1: d^2 + n^2 (PARec) and d^2 + 2kn (FPARec) per attention layer: W_V (+ its bias)
+    and the positional matrices; no queries, keys or output projection."""
+    tp = TrainParams(dim=16, layers=2, heads=1, dropout=0.0, max_len=10)
+    d, n, k = 16, 10, 4
+    for name, options, positional in (("parec", {}, n * n), ("fparec", {"rank": k}, 2 * k * n)):
+        enc = build_encoding(name, dim=d, max_len=n, heads=1, layers=2, options=options)
+        model = build_model(name, n_items=N_ITEMS, max_len=n, train=tp, options={}, encoding=enc)
+        attn = sum(p.numel() for p in model.blocks[0].attn.parameters())
+        assert attn == d * d + d, name
+        assert sum(p.numel() for p in enc.parameters()) == 2 * positional, name     # two layers

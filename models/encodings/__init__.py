@@ -103,11 +103,11 @@ ENCODINGS: dict[str, EncodingSpec] = {s.name: s for s in [
     # PARec / FPARec (003 §3-4)
     _spec("parec", "003 Eq. 6", "parec", "PARec", True, False, True, description="learned n x n attention per layer"),
     _spec("fparec", "003 Eq. 7", "parec", "FPARec", True, False, True, FPARecConfig, "factorised R1 R2^T"),
-    _spec("average", "003 §4.4", "parec", "Average", False, False, False, description="equal weight on the past"),
-    _spec("linear_annealing", "003 §4.4", "parec", "LinearAnnealing", False, False, False,
-          description="weight falls linearly with distance"),
-    _spec("exponential_annealing", "003 §4.4", "parec", "ExponentialAnnealing", False, False, False,
-          ExponentialConfig, "weight falls as rate^distance"),
+    _spec("average", "003 Eq. 12", "parec", "Average", False, False, False, description="equal weight on the past"),
+    _spec("linear_annealing", "003 Eq. 13", "parec", "LinearAnnealing", False, False, True,
+          description="weight of key j = its slot j: rises linearly to the present"),
+    _spec("exponential_annealing", "003 Eq. 14", "parec", "ExponentialAnnealing", False, False, False,
+          ExponentialConfig, "weight falls as rate^distance (rate 1/e: e^(j-i))"),
 ]}
 
 

@@ -11,8 +11,9 @@ with the lower-triangular mask applied to the logits (future keys and padding ge
 zero weight; rows renormalise over the real past). Sequences are left-padded to n slots
 as in 003 §3.1, so an item's slot is n - 1 - (its backward position): the learned rows
 are indexed from the end, independent of how much padding a batch has. Hence PARec and
-FPARec are backward-aware (000 Def. 3.2) and not forward-aware. The handcrafted patterns
-depend only on the distance i - j (relative: neither). Self-attention only; the key mask is the
+FPARec are backward-aware (000 Def. 3.2) and not forward-aware. The average and exponential
+patterns depend only on the distance i - j (relative: neither); linear annealing weighs key j by
+its slot (Eq. 13), so it is backward-aware too. Self-attention only; the key mask is the
 attention's own (causal in 003's blocks, bidirectional in PosRec's readout).
 """
 from __future__ import annotations
@@ -109,15 +110,22 @@ class Average(_Handcrafted):
         return torch.zeros(distance.shape, device=distance.device)
 
 
-class LinearAnnealing(_Handcrafted):
-    """Linear annealing (003 §4.4): weight proportional to n - (i - j), falling linearly."""
+class LinearAnnealing(_Positional):
+    """Linear annealing (003 Eq. 13): a_ij = j for j <= i, j the key's 1-based slot in the n-slot,
+    end-aligned window, so weights rise linearly towards the present (and depend on the key's
+    distance from the end: backward-aware, not relative); rows normalised by Eq. 15."""
 
-    def pattern(self, distance):
-        return torch.log((self.n - distance).clamp(min=1).to(torch.float32))
+    def logits(self, pos, layer):
+        s = slots(pos, self.n).to(torch.float32) + 1.0                       # (B, L) 1..n
+        return torch.log(s)[:, None, :].expand(-1, s.size(1), -1)           # (B, L, L) log a_ij
+
+    def table(self, pos):
+        """Per-item table: the key weight a_.j = slot + 1 of each item (B, L, 1)."""
+        return (slots(pos, self.n).to(torch.float32) + 1.0)[..., None]
 
 
 class ExponentialAnnealing(_Handcrafted):
-    """Exponential annealing (003 §4.4): weight proportional to rate^(i - j)."""
+    """Exponential annealing (003 Eq. 14): a_ij = e^(j - i), i.e. rate^(i - j) with rate = 1/e by default."""
 
     def pattern(self, distance):
         return distance.to(torch.float32) * math.log(self.config.rate)
