@@ -59,10 +59,7 @@ def unpack(archive: Path, kind: str, files: Sequence[str], out_dir: Path, *, nam
             raise DownloadError(f"{name} is a single file but {len(files)} files are needed ({', '.join(files)})",
                                 "fix the source's archive kind in the dataset registry")
         if files[0].lower().endswith(".gz"):
-            with open(archive, "rb") as f:
-                if f.read(2) != b"\x1f\x8b":
-                    raise DownloadError(f"{archive.name} is not gzip data, so it cannot be kept as {files[0]}",
-                                        f"pass the original {files[0]}")
+            verify_gzip(archive, name, files[0])
         return {files[0]: _place(archive, out_dir / files[0], move)}
     try:
         if kind == "zip":
@@ -80,6 +77,22 @@ def unpack(archive: Path, kind: str, files: Sequence[str], out_dir: Path, *, nam
         raise
 
 
+def verify_gzip(path: Path, name: str, keep_as: str, chunk: int = 1 << 20) -> None:
+    """Read a gzip file kept as is (e.g. reviews_Beauty_5.json.gz) to its end: the magic bytes, every
+    member's CRC-32 and length, and the end-of-stream marker, so a cut-short or damaged download is
+    refused here instead of being recorded in source.json and failing at preprocess."""
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            raise DownloadError(f"{name} is not gzip data, so it cannot be kept as {keep_as}",
+                                f"pass the original {keep_as}")
+    try:
+        with gzip.open(path, "rb") as g:
+            while g.read(chunk):
+                pass
+    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
+        raise _corrupt(name, e) from None
+
+
 def collect(src: Path, files: Sequence[str], out_dir: Path) -> dict[str, Path]:
     """Copy already-extracted `files` from a folder (searched a few levels deep) or a single file."""
     src, out_dir = Path(src), Path(out_dir)
@@ -89,6 +102,8 @@ def collect(src: Path, files: Sequence[str], out_dir: Path) -> dict[str, Path]:
         if len(files) != 1 or Path(files[0]).name != src.name:
             raise DownloadError(f"{src} is a single file but the dataset needs {', '.join(files)}",
                                 "pass the archive or a folder that holds all of them with --from")
+        if files[0].lower().endswith(".gz"):
+            verify_gzip(src, src.name, files[0])
         return {files[0]: _place(src, out_dir / files[0], move=False)}
     names = _walk(src)
     found = {}

@@ -223,10 +223,22 @@ def _split_files(src: Path, manifest: dict, split: str) -> list[Path]:
     return files or sorted((src / split).glob("part-*.parquet"))
 
 
+def _imported_as(src: Path, dataset: str) -> bool:
+    path = src / io.MANIFEST
+    if not path.is_file():
+        return False
+    m = io.read_json(path)
+    return m.get("stage") == "import" and m.get("dataset") == dataset
+
+
 def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
-    """Augment the sessions folder `src` of `dataset` into the samples folder `dst`."""
-    get(dataset)
+    """Augment the sessions folder `src` of `dataset` into the samples folder `dst`.
+
+    `dataset` is a registered name, or the name a `seqpe import` gave the sessions (their manifest
+    says stage "import" and carries the protocol and augment modes, which is all augment reads)."""
     src, dst = Path(src), Path(dst)
+    if not _imported_as(src, dataset):
+        get(dataset)
     if not (src / io.MANIFEST).is_file():
         raise DataError(f"no {io.MANIFEST} in {src}: the sessions of '{dataset}' have not been prepared",
                         f"run `seqpe preprocess {dataset}` first")

@@ -24,14 +24,15 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console(stderr=False)
 err_console = Console(stderr=True)
 
-ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml to read")]
+ParamsOpt = Annotated[Optional[Path], typer.Option(
+    "--params", help="params file to read (default: ./params.yaml if there, else the built-in defaults)")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="override a param: --set train.epochs=3")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars or tables")]
 
 
-def _params(path: Path, overrides: Optional[list[str]] = None):
-    from .params import load_params
-    return load_params(path, overrides or [])
+def _params(path: Optional[Path], overrides: Optional[list[str]] = None):
+    from .params import DEFAULT_PARAMS, load_params
+    return load_params(path or DEFAULT_PARAMS, overrides or [], required=path is not None)
 
 
 def _default(kind: str, dataset: str, given: Optional[Path]) -> Path:
@@ -50,7 +51,7 @@ def _kv_table(title: str, rows: dict) -> Table:
 # --------------------------------------------------------------------------- data stages
 
 @app.command()
-def datasets(params: ParamsOpt = Path("params.yaml"),
+def datasets(params: ParamsOpt = None,
              data_dir: Annotated[Path, typer.Option(help="data folder")] = Path("data")):
     """List known datasets: protocol, source, size, and what is on disk here."""
     from .datasets import all_datasets
@@ -77,7 +78,7 @@ def download(dataset: str,
              dst: Annotated[Optional[Path], typer.Argument(help="raw folder (default data/raw/DATASET)")] = None,
              from_path: Annotated[Optional[Path], typer.Option("--from", help="use a file you already have (archive or extracted)")] = None,
              mirror: Annotated[Optional[str], typer.Option(help="mirror base URL (or env SEQPE_MIRROR)")] = None,
-             params: ParamsOpt = Path("params.yaml"), quiet: QuietOpt = False):
+             params: ParamsOpt = None, quiet: QuietOpt = False):
     """Fetch, verify and unpack a dataset's raw source into DST, writing source.json."""
     from . import download as stage
     p = _params(params)
@@ -91,7 +92,7 @@ def download(dataset: str,
 def preprocess(dataset: str,
                src: Annotated[Optional[Path], typer.Argument(help="raw folder (default data/raw/DATASET)")] = None,
                dst: Annotated[Optional[Path], typer.Argument(help="sessions folder (default data/sessions/DATASET)")] = None,
-               params: ParamsOpt = Path("params.yaml"), overrides: SetOpt = None, quiet: QuietOpt = False):
+               params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Filter and split sessions under the dataset's protocol into Parquet shards + manifest."""
     from . import preprocess as stage
     manifest = stage.run(dataset, _default("raw", dataset, src), _default("sessions", dataset, dst),
@@ -104,7 +105,7 @@ def preprocess(dataset: str,
 def augment(dataset: str,
             src: Annotated[Optional[Path], typer.Argument(help="sessions folder")] = None,
             dst: Annotated[Optional[Path], typer.Argument(help="samples folder")] = None,
-            params: ParamsOpt = Path("params.yaml"), overrides: SetOpt = None, quiet: QuietOpt = False):
+            params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Write (prefix, target) samples from prepared sessions."""
     from . import augment as stage
     manifest = stage.run(dataset, _default("sessions", dataset, src), _default("samples", dataset, dst),
@@ -143,7 +144,7 @@ def import_(dataset: str,
             fmt: Annotated[str, typer.Option("--format", help="srgnn | sasrec")] = "srgnn",
             sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to write")] = None,
             samples: Annotated[Optional[Path], typer.Option(help="samples folder to write")] = None,
-            params: ParamsOpt = Path("params.yaml"), overrides: SetOpt = None, quiet: QuietOpt = False):
+            params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Import canonical prepared files as seqpe sessions and samples under DATASET's name.
 
     Pickles are read with a restricted unpickler (lists, tuples and ints only). Valid is carved
@@ -182,7 +183,7 @@ def train(dataset: str,
           preset: Annotated[Optional[str], typer.Option(
               help="model's named settings, e.g. paper (train + model/encoding options, per-dataset "
                    "variants; --set train.KEY and params.yaml models:/encodings: win over it)")] = None,
-          params: ParamsOpt = Path("params.yaml"), overrides: SetOpt = None, quiet: QuietOpt = False):
+          params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Train a model (best epoch chosen on valid) and score it once on test."""
     from . import train as stage
     results = stage.run(dataset, _default("samples", dataset, samples), _default("runs", dataset, runs),
@@ -196,7 +197,7 @@ def train(dataset: str,
 def evaluate(dataset: str,
              runs: Annotated[Optional[Path], typer.Argument(help="runs folder")] = None,
              out: Annotated[Optional[Path], typer.Argument(help="reports folder (metrics.json)")] = None,
-             params: ParamsOpt = Path("params.yaml"), overrides: SetOpt = None, quiet: QuietOpt = False):
+             params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Collect the runs' test metrics into metrics.json (DVC metrics) with mean, std and 95% CI."""
     from . import evaluate as stage
     from .report import rich_table
@@ -280,10 +281,17 @@ def _print_runs(results: list[dict]) -> None:
 def main() -> None:
     """Entry point: click/typer handle usage errors themselves (standalone mode);
     domain errors become one line on stderr and exit code 1."""
+    from rich.markup import escape
     try:
         app()
     except SeqpeError as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except OSError as e:   # a path the user gave: not a folder, no permission, disk full, ...
+        where = f": {e.filename}" if e.filename else ""
+        what = e.strerror or e.__class__.__name__
+        err_console.print(f"[bold red]error:[/] {escape(what + where)}. Fix: check that path (a folder where "
+                          "a folder is expected, write permission, free space)", highlight=False, soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
         err_console.print("[bold red]interrupted[/]: no partial output was left in place")

@@ -127,8 +127,13 @@ def write_json(dst: str | Path, obj: Any) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """A JSON file seqpe wrote (manifest.json, source.json, run.json); damage is a DataError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{path} is not valid JSON ({e.__class__.__name__}: {e})",
+                        "it is damaged: re-run the stage that writes it (or `dvc checkout` it)") from None
 
 
 def write_parquet(dst: str | Path, df: pl.DataFrame) -> None:

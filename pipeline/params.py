@@ -113,7 +113,7 @@ def _type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "")
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
+def _coerce(value: Any, tp: Any, key: str, strict: bool = False) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
@@ -123,7 +123,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, key)
+                return _coerce(value, arg, key, strict)
             except ParamsError:
                 continue
         raise ParamsError(f"params key '{key}' must be {_type_name(tp)}, got {value!r}",
@@ -132,7 +132,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ParamsError(f"params key '{key}' must be a mapping, got {value!r}",
                               "fix that section in params.yaml")
-        return from_dict(tp, value, key)
+        return from_dict(tp, value, key, strict)
     if origin is list:
         if not isinstance(value, list):
             raise ParamsError(f"params key '{key}' must be a list, got {value!r}", "write it as [a, b, ...]")
@@ -164,8 +164,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                       "fix the value in params.yaml")
 
 
-def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
-    """Build dataclass `cls` from `data`, rejecting unknown, missing and mistyped keys."""
+def from_dict(cls: type, data: dict, prefix: str = "", strict: bool = False) -> Any:
+    """Build dataclass `cls` from `data`, rejecting unknown and mistyped keys; with `strict`, also
+    every key that is missing (a params file must spell out every setting; see load_params)."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
@@ -178,10 +179,22 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     for name, f in fields.items():
         dotted = f"{prefix}.{name}" if prefix else name
         if name in data:
-            kwargs[name] = _coerce(data[name], hints[name], dotted)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ParamsError(f"missing params key '{dotted}'", f"add '{name}:' to params.yaml")
+            kwargs[name] = _coerce(data[name], hints[name], dotted, strict)
+        elif strict or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
+            raise ParamsError(f"missing params key '{dotted}'", f"add it to params.yaml{_default_hint(f)}")
     return cls(**kwargs)
+
+
+def _default_hint(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return ""
+    if dataclasses.is_dataclass(value):
+        return " (the shipped params.yaml has the whole section)"
+    return f" (default: {f.name}: {yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()})"
 
 
 def _parse_override(text: str) -> tuple[list[str], Any]:
@@ -192,8 +205,14 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None = None,
-                required: bool = False) -> Params:
-    """Load params.yaml (defaults if it does not exist and not `required`) plus KEY=VALUE overrides."""
+                required: bool = False, strict: bool = True) -> Params:
+    """Load params.yaml plus KEY=VALUE overrides.
+
+    A params file must hold every section and key (`strict`): a key missing from it is an error
+    naming the key and its default, like a misspelt one, so a file that predates a new setting
+    or lost a line never runs on a silent default. Without a file (and not `required`) the
+    built-in defaults apply; `strict=False` lets a file hold only some keys (tests, scripts).
+    """
     path = Path(path)
     data: dict = {}
     if path.is_file():
@@ -207,6 +226,8 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None =
             raise ParamsError(f"{path} must be a mapping of sections", "see the README for its layout")
     elif required:
         raise ParamsError(f"params file {path} not found", "run from the project root or pass --params PATH")
+    else:
+        strict = False
     for text in overrides or []:
         keys, value = _parse_override(text)
         node = data
@@ -215,7 +236,7 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None =
             if not isinstance(node, dict):
                 raise ParamsError(f"override '{text}': '{k}' is not a section", "override a leaf key")
         node[keys[-1]] = value
-    return from_dict(Params, data)
+    return from_dict(Params, data, strict=strict)
 
 
 def to_dict(obj: Any) -> Any:

@@ -97,5 +97,17 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     spec = get(dataset)
     src, dst = Path(src), Path(dst)
     source = read_source(dataset, src)
-    result = build_protocol(spec, src, params)
+    try:
+        result = build_protocol(spec, src, params)
+    except DataError as e:
+        raise DataError(e.problem, _named_fix(e.fix, dataset, src)) from None
     return write_result(dataset, spec, result, source, dst, params)
+
+
+def _named_fix(fix: str | None, dataset: str, src: Path) -> str | None:
+    """Readers only see a raw folder, so their fixes say DATASET; name it, and since a raw folder
+    with a matching source.json counts as downloaded, a re-download starts by deleting it."""
+    if not fix:
+        return fix
+    again = f"delete {src} and download it again (`seqpe download {dataset}`, or `--from` a good copy)"
+    return fix.replace("re-download it (`seqpe download DATASET`)", again).replace("DATASET", dataset)

@@ -106,6 +106,30 @@ def test_gzip_cut_short(tmp_path):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     assert "gzip stream is cut short" in error_of("beauty", tmp_path)
+    (tmp_path / "source.json").write_text("{}")          # as if recorded by an earlier download
+    with pytest.raises(DataError) as err:                 # the stage names the dataset and the real cure
+        preprocess.run("beauty", tmp_path, tmp_path / "sessions", params())
+    assert str(err.value).endswith(f"delete {tmp_path} and download it again (`seqpe download beauty`, "
+                                   "or `--from` a good copy)")
+    assert not (tmp_path / "sessions").exists()
+
+
+def test_download_refuses_a_gzip_cut_short_and_keeps_nothing(tmp_path):
+    """A cut-short .json.gz is refused at download (read to its end-of-stream marker), so it is never
+    recorded in source.json; the good copy is then accepted."""
+    from pipeline import download
+    from pipeline.errors import DownloadError
+    from pipeline.params import DownloadParams
+    good = write_gz(tmp_path / "good" / "reviews_Beauty_5.json.gz", [json_line(r) for r in REVIEWS * 50])
+    cut = tmp_path / "cut" / "reviews_Beauty_5.json.gz"
+    cut.parent.mkdir()
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    raw = tmp_path / "raw"
+    with pytest.raises(DownloadError, match=r"reviews_Beauty_5.json.gz is truncated or corrupt \(.*end-of-stream"):
+        download.run("beauty", raw, DownloadParams(), from_path=cut, progress=False)
+    assert not raw.exists()
+    download.run("beauty", raw, DownloadParams(), from_path=good, progress=False)
+    assert sorted(p.name for p in raw.iterdir()) == ["reviews_Beauty_5.json.gz", "source.json"]
 
 
 def test_json_wrong_type_and_missing_field(tmp_path):

@@ -54,3 +54,24 @@ def test_data_commands_do_not_import_torch(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("NO-TORCH")
     assert "diginetica" in proc.stdout and "srgnn" in proc.stdout
+
+
+def test_damaged_manifest_and_unusable_paths_are_one_line(tmp_path):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "manifest.json").write_text('{"stage": "preprocess", "n_items": ')
+    assert_one_line_error(seqpe("stats", "sample", str(tmp_path / "bad")), "manifest.json is not valid JSON",
+                          "re-run the stage that writes it")
+    assert_one_line_error(seqpe("augment", "sample", str(tmp_path / "bad"), str(tmp_path / "out")),
+                          "manifest.json is not valid JSON")
+    (tmp_path / "afile").write_text("x")      # an output folder below a regular file
+    proc = seqpe("download", "sample", str(tmp_path / "afile" / "raw"), "--quiet")
+    assert_one_line_error(proc, "afile", "Fix: check that path")
+
+
+def test_error_text_with_brackets_is_printed_verbatim(tmp_path):
+    """Messages are not read as rich markup: '[sample]' (a YAML list) must survive."""
+    text = (ROOT / "params.yaml").read_text().replace("datasets:\n  - sample\n", "", 1)
+    (tmp_path / "params.yaml").write_text(text)
+    proc = seqpe("preprocess", "sample", str(tmp_path / "a"), str(tmp_path / "b"), "--params",
+                 str(tmp_path / "params.yaml"))
+    assert_one_line_error(proc, "missing params key 'datasets'", "(default: datasets: [sample])")

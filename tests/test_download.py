@@ -375,7 +375,9 @@ def test_generated_source_goes_through_the_from_path(tmp_path):
 def test_cli_error_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
     from pipeline import cli
     dataset(url=closed_port_url("data.zip"))
-    (tmp_path / "params.yaml").write_text("download:\n  retries: 1\n  backoff_s: 0.01\n")
+    shipped = (Path(__file__).resolve().parents[1] / "params.yaml").read_text()
+    (tmp_path / "params.yaml").write_text(shipped.replace("  retries: 5", "  retries: 1")
+                                          .replace("  backoff_s: 1.0", "  backoff_s: 0.01"))
     monkeypatch.setattr(sys, "argv", ["seqpe", "download", "toy", str(tmp_path / "raw"), "--quiet"])
     with pytest.raises(SystemExit) as exit_:
         cli.main()

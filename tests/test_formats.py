@@ -74,6 +74,15 @@ def test_import_srgnn_tiny_exact(tmp_path):
     assert items.row(0) == (1, "1", 4) and items["count"].to_list()[-1] == 1 and items.height == 9
     io.verify_shards(a)
     io.verify_shards(s)
+    # `seqpe augment` takes the imported name (not in the registry) and rebuilds the same samples
+    from pipeline import augment
+    again = augment.run("tiny", s, tmp_path / "again", params())
+    assert again["dataset"] == "tiny" and again["augment"] == m["augment"]
+    for split in io.SPLITS:
+        ours = sorted((tmp_path / "again" / split).glob("*.parquet"))
+        assert [f.read_bytes() for f in ours] == [f.read_bytes() for f in sorted((a / split).glob("*.parquet"))]
+    with pytest.raises(UnknownNameError, match="unknown dataset 'tinny'"):
+        augment.run("tinny", s, tmp_path / "other", params())     # a name the import did not give
 
 
 def test_import_then_export_round_trip_is_byte_exact(tmp_path):

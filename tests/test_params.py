@@ -29,14 +29,14 @@ def test_shipped_params_load_and_match_defaults_where_documented():
 def test_misspelt_key_is_rejected_with_suggestion(tmp_path):
     path = write(tmp_path, "train:\n  epohcs: 3\n")
     with pytest.raises(ParamsError) as e:
-        load_params(path)
+        load_params(path, strict=False)
     assert str(e.value) == "unknown params key 'train.epohcs'. Fix: did you mean 'epochs'?"
     assert "\n" not in str(e.value)
 
 
 def test_unknown_section_is_rejected(tmp_path):
     with pytest.raises(ParamsError, match="unknown params key 'trian'.*did you mean 'train'"):
-        load_params(write(tmp_path, "trian: {}\n"))
+        load_params(write(tmp_path, "trian: {}\n"), strict=False)
 
 
 @pytest.mark.parametrize("text, key", [
@@ -50,21 +50,21 @@ def test_unknown_section_is_rejected(tmp_path):
 ])
 def test_wrong_types_name_the_dotted_key(tmp_path, text, key):
     with pytest.raises(ParamsError, match=re.escape(f"'{key}' must be")):
-        load_params(write(tmp_path, text))
+        load_params(write(tmp_path, text), strict=False)
 
 
 def test_ints_are_accepted_for_floats_and_scientific_strings(tmp_path):
-    p = load_params(write(tmp_path, "train:\n  lr: 1e-3\n  dropout: 0\n"))
+    p = load_params(write(tmp_path, "train:\n  lr: 1e-3\n  dropout: 0\n"), strict=False)
     assert p.train.lr == pytest.approx(0.001) and isinstance(p.train.dropout, float)
 
 
 def test_overrides_apply_and_are_checked(tmp_path):
     path = write(tmp_path, "train:\n  epochs: 3\n")
-    assert load_params(path, ["train.epochs=7", "train.seeds=[1,2]"]).train.seeds == [1, 2]
+    assert load_params(path, ["train.epochs=7", "train.seeds=[1,2]"], strict=False).train.seeds == [1, 2]
     with pytest.raises(ParamsError, match="unknown params key 'train.epoch'"):
-        load_params(path, ["train.epoch=7"])
+        load_params(path, ["train.epoch=7"], strict=False)
     with pytest.raises(ParamsError, match="not KEY=VALUE"):
-        load_params(path, ["train.epochs"])
+        load_params(path, ["train.epochs"], strict=False)
 
 
 def test_invalid_yaml_and_missing_required_file(tmp_path):
@@ -78,3 +78,39 @@ def test_params_are_frozen():
     p = load_params(ROOT / "params.yaml")
     with pytest.raises(Exception):
         p.train.epochs = 10  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("drop, key, fix", [
+    ("  epochs: 5\n", "train.epochs", "add it to params.yaml (default: epochs: 5)"),
+    ("  bucket: 50", "train.bucket", "(default: bucket: 50)"),
+    ("  ks: [5, 10, 20]\n", "evaluate.ks", "(default: ks: [5, 10, 20])"),
+    ("    seed: 20160101\n", "preprocess.sample.seed", "(default: seed: 20160101)"),
+])
+def test_a_key_missing_from_the_file_is_an_error_naming_it_and_its_default(tmp_path, drop, key, fix):
+    text = (ROOT / "params.yaml").read_text()
+    line = next(l for l in text.splitlines(keepends=True) if l.startswith(drop.rstrip("\n")))
+    with pytest.raises(ParamsError) as e:
+        load_params(write(tmp_path, text.replace(line, "", 1)))
+    assert str(e.value).startswith(f"missing params key '{key}'. Fix: ") and fix in str(e.value)
+
+
+def test_a_missing_section_is_an_error_and_no_file_means_defaults(tmp_path):
+    text = (ROOT / "params.yaml").read_text()
+    start = text.index("evaluate:")
+    cut = text[:start] + text[text.index("models:"):]
+    with pytest.raises(ParamsError, match="missing params key 'evaluate'. Fix: add it"):
+        load_params(write(tmp_path, cut))
+    assert load_params(tmp_path / "absent.yaml") == Params()          # no file: the built-in defaults
+
+
+def test_cli_names_a_missing_key_and_a_missing_params_file(tmp_path):
+    import subprocess
+    import sys
+    text = (ROOT / "params.yaml").read_text().replace("  valid_fraction: 0.1", "", 1)
+    for path, message in ((write(tmp_path, text), "error: missing params key 'preprocess.valid_fraction'"),
+                          (tmp_path / "nope.yaml", f"error: params file {tmp_path / 'nope.yaml'} not found")):
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "preprocess", "sample", str(tmp_path / "raw"),
+                               str(tmp_path / "out"), "--params", str(path)], capture_output=True, text=True,
+                              cwd=ROOT)
+        assert proc.returncode == 1 and proc.stderr.startswith(message), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

@@ -25,7 +25,7 @@ HOST = "http://snap.stanford.edu/data/amazon/productGraph/categoryFiles"
 HOMEPAGE = "http://jmcauley.ucsd.edu/data/amazon/"
 JSON_FIELDS = {"reviewerID": "String", "asin": "String", "overall": "Float64", "unixReviewTime": "Int64"}
 CSV_COLUMNS = ("user", "item", "rating", "timestamp")
-FIX_DOWNLOAD = "re-download it (`seqpe download <dataset>`)"
+FIX_DOWNLOAD = "re-download it (`seqpe download DATASET`)"
 
 
 def candidates(category: str) -> tuple[str, ...]:
@@ -112,7 +112,7 @@ def find_raw(raw_dir: Path, category: str) -> Path:
         if (Path(raw_dir) / name).is_file():
             return Path(raw_dir) / name
     raise DataError(f"none of {', '.join(candidates(category))} is in {raw_dir}",
-                    "run `seqpe download <dataset>` (or --from a file you have)")
+                    "run `seqpe download DATASET` (or --from a file you have)")
 
 
 def reader_for(category: str):
