@@ -128,19 +128,24 @@ def anchor_weights(g: SessionGraph) -> tuple[torch.Tensor, torch.Tensor]:
     return dist * in_anchor[:, None, :], dist * out_anchor[:, None, :]
 
 
-def neighbour_weights(g: SessionGraph, anchors: bool, binary: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Degree-normalised (in, out) message weights (B, n, n), row t = the neighbours of v_t.
+def neighbour_weights(g: SessionGraph, anchors: bool, binary: bool = False,
+                      normalise: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(in, out) message weights (B, n, n), row t = the neighbours of v_t.
 
     in[t, t'] = w_{t',t} for t' in N_in(t); out[t, t'] = w_{t,t'} for t' in N_out(t) (Eq. 7).
     With `anchors` the anchor edges are added (an anchor that is also a neighbour sends
-    both messages). Each row is divided by its total weight, as SR-GNN divides by degree.
-    `binary` uses edge presence instead of frequency (SR-GNN's original graph).
+    both messages). With `normalise` each row is divided by its total weight, as SR-GNN divides
+    by degree (000 builds its graph "similar to [49]"); without it the rows are Eq. 7's raw
+    weighted sums, where anchor distances (up to n - 1) outweigh transition counts in long
+    sessions. `binary` uses edge presence instead of frequency (SR-GNN's original graph).
     """
     adj = (g.adj > 0).float() if binary else g.adj                      # (B, n, n)
     w_in, w_out = adj.transpose(1, 2), adj                              # (B, n, n)
     if anchors:
         a_in, a_out = anchor_weights(g)
         w_in, w_out = w_in + a_in, w_out + a_out
+    if not normalise:
+        return w_in, w_out
     return _row_normalise(w_in), _row_normalise(w_out)
 
 

@@ -22,6 +22,8 @@ class PosRecConfig:
     lambda1: float = 1.0          # weight of H_last
     lambda2: float = 1.0          # weight of H_first (paper: 1 on Diginetica, 0.5 on Yoochoose)
     norm: str = "post"            # readout LayerNorm: post (Vaswani et al.'s Transformer) | pre
+    normalise: bool = True        # divide each node's in/out message weights by their sum (SR-GNN's
+                                  # degree normalisation, which 000 §4.3.1 follows); False = Eq. 7's raw sums
 
 
 @dataclass(frozen=True)

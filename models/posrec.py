@@ -54,7 +54,7 @@ class PosRec(Recommender):
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:
         g = build_graph(seqs)
-        w_in, w_out = neighbour_weights(g, anchors=self.cfg.anchors)    # (B, n, n) each
+        w_in, w_out = neighbour_weights(g, anchors=self.cfg.anchors, normalise=self.cfg.normalise)  # (B, n, n)
         keep = g.mask[:, :, None].to(self.emb.weight.dtype)             # (B, n, 1)
         x = self.drop(self.emb(g.items))                                # (B, n, D)
         for _ in range(self.cfg.gnn_steps):

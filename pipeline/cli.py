@@ -78,10 +78,10 @@ def download(dataset: str,
              dst: Annotated[Optional[Path], typer.Argument(help="raw folder (default data/raw/DATASET)")] = None,
              from_path: Annotated[Optional[Path], typer.Option("--from", help="use a file you already have (archive or extracted)")] = None,
              mirror: Annotated[Optional[str], typer.Option(help="mirror base URL (or env SEQPE_MIRROR)")] = None,
-             params: ParamsOpt = None, quiet: QuietOpt = False):
+             params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Fetch, verify and unpack a dataset's raw source into DST, writing source.json."""
     from . import download as stage
-    p = _params(params)
+    p = _params(params, overrides)
     summary = stage.run(dataset, _default("raw", dataset, dst), p.download, from_path=from_path,
                         mirror=mirror, progress=not quiet, sample=p.preprocess.sample)
     if not quiet:
@@ -183,12 +183,15 @@ def train(dataset: str,
           preset: Annotated[Optional[str], typer.Option(
               help="model's named settings, e.g. paper (train + model/encoding options, per-dataset "
                    "variants; --set train.KEY and params.yaml models:/encodings: win over it)")] = None,
+          tag: Annotated[Optional[str], typer.Option(
+              help="name a variant (ablation, option sweep): runs go to MODEL-ENCODING-TAG/ and report "
+                   "as their own row")] = None,
           params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Train a model (best epoch chosen on valid) and score it once on test."""
     from . import train as stage
     results = stage.run(dataset, _default("samples", dataset, samples), _default("runs", dataset, runs),
                         _params(params, overrides), model=model, encoding=encoding, seeds=seed,
-                        preset=preset, progress=not quiet, overrides=overrides)
+                        preset=preset, progress=not quiet, overrides=overrides, tag=tag)
     if not quiet:
         _print_runs(results)
 

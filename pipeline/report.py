@@ -106,18 +106,18 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
 
 
 def aggregate(records: list[dict]) -> list[dict]:
-    """Group runs by (dataset, protocol, model, encoding); summarise every test metric over seeds."""
+    """Group runs by (dataset, protocol, model, encoding, tag); summarise every test metric over seeds."""
     groups: dict[tuple, list[dict]] = {}
     for rec in records:
-        key = (str(rec.get("dataset")), str(rec.get("protocol")), rec["model"], rec["encoding"])
+        key = (str(rec.get("dataset")), str(rec.get("protocol")), rec["model"], rec["encoding"], rec.get("tag") or "")
         groups.setdefault(key, []).append(rec)
     rows = []
-    for (dataset, protocol, model, encoding), recs in sorted(groups.items()):
+    for (dataset, protocol, model, encoding, tag), recs in sorted(groups.items()):
         recs = sorted(recs, key=lambda r: r["seed"])
         keys = sorted({k for r in recs for k in r["test"]}, key=metric_order)
         rows.append({
-            "dataset": dataset, "protocol": protocol, "model": model, "encoding": encoding,
-            "name": f"{model}-{encoding}", "seeds": [r["seed"] for r in recs],
+            "dataset": dataset, "protocol": protocol, "model": model, "encoding": encoding, "tag": tag or None,
+            "name": f"{model}-{encoding}" + (f"-{tag}" if tag else ""), "seeds": [r["seed"] for r in recs],
             "best_epochs": [r.get("best_epoch") for r in recs],
             "metrics": {k: summarize([r["test"][k] for r in recs if k in r["test"]]) for k in keys},
         })

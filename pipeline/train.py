@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import re
 import time
 from pathlib import Path
 from typing import Iterable, Optional
@@ -303,7 +304,7 @@ def _save_resume(path: Path, state: dict) -> None:
 
 def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], manifest: dict,
               seed: int, device, progress: bool, resume_path: Optional[Path] = None,
-              sessions: Optional[tuple] = None) -> tuple:
+              sessions: Optional[tuple] = None, tag: Optional[str] = None) -> tuple:
     """Train (or fit) one seed; return (net with the best weights, record, timing). Fitted baselines
     take `sessions`, the train split's whole sequences (pipeline.batches.load_sessions)."""
     import torch
@@ -341,8 +342,8 @@ def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], m
     test_s = time.perf_counter() - t0
     best = next(h for h in history if h["epoch"] == best_epoch)
     record = {
-        "name": f"{tp.model}-{enc_name}", "dataset": manifest.get("dataset"), "protocol": manifest.get("protocol"),
-        "model": tp.model, "encoding": enc_name, "seed": seed, "n_items": n_items, "max_len": tp.max_len,
+        "name": config_name(tp.model, enc_name, tag), "dataset": manifest.get("dataset"),
+        "protocol": manifest.get("protocol"), "model": tp.model, "encoding": enc_name, "tag": tag, "seed": seed, "n_items": n_items, "max_len": tp.max_len,
         "train": to_dict(tp), "options": params.models.get(tp.model, {}),
         "encoding_options": params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {},
         "evaluate": to_dict(params.evaluate), "samples": {s: len(data[s]) for s in SPLITS},
@@ -379,9 +380,20 @@ def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int) -> s
 
 # --------------------------------------------------------------------------- the stage
 
+def config_name(model: str, encoding: str, tag: Optional[str] = None) -> str:
+    """The run folder (and report row) of one configuration: <model>-<encoding>[-<tag>]."""
+    return f"{model}-{encoding}" + (f"-{tag}" if tag else "")
+
+
+def check_tag(tag: Optional[str]) -> None:
+    if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.=+]*", tag):
+        raise ParamsError(f"run tag {tag!r} is not a folder-safe name",
+                          "use letters, digits and _ . = + (e.g. --tag anc or --tag lambda2=0.5)")
+
+
 def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, model: Optional[str] = None,
         encoding: Optional[str] = None, seeds: Optional[list[int]] = None, preset: Optional[str] = None,
-        progress: bool = True, overrides: Optional[list[str]] = None) -> list[dict]:
+        progress: bool = True, overrides: Optional[list[str]] = None, tag: Optional[str] = None) -> list[dict]:
     """Train every seed of one (model, encoding) configuration; return one summary per run.
 
     Only the samples manifest describes the data (n_items, protocol): `dataset` need not be a
@@ -392,6 +404,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     from models import MODELS
 
     name = model or params.train.model
+    check_tag(tag)
     if name not in MODELS:
         raise unknown("model", name, MODELS)
     spec = MODELS[name]
@@ -418,17 +431,18 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     enc_name = tp.encoding if spec.uses_encoding else "none"
     results = []
     for seed in (seeds or tp.seeds):
-        run_dir = Path(runs_dir) / f"{name}-{enc_name}" / f"seed-{seed}"
+        run_dir = Path(runs_dir) / config_name(name, enc_name, tag) / f"seed-{seed}"
         resume = run_dir.parent / f".seed-{seed}.{fingerprint(tp, params, manifest, seed)}.resume.pt"
         for old in sorted(run_dir.parent.glob(f".seed-{seed}.*.resume.pt")):
             if old != resume:    # left by a killed run with other inputs: cannot be continued
                 old.unlink()
         net, record, timing = train_one(spec, tp, params, data, manifest, int(seed), device, progress, resume,
-                                        sessions)
+                                        sessions, tag)
         record["preset"] = applied.record()
         save_run(run_dir, net, record, timing)
         resume.unlink(missing_ok=True)
-        results.append({"name": f"{name}-{enc_name}/seed-{seed}", "config": f"{name}-{enc_name}", "seed": seed,
+        results.append({"name": f"{config_name(name, enc_name, tag)}/seed-{seed}",
+                        "config": config_name(name, enc_name, tag), "seed": seed,
                         "best_epoch": record["best_epoch"], "valid": record["valid"], "test": record["test"],
                         "run_dir": str(run_dir)})
     return results

@@ -56,6 +56,31 @@ def test_data_commands_do_not_import_torch(tmp_path):
     assert "diginetica" in proc.stdout and "srgnn" in proc.stdout
 
 
+def test_every_data_command_runs_without_importing_torch(tmp_path):
+    """download, preprocess, augment, stats, export and import on a small embedded dataset: each in a
+    fresh interpreter that must finish with torch never imported (start-up time of a data CLI)."""
+    code = ("import sys; from pipeline.cli import app\n"
+            "try:\n    app(sys.argv[1:], standalone_mode=False)\n"
+            "finally:\n    print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n")
+    small = ["--set", "preprocess.sample.sessions=400", "--set", "preprocess.sample.items=120"]
+    d = tmp_path
+    commands = [
+        ["download", "sample", str(d / "raw"), "--quiet", *small],
+        ["preprocess", "sample", str(d / "raw"), str(d / "sessions"), "--quiet", *small],
+        ["augment", "sample", str(d / "sessions"), str(d / "samples"), "--quiet"],
+        ["stats", "sample", str(d / "samples")],
+        ["export", "sample", str(d / "srgnn"), "--format", "srgnn", "--sessions", str(d / "sessions")],
+        ["import", "again", str(d / "srgnn"), "--format", "srgnn", "--sessions", str(d / "s2"),
+         "--samples", str(d / "a2")],
+    ]
+    for argv in commands:
+        proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True,
+                              env=dict(os.environ, COLUMNS="200"))
+        assert proc.returncode == 0, (argv, proc.stderr[-2000:])
+        assert proc.stdout.strip().endswith("NO-TORCH"), argv
+    assert (d / "a2" / "manifest.json").is_file()
+
+
 def test_damaged_manifest_and_unusable_paths_are_one_line(tmp_path):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "manifest.json").write_text('{"stage": "preprocess", "n_items": ')

@@ -51,6 +51,10 @@ def test_pggnn_message_weights_by_hand():
     n_in, n_out = neighbour_weights(build_graph(SESSION), anchors=False)
     assert n_out[0].tolist() == [[0, .5, .5, 0], [1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 0]]
     assert n_in[0].tolist() == [[0, 1, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0]]
+    # normalise=False: Eq. 7's raw weighted sums (the matrices in the comments above)
+    r_in, r_out = neighbour_weights(build_graph(SESSION), anchors=True, normalise=False)
+    assert r_in[0].tolist() == [[0, 1, 0, 0], [2, 0, 0, 0], [2, 0, 0, 0], [2, 0, 1, 0]]
+    assert r_out[0].tolist() == [[0, 1, 1, 2], [2, 0, 0, 3], [1, 0, 0, 2], [2, 0, 0, 0]]
 
 
 @pytest.mark.parametrize("name", ["dpe", "ldpe"])

@@ -218,6 +218,39 @@ def test_sampled_softmax_and_step_schedule(tmp_path, toy_registry):
     assert res["test"]["hr@5"] > 0.9
 
 
+def test_plateau_schedule_decays_after_lr_step_epochs_without_improvement(tmp_path, toy_registry, monkeypatch):
+    samples = make_samples(tmp_path / "samples")
+    scripted = iter([0.1, 0.2, 0.2, 0.2, 0.3, 0.3, 0.3])      # stalls after epochs 2 and 5
+
+    def fake_score(net, data, split, ks, batch_size, device, trim=True):
+        value = next(scripted) if split == "valid" else 0.25
+        return {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
+
+    monkeypatch.setattr(stage, "score", fake_score)
+    p = params(lr_schedule="plateau", lr_step=1, lr_gamma=0.5, epochs=7, patience=0)
+    stage.run("toyset", samples, tmp_path / "runs", p, progress=False)
+    record = json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    # ReduceLROnPlateau(patience=1): halves after 2 epochs without a better valid value
+    assert [h["lr"] for h in record["history"]] == pytest.approx([0.02, 0.02, 0.02, 0.02, 0.01, 0.01, 0.01])
+    assert record["best_epoch"] == 5
+
+
+def test_tagged_variants_get_their_own_folders_and_report_rows(tmp_path, toy_registry):
+    from pipeline import report
+    samples = make_samples(tmp_path / "samples")
+    runs = tmp_path / "runs"
+    stage.run("toyset", samples, runs, params(epochs=1), progress=False)
+    [res] = stage.run("toyset", samples, runs, params(epochs=1, lr=0.05), tag="lr=0.05", progress=False)
+    assert res["config"] == "toy-toy_lpe-lr=0.05"
+    assert sorted(p.name for p in runs.iterdir()) == ["toy-toy_lpe", "toy-toy_lpe-lr=0.05"]
+    record = json.loads((runs / "toy-toy_lpe-lr=0.05" / "seed-1" / "run.json").read_text())
+    assert record["tag"] == "lr=0.05" and record["name"] == "toy-toy_lpe-lr=0.05" and record["train"]["lr"] == 0.05
+    rows = report.aggregate(report.find_runs([runs]))
+    assert [(r["name"], r["tag"]) for r in rows] == [("toy-toy_lpe", None), ("toy-toy_lpe-lr=0.05", "lr=0.05")]
+    with pytest.raises(ParamsError, match="run tag '../x' is not a folder-safe name"):
+        stage.run("toyset", samples, runs, params(epochs=1), tag="../x", progress=False)
+
+
 def test_preset_overrides_and_unknown_names(tmp_path, toy_registry):
     samples = make_samples(tmp_path / "samples")
     [res] = stage.run("toyset", samples, tmp_path / "runs", params(), preset="quick", progress=False)
