@@ -35,7 +35,7 @@ from torch import nn
 from pipeline.errors import ParamsError
 
 from .attention import TransformerBlock
-from .base import ModelSpec, Recommender, register_model
+from .base import ModelSpec, Recommender, item_table, register_model
 from .encodings.base import PositionalEncoding, Positions
 from .model_config import PARecConfig, model_options
 
@@ -47,14 +47,8 @@ class PARec(Recommender):
                  cfg: PARecConfig, encoding: PositionalEncoding):
         super().__init__()
         self.n_items = n_items
-        self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
-        # Scores are LayerNorm(F_L) . M: with unit-variance rows of M the initial logits have
-        # std ~sqrt(d) and the loss starts far above ln N; start M at std d^-1/2 (as SASRec does)
-        # and scale the input by sqrt(d) so F_0 keeps unit scale.
-        nn.init.normal_(self.emb.weight, std=dim ** -0.5)
-        with torch.no_grad():
-            self.emb.weight[0].zero_()
-        self.scale = dim ** 0.5
+        self.emb = item_table(n_items, dim)                             # (N, D) M, std d^-1/2
+        self.scale = dim ** 0.5                                         # so F_0 keeps unit scale
         self.drop = nn.Dropout(dropout)
         self.encoding = encoding
         self.blocks = nn.ModuleList(

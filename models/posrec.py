@@ -27,7 +27,7 @@ from torch import nn
 from pipeline.errors import ParamsError
 
 from .attention import TransformerBlock
-from .base import ModelSpec, Recommender, register_model
+from .base import ModelSpec, Recommender, item_table, register_model
 from .encodings.base import PositionalEncoding
 from .graph import GatedGraphLayer, build_graph, neighbour_weights
 from .model_config import PosRecConfig, model_options
@@ -43,7 +43,7 @@ class PosRec(Recommender):
                  cfg: PosRecConfig, encoding: PositionalEncoding):
         super().__init__()
         self.n_items, self.cfg = n_items, cfg
-        self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
+        self.emb = item_table(n_items, dim)                             # (N, D) X: nodes and scores
         self.drop = nn.Dropout(dropout)
         self.pggnn = GatedGraphLayer(dim)                               # shared over the steps (GGNN)
         self.encoding = encoding

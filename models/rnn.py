@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .base import ModelSpec, Recommender, register_model
+from .base import ModelSpec, Recommender, item_table, register_model
 from .model_config import GRU4RecConfig, NARMConfig, model_options
 
 
@@ -43,7 +43,7 @@ class GRU4Rec(Recommender):
     def __init__(self, n_items: int, dim: int, dropout: float, cfg: GRU4RecConfig):
         super().__init__()
         self.n_items = n_items
-        self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
+        self.emb = item_table(n_items, dim)                             # (N, D) inputs and tied outputs
         self.drop = nn.Dropout(dropout)
         self.gru = nn.GRU(dim, dim, num_layers=cfg.gru_layers, batch_first=True,
                           dropout=dropout if cfg.gru_layers > 1 else 0.0)

@@ -19,7 +19,7 @@ from torch import nn
 from pipeline.errors import ParamsError
 
 from .attention import TransformerBlock
-from .base import ModelSpec, Recommender, register_model
+from .base import ModelSpec, Recommender, item_table, register_model
 from .config import SASRecConfig, parse_options
 from .encodings.base import PositionalEncoding, Positions
 
@@ -30,16 +30,13 @@ class SASRec(Recommender):
                  ffn_dim: int = 0):
         super().__init__()
         self.n_items, self.max_len, self.dim = n_items, max_len, dim
-        self.items = nn.Embedding(n_items + 1, dim, padding_idx=0)
+        self.items = item_table(n_items, dim)                            # (N, D), read and scored
         self.encoding = encoding if encoding is not None else PositionalEncoding()
         self.drop = nn.Dropout(dropout)
         qk = self.encoding.needs_qk
         self.blocks = nn.ModuleList(TransformerBlock(dim, heads, dropout, layer=i, causal=True, norm=norm,
                                                      ffn_dim=ffn_dim, qk=qk) for i in range(layers))
         self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
-        nn.init.normal_(self.items.weight, std=dim ** -0.5)
-        with torch.no_grad():
-            self.items.weight[0].zero_()
 
     def hidden(self, seqs: torch.Tensor, pos: Optional[Positions] = None) -> torch.Tensor:
         """(B, L) item ids -> (B, L) hidden states (B, L, D), zero at padding."""
