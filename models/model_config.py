@@ -29,7 +29,8 @@ class PosRecConfig:
 @dataclass(frozen=True)
 class StampConfig:
     """STAMP (Liu et al. 2018); an injected encoding is added to the item embeddings (000 Table 3)."""
-    init_std: float = 0.002       # normal init of every weight, as in STAMP
+    init_std: float = 0.05        # normal init of the weight matrices (STAMP's config: stddev 0.05)
+    emb_std: float = 0.002        # normal init of the item embeddings (emb_stddev 0.002); biases start at 0
 
 
 @dataclass(frozen=True)

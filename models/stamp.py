@@ -34,8 +34,14 @@ class STAMP(Recommender):
         self.w3 = nn.Linear(dim, dim)                                   # its bias is b_a
         self.mlp_s = nn.Linear(dim, dim)
         self.mlp_t = nn.Linear(dim, dim)
-        for name, p in self.named_parameters():
-            if not name.startswith("encoding."):
+        for name, p in self.named_parameters():            # STAMP's own initialisation
+            if name.startswith("encoding."):
+                continue
+            if name == "emb.weight":
+                nn.init.normal_(p, 0.0, cfg.emb_std)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+            else:
                 nn.init.normal_(p, 0.0, cfg.init_std)
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:

@@ -121,8 +121,9 @@ def _alternate(path: Path, src) -> Optional[Path]:
 
 
 def _from_sibling(dataset, src, dst: Path) -> Optional[dict]:
-    """Copy the files from a sibling raw folder of the same source (yoochoose_1_64 and yoochoose_1_4
-    share yoochoose-data.7z) when its source.json vouches for them: no second download."""
+    """Link (or copy) the files of a sibling raw folder of the same source (yoochoose_1_64 and
+    yoochoose_1_4 share yoochoose-data.7z) when its source.json vouches for them: no second download,
+    and on one file system no second copy on disk."""
     if not dst.parent.is_dir():
         return None
     for sib in sorted(dst.parent.iterdir()):
@@ -134,7 +135,7 @@ def _from_sibling(dataset, src, dst: Path) -> Optional[dict]:
             record = _record(dataset, src, rec.get("origin"), rec.get("bytes"), rec.get("sha256"), rec.get("md5"),
                              written)
             write_json(tmp / SOURCE_JSON, record)
-        return _summary(dataset, src, record, f"copied from {sib} (same source, files match its source.json)")
+        return _summary(dataset, src, record, f"shared from {sib} (same source, files match its source.json)")
     return None
 
 

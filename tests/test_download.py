@@ -290,7 +290,9 @@ def test_datasets_sharing_a_source_download_it_once(srv, tmp_path):
     first = download.run("toy_1_64", tmp_path / "raw" / "toy_1_64", FAST, progress=False)
     second = download.run("toy_1_4", tmp_path / "raw" / "toy_1_4", FAST, progress=False)
     assert len(srv.log) == 1
-    assert second["note"] == f"copied from {tmp_path / 'raw' / 'toy_1_64'} (same source, files match its source.json)"
+    assert second["note"] == f"shared from {tmp_path / 'raw' / 'toy_1_64'} (same source, files match its source.json)"
+    a, b = (tmp_path / "raw" / name / "clicks.csv" for name in ("toy_1_64", "toy_1_4"))
+    assert a.read_bytes() == b.read_bytes() == CLICKS and a.stat().st_ino == b.stat().st_ino   # one copy on disk
     rec = json.loads((tmp_path / "raw" / "toy_1_4" / "source.json").read_text())
     assert rec == dict(json.loads((tmp_path / "raw" / "toy_1_64" / "source.json").read_text()), dataset="toy_1_4")
     assert (first["sha256"], second["sha256"]) == (sha(ZIP), sha(ZIP))

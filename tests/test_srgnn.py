@@ -182,6 +182,15 @@ def test_yoochoose_1_64_cut_inside_a_session(tmp_path):
                                                  "items": [number[x] for x in seqs[38]]}}
 
 
+def test_a_fraction_that_keeps_no_sample_is_a_clear_error(tmp_path):
+    """int(N / 64) = 0 when N < 64: SR-GNN's tr_seqs[-0:] would silently keep the whole list."""
+    lines = [f"{s},2014-04-01T00:{s:02d}:0{j}.000Z,{100 + j},0" for s in range(1, 6) for j in range(3)]
+    lines += [f"9,2014-04-03T00:00:0{j}.000Z,{100 + j},0" for j in range(3)]
+    (tmp_path / "yoochoose-clicks.dat").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"the 1/64 cut keeps int\(10 / 64\) = 0 of the 10 train samples.*tr_seqs\[-0:\]"):
+        build_protocol(get("yoochoose_1_64"), tmp_path, params(0.0))
+
+
 def test_yoochoose_1_4_matches_sample_slicing(tmp_path):
     seqs = _yoo_fraction_log(tmp_path / "yoochoose-clicks.dat")
     full = build_protocol(get("yoochoose"), tmp_path, params(0.0))

@@ -158,6 +158,10 @@ def _fraction_cut(train: pl.DataFrame, fraction: int) -> tuple[pl.DataFrame, dic
     samples = train.get_column("items").list.len() - 1
     n = int(samples.sum())
     k = n // fraction  # == int(N / fraction) for every N a file can hold
+    if k == 0:
+        raise DataError(f"the 1/{fraction} cut keeps int({n} / {fraction}) = 0 of the {n} train samples",
+                        f"use a raw file with at least {fraction} train samples, or the full `yoochoose` dataset "
+                        f"(SR-GNN's script would keep all {n} here: its slice tr_seqs[-0:] is the whole list)")
     after = samples.reverse().cum_sum().reverse() - samples  # samples in later sessions
     keep = after < k  # sessions contributing at least one sample
     frac = train.with_columns(after=after).filter(keep)
