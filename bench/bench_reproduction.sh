@@ -3,88 +3,87 @@
 # SASRec / FPARec on Beauty, Toys, Sports (leave-one-out, full ranking) and SASRec / PosRec on
 # Diginetica and Yoochoose 1/64 (SR-GNN protocol). Results: bench/results/reproduction.md.
 #
-#   bench/bench_reproduction.sh                       # paper epochs (GPU machine)
-#   EPOCHS_LOO=3 EPOCHS_SRGNN=1 BUDGET_MIN=45 THREADS=2 bench/bench_reproduction.sh   # CPU, limited
+#   PROFILE=cpu bench/bench_reproduction.sh      # what reproduction.md's CPU rows ran (2-core machine)
+#   PROFILE=paper bench/bench_reproduction.sh    # the papers' epochs (a GPU machine)
+#   PROFILE=paper SEEDS="1 2 3" bench/bench_reproduction.sh   # FPARec reports the median of 3 seeds
 #
-# Variables (all optional):
-#   DATA        canonical files          (default /work/shared/datasets)
-#   OUT         sessions/samples/runs    (default /tmp/repro; never inside the repo)
-#   SEEDS       seeds per configuration  (default "1"; the papers: 3 for FPARec (median), PosRec n/a)
-#   EPOCHS_LOO  epochs on Beauty/Toys/Sports (default: the preset's / params.yaml's; 003 trains to
-#               convergence with early stopping: fparec preset = 200 epochs, patience 10)
-#   EPOCHS_SRGNN epochs on Diginetica/Yoochoose (default: posrec preset's 4; sasrec params.yaml's 5)
-#   PATIENCE    early-stopping patience override (default: keep the preset's / params.yaml's)
-#   BUDGET_MIN  stop starting new trainings after this many minutes (default: no limit)
-#   THREADS     torch CPU threads (default 0 = all cores)
-#   ONLY        space-separated subset of steps to run, e.g. "beauty:sasrec diginetica:posrec"
-# One training at a time, in the priority order below; each writes OUT/runs/<dataset>/.
+# Profiles (epochs / early-stopping patience per run; presets as named below):
+#   cpu    PosRec --preset paper (4 epochs, lr x0.1 after epoch 3); SASRec on Diginetica/Yoochoose
+#          params.yaml settings, 8 epochs, patience 2; SASRec (params.yaml) and FPARec (--preset paper)
+#          on Beauty/Toys/Sports: 40 epochs, patience 5. Two queues of 1-thread runs side by side
+#          (1.33x the work per second of one 2-thread run on 2 cores: bench/results/train.md).
+#   paper  the presets' / params.yaml's own epochs and patience (FPARec 200 / 10), one queue, all threads.
+# Variables: DATA (canonical files, default /work/shared/datasets), OUT (default /tmp/repro; never
+# inside the repo), SEEDS (default "1"), ONLY ("beauty:sasrec diginetica:posrec ..." subset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SEQPE=${SEQPE:-.venv/bin/seqpe}
+SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
 DATA=${DATA:-/work/shared/datasets}
 OUT=${OUT:-/tmp/repro}
 SEEDS=${SEEDS:-1}
-THREADS=${THREADS:-0}
-BUDGET_MIN=${BUDGET_MIN:-0}
+PROFILE=${PROFILE:-cpu}
 ONLY=${ONLY:-}
 mkdir -p "$OUT/logs"
-START=$(date +%s)
 
 import_all() {
   local n f
   for pair in beauty:Beauty toys:Toys_and_Games sports:Sports_and_Outdoors; do
     n=${pair%%:*}; f=${pair##*:}
     [ -f "$OUT/samples/$n/manifest.json" ] || "$SEQPE" import "$n" "$DATA/amazon-s3rec/$f.txt" --format sasrec \
-        --sessions "$OUT/sessions/$n" --samples "$OUT/samples/$n"
+        --sessions "$OUT/sessions/$n" --samples "$OUT/samples/$n" --quiet
   done
-  [ -f "$OUT/samples/diginetica/manifest.json" ] || "$SEQPE" import diginetica "$DATA/diginetica-srgnn" \
-      --format srgnn --sessions "$OUT/sessions/diginetica" --samples "$OUT/samples/diginetica"
-  [ -f "$OUT/samples/yoochoose_1_64/manifest.json" ] || "$SEQPE" import yoochoose_1_64 \
-      "$DATA/yoochoose1_64-srgnn" --format srgnn --sessions "$OUT/sessions/yoochoose_1_64" \
-      --samples "$OUT/samples/yoochoose_1_64"
+  for pair in diginetica:diginetica-srgnn yoochoose_1_64:yoochoose1_64-srgnn; do
+    n=${pair%%:*}; f=${pair##*:}
+    [ -f "$OUT/samples/$n/manifest.json" ] || "$SEQPE" import "$n" "$DATA/$f" --format srgnn \
+        --sessions "$OUT/sessions/$n" --samples "$OUT/samples/$n" --quiet
+  done
 }
 
-# train DATASET MODEL EPOCHS [extra seqpe args...]
+# train DATASET MODEL CPU_EPOCHS CPU_PATIENCE [extra seqpe args...]
 train() {
-  local ds=$1 model=$2 epochs=$3; shift 3
+  local ds=$1 model=$2 epochs=$3 patience=$4; shift 4
   if [ -n "$ONLY" ] && [[ " $ONLY " != *" $ds:$model "* ]]; then return; fi
-  local used=$(( ($(date +%s) - START) / 60 ))
-  if [ "$BUDGET_MIN" -gt 0 ] && [ "$used" -ge "$BUDGET_MIN" ]; then
-    echo "budget of $BUDGET_MIN min spent: skipping $ds $model"; return
+  local args=()
+  if [ "$PROFILE" = cpu ]; then
+    args+=(--set train.threads=1 --set "train.epochs=$epochs" --set "train.patience=$patience")
   fi
-  local args=(--set "train.threads=$THREADS")
-  [ -n "$epochs" ] && args+=(--set "train.epochs=$epochs")
-  [ -n "${PATIENCE:-}" ] && args+=(--set "train.patience=$PATIENCE")
   for s in $SEEDS; do args+=(--seed "$s"); done
-  echo "== $ds $model $* ${args[*]}"
-  /usr/bin/time -f "$ds $model wall %e s" "$SEQPE" train "$ds" "$OUT/samples/$ds" "$OUT/runs/$ds" \
-      --model "$model" "$@" "${args[@]}" 2>&1 | tee "$OUT/logs/train_${ds}_${model}.log"
+  echo "$(date -u +%FT%TZ) start $ds $model $* ${args[*]}" >> "$OUT/logs/queue.log"
+  /usr/bin/time -f "wall %e s, cpu %U+%S s, maxrss %M KB" "$SEQPE" train "$ds" "$OUT/samples/$ds" \
+      "$OUT/runs/$ds" --model "$model" "$@" "${args[@]}" > "$OUT/logs/${ds}_${model}.log" 2>&1
+  echo "$(date -u +%FT%TZ) end $ds $model rc=$?" >> "$OUT/logs/queue.log"
+}
+
+queue_a() {
+  train diginetica posrec 4 0 --preset paper          # 000 preset: lambda2 = 1 on Diginetica
+  train yoochoose_1_64 posrec 4 0 --preset paper      # lambda2 = 0.5 picked from the dataset name
+  train yoochoose_1_64 sasrec 8 2 --encoding lpe
+  train toys sasrec 40 5 --encoding lpe
+  train toys fparec 40 5 --preset paper               # 003 preset: k = 40, max_len 50
+}
+queue_b() {
+  train diginetica sasrec 8 2 --encoding lpe
+  train beauty sasrec 40 5 --encoding lpe
+  train beauty fparec 40 5 --preset paper
+  train sports sasrec 40 5 --encoding lpe
+  train sports fparec 40 5 --preset paper
 }
 
 import_all
-# 1. Beauty: SASRec (learned absolute positions, SASRec's own) and FPARec (003 preset: k = 40, max_len 50)
-train beauty sasrec "${EPOCHS_LOO:-}" --encoding lpe
-train beauty fparec "${EPOCHS_LOO:-}" --preset paper
-# 2. Diginetica: SASRec, PosRec (000 preset: lambda2 = 1 on Diginetica)
-train diginetica sasrec "${EPOCHS_SRGNN:-}" --encoding lpe
-train diginetica posrec "${EPOCHS_SRGNN:-}" --preset paper
-# 3. Toys, Sports
-train toys sasrec "${EPOCHS_LOO:-}" --encoding lpe
-train toys fparec "${EPOCHS_LOO:-}" --preset paper
-train sports sasrec "${EPOCHS_LOO:-}" --encoding lpe
-train sports fparec "${EPOCHS_LOO:-}" --preset paper
-# 4. Yoochoose 1/64: SASRec, PosRec (lambda2 = 0.5 picked from the dataset name)
-train yoochoose_1_64 sasrec "${EPOCHS_SRGNN:-}" --encoding lpe
-train yoochoose_1_64 posrec "${EPOCHS_SRGNN:-}" --preset paper
+if [ "$PROFILE" = cpu ]; then
+  queue_a & queue_b & wait
+else
+  queue_a; queue_b
+fi
 
 # test metrics (x100) of every run folder
-.venv/bin/python - "$OUT/runs" <<'EOF'
+"$(dirname "$SEQPE")/python" - "$OUT/runs" <<'PY'
 import json, sys
 from pathlib import Path
 for p in sorted(Path(sys.argv[1]).glob("*/*/seed-*/run.json")):
     r = json.loads(p.read_text()); t = json.loads((p.parent / "timing.json").read_text())
     per = [e["train_s"] for e in t["epochs"]]
     print(f"{p.parts[-4]:15s} {r['name']:18s} seed {r['seed']} epochs {r['epochs_run']} best {r['best_epoch']} "
-          f"train s/epoch {sum(per) / len(per):7.0f}  test HR@10 {100 * r['test']['hr@10']:.2f} "
+          f"train s/epoch {sum(per) / max(len(per), 1):7.0f}  test HR@10 {100 * r['test']['hr@10']:.2f} "
           f"MRR@10 {100 * r['test']['mrr@10']:.2f} NDCG@10 {100 * r['test']['ndcg@10']:.2f}")
-EOF
+PY
