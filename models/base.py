@@ -44,6 +44,9 @@ class Recommender(nn.Module):
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, D)
         raise NotImplementedError
 
+    def hidden(self, seqs: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, L, D): only causal models
+        raise NotImplementedError          # (ModelSpec.causal): state t sees items <= t only
+
     def item_weights(self) -> torch.Tensor:  # (N, D)
         raise NotImplementedError
 
@@ -64,6 +67,8 @@ class ModelSpec:
     paper: str = ""
     uses_encoding: bool = True           # False: the model ignores --encoding (e.g. GRU4Rec, POP)
     fitted: bool = False                 # True: fitted on the train sessions (needs_fit), not trained
+    causal: bool = False                 # True: `hidden` (B, L, D) at position t sees items <= t only, so it
+                                         # trains on whole sequences (train.objective: sequence)
     presets: Optional[dict] = None       # name -> {"train", "models", "encodings", "datasets"} (e.g. "paper");
                                          # a flat dict = TrainParams overrides; see pipeline/presets.py
 

@@ -57,13 +57,16 @@ class PARec(Recommender):
             for i in range(layers))
         self.ln = nn.LayerNorm(dim)
 
-    def encode(self, seqs: torch.Tensor) -> torch.Tensor:
+    def hidden(self, seqs: torch.Tensor) -> torch.Tensor:
         pos = Positions.from_seqs(seqs)
         keep = pos.mask[:, :, None].to(self.emb.weight.dtype)           # (B, L, 1)
         x = self.encoding.embed(self.drop(self.emb(seqs) * self.scale), pos) * keep  # (B, L, D) F_0
         for block in self.blocks:
             x = block(x, pos, self.encoding)                            # (B, L, D) F_l
-        return self.ln(x[:, -1])                                        # (B, D) last item (left padding)
+        return self.ln(x) * keep                                        # (B, L, D) F^_L (Eq. 9)
+
+    def encode(self, seqs: torch.Tensor) -> torch.Tensor:
+        return self.hidden(seqs)[:, -1]                                 # (B, D) last item (left padding)
 
     def item_weights(self) -> torch.Tensor:
         return self.emb.weight                                          # (N, D) M
@@ -92,10 +95,10 @@ _PAPER = {"epochs": 200, "layers": 2, "heads": 1, "dim": 64, "lr": 1e-3, "dropou
           "loss": "ce", "patience": 10}
 
 register_model(ModelSpec("parec", _builder("parec", "parec"), "PARec: learned positional attention (values only)",
-                         "003 Eq. 6", uses_encoding=True,
+                         "003 Eq. 6", uses_encoding=True, causal=True,
                          presets={"paper": {"train": {**_PAPER, "encoding": "parec"}}}))
 register_model(ModelSpec("fparec", _builder("fparec", "fparec"),
                          "FPARec: factorised positional attention; handcrafted patterns via --encoding",
-                         "003 Eq. 7, §4.4", uses_encoding=True,
+                         "003 Eq. 7, §4.4", uses_encoding=True, causal=True,
                          presets={"paper": {"train": {**_PAPER, "encoding": "fparec"},
                                             "encodings": {"fparec": {"rank": 40}}}}))

@@ -48,10 +48,13 @@ class GRU4Rec(Recommender):
         self.gru = nn.GRU(dim, dim, num_layers=cfg.gru_layers, batch_first=True,
                           dropout=dropout if cfg.gru_layers > 1 else 0.0)
 
-    def encode(self, seqs: torch.Tensor) -> torch.Tensor:
+    def hidden(self, seqs: torch.Tensor) -> torch.Tensor:
         x = self.drop(self.emb(seqs))                                   # (B, L, D)
-        _, last = run_gru(self.gru, x, seqs != 0)                       # (B, D)
-        return last
+        states, _ = run_gru(self.gru, x, seqs != 0)                     # (B, L, D), zero at padding
+        return states
+
+    def encode(self, seqs: torch.Tensor) -> torch.Tensor:
+        return self.hidden(seqs)[:, -1]                                 # (B, D) last state (left padding)
 
     def item_weights(self) -> torch.Tensor:
         return self.emb.weight                                          # (N, D)
@@ -96,6 +99,6 @@ def build_narm(n_items: int, max_len: int, train, options=None, encoding=None) -
 
 
 register_model(ModelSpec("gru4rec", build_gru4rec, "GRU4Rec: GRU over the session, last state",
-                         "Hidasi et al. 2016 (000 Table 2)", uses_encoding=False))
+                         "Hidasi et al. 2016 (000 Table 2)", uses_encoding=False, causal=True))
 register_model(ModelSpec("narm", build_narm, "NARM: GRU + attentive local encoder, bilinear decoder",
                          "Li et al. 2017 (000 Table 2)", uses_encoding=False))

@@ -85,4 +85,4 @@ _PRESETS = {"paper": {"train": _PAPER,
 
 register_model(ModelSpec(name="sasrec", build=build, paper="Kang & McAuley, ICDM 2018",
                          description="self-attentive sequential recommendation; any encoding",
-                         presets=_PRESETS))
+                         presets=_PRESETS, causal=True))

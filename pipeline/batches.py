@@ -28,11 +28,17 @@ from .io import scan_split
 @dataclass(frozen=True)
 class Samples:
     seqs: np.ndarray      # (S, L) int32, left-padded with 0, most recent item last
-    targets: np.ndarray   # (S,) int32 item ids >= 1
+    targets: np.ndarray   # (S,) int32 item ids >= 1; or (S, L) the next item of every position
+                          # (load_sequences: the sequence objective), 0 where there is none
     lengths: np.ndarray   # (S,) int32 number of real items kept (<= L)
 
     def __len__(self) -> int:
         return int(self.targets.shape[0])
+
+    @property
+    def n_targets(self) -> int:
+        """(prefix, next item) pairs the rows hold: one per row, or one per real position."""
+        return len(self) if self.targets.ndim == 1 else int(np.count_nonzero(self.targets))
 
 
 def pad_left(values: np.ndarray, lengths: np.ndarray, max_len: int) -> np.ndarray:
@@ -84,6 +90,31 @@ def load_samples(root: str | Path, split: str, max_len: int) -> Samples:
                         "these are not next-item samples; re-run `seqpe augment` for this dataset")
     df = lf.select("prefix", "target").collect()
     return frame_to_samples(df, max_len)
+
+
+def load_sequences(root: str | Path, split: str, max_len: int) -> Samples:
+    """Shifted rows (session_id, items) -> whole-sequence samples: inputs = the row's items but the
+    last, targets = its items but the first (the next item of every input position), both cut to
+    the most recent `max_len` and right-aligned in zero-padded (S, max_len) matrices. One forward
+    pass of a causal backbone then scores every prefix of the row at once (SASRec; 003 Eq. 11)."""
+    if max_len < 1:
+        raise DataError(f"max_len must be >= 1, got {max_len}", "set train.max_len to a positive length")
+    lf = scan_split(root, split)
+    names = lf.collect_schema().names()
+    if "items" not in names or "prefix" in names:
+        raise DataError(f"{Path(root) / split} holds (prefix, target) samples, not whole sequences",
+                        "train.objective: sequence needs a leave-one-out dataset (shifted train rows); "
+                        "use train.objective: prefixes here")
+    items = pl.col("items").cast(pl.List(pl.Int32))
+    rows = lf.select(inputs=items.list.head(items.list.len() - 1).list.tail(max_len),
+                     targets=items.list.tail(items.list.len() - 1).list.tail(max_len)).collect()
+    lengths = rows.get_column("inputs").list.len().to_numpy().astype(np.int32)      # (S,)
+    if lengths.size and lengths.min() < 1:
+        raise DataError(f"{Path(root) / split} has a shifted row with fewer than 2 items",
+                        "re-run `seqpe augment` for this dataset")
+    flat = {c: rows.get_column(c).explode(empty_as_null=False).to_numpy().astype(np.int32) for c in rows.columns}
+    return Samples(seqs=pad_left(flat["inputs"], lengths, max_len), targets=pad_left(flat["targets"], lengths, max_len),
+                   lengths=lengths)
 
 
 def load_sessions(root: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +182,7 @@ def batch_order(lengths: np.ndarray, batch_size: int, *, shuffle: bool = False, 
 
 def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generator=None,
             device=None, trim: bool = True, bucket: int = 0, by_length: bool = False) -> Iterator[tuple]:
-    """Yield (seqs (B, L') long, targets (B,) long) on `device`, in `batch_order`'s order.
+    """Yield (seqs (B, L') long, targets (B,) or (B, L') long) on `device`, in `batch_order`'s order.
 
     With `trim`, columns that are padding in every row of the batch are dropped (L' = the
     batch's longest kept prefix): session prefixes are short (Diginetica: 4 items on average
@@ -167,9 +198,11 @@ def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generat
     width = seqs.shape[1]
     for idx in batch_order(samples.lengths, batch_size, shuffle=shuffle, generator=generator, bucket=bucket,
                            by_length=by_length):
-        s, t, ln = seqs[idx], targets[idx], lengths[idx]             # (B, L), (B,), (B,)
+        s, t, ln = seqs[idx], targets[idx], lengths[idx]             # (B, L), (B,) or (B, L), (B,)
         if trim:
             s = s[:, width - max(int(ln.max()), 1):]                 # (B, L') most recent columns
+            if t.dim() == 2:
+                t = t[:, -s.size(1):]                                # (B, L') next item per column
         yield s.to(device=device, dtype=torch.long), t.to(device=device, dtype=torch.long)
 
 

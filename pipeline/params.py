@@ -83,6 +83,9 @@ class TrainParams:
     trim_padding: bool = True         # drop columns that are padding in a whole batch (same predictions, faster)
     bucket: int = 50                  # with trim_padding: sort shuffled rows by length within chunks of this
                                       # many batches, then shuffle the batches (0 = plain shuffle)
+    objective: str = "prefixes"       # prefixes: one (prefix, next item) sample per row | sequence: causal
+                                      # backbones read a whole leave-one-out train sequence and predict the
+                                      # next item at every position (SASRec's training, 003 Eq. 11)
 
 
 @dataclass(frozen=True)

@@ -36,13 +36,14 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from . import presets
-from .batches import Samples, batches, load_samples, load_sessions
+from .batches import Samples, batches, load_samples, load_sequences, load_sessions
 from .errors import DataError, ParamsError, unknown
 from .io import SPLITS, atomic_dir, dumps_json, read_json, write_bytes, write_json
 from .params import EvaluateParams, Params, TrainParams, from_dict, to_dict
 
 LOSSES = ("ce", "sampled")
 SCHEDULES = ("none", "step", "plateau")
+OBJECTIVES = ("prefixes", "sequence")
 
 
 # --------------------------------------------------------------------------- configuration
@@ -98,6 +99,9 @@ def _train_params(train: TrainParams, preset_train: dict, model: str, encoding: 
     for key in ("epochs", "batch_size", "max_len", "dim", "negatives", "lr_step"):
         if getattr(tp, key) < 1:
             raise ParamsError(f"train.{key} must be >= 1, got {getattr(tp, key)}", f"fix train.{key}")
+    if tp.objective not in OBJECTIVES:
+        raise ParamsError(f"train.objective must be one of {', '.join(OBJECTIVES)}, got '{tp.objective}'",
+                          "fix train.objective")
     if tp.bucket < 0:
         raise ParamsError(f"train.bucket must be >= 0, got {tp.bucket}", "use 0 (plain shuffle) or e.g. 50")
     return tp
@@ -153,12 +157,22 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
 
 
 def loss_fn(net, seqs, targets, tp: TrainParams, n_items: int, generator):
-    """Cross-entropy over all items, or sampled softmax over target + shared uniform negatives."""
+    """Cross-entropy over all items, or sampled softmax over target + shared uniform negatives.
+
+    targets (B,): one next item per row (objective prefixes). targets (B, L): the next item of every
+    position, 0 where none (objective sequence): the causal backbone's hidden state at each real
+    position is scored against its own target, all positions of the batch weighted alike."""
     import torch
     import torch.nn.functional as F
-    if tp.loss == "ce":
+    if targets.dim() == 2:
+        where = targets != 0                                             # (B, L)
+        h, targets = net.hidden(seqs)[where], targets[where]             # (T, D), (T,)
+        if tp.loss == "ce":                                              # column 0 (padding) left out, as
+            return F.cross_entropy(h @ net.item_weights()[1:].t(), targets - 1)  # forward's -inf does
+    elif tp.loss == "ce":
         return F.cross_entropy(net(seqs), targets)                       # (B, N) logits, col 0 = -inf
-    h = net.encode(seqs)                                                 # (B, D)
+    else:
+        h = net.encode(seqs)                                             # (B, D)
     w = net.item_weights()                                               # (N, D)
     neg = torch.randint(1, n_items + 1, (tp.negatives,), generator=generator).to(seqs.device)  # (M,)
     pos = (h * w[targets]).sum(-1, keepdim=True)                         # (B, 1)
@@ -178,10 +192,11 @@ def train_epoch(net, opt, data: Samples, tp: TrainParams, n_items: int, generato
         loss = loss_fn(net, seqs, targets, tp, n_items, generator)
         loss.backward()
         opt.step()
-        total += float(loss.detach()) * len(targets)
-        count += len(targets)
+        n = int((targets != 0).sum()) if targets.dim() == 2 else len(targets)   # predictions in the batch
+        total += float(loss.detach()) * n
+        count += n
         if bar is not None:
-            bar.advance(len(targets), total / count)
+            bar.advance(n, total / count)
     return total / max(count, 1)
 
 
@@ -247,7 +262,7 @@ def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, ks,
             if tp.patience > 0 and loop["stale"] >= tp.patience:
                 break                                                    # early-stopped before a restart
             lr = opt.param_groups[0]["lr"]
-            bar = (_Bar(prog, f"{tp.model}-{enc_name} seed {seed} epoch {epoch}/{tp.epochs}", len(data["train"]))
+            bar = (_Bar(prog, f"{tp.model}-{enc_name} seed {seed} epoch {epoch}/{tp.epochs}", data["train"].n_targets)
                    if prog is not None else None)
             t0 = time.perf_counter()
             loss = train_epoch(net, opt, data["train"], tp, n_items, generator, device, bar)
@@ -256,7 +271,7 @@ def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, ks,
             valid = score(net, data["valid"], "valid", ks, ev_bs, device, trim=tp.trim_padding)
             history.append({"epoch": epoch, "loss": loss, "lr": lr, "valid": valid})
             timing.append({"epoch": epoch, "train_s": train_s, "valid_s": time.perf_counter() - t0,
-                           "samples_per_s": len(data["train"]) / max(train_s, 1e-9)})
+                           "samples_per_s": data["train"].n_targets / max(train_s, 1e-9)})
             value = valid[tp.select_metric]
             loop["epoch"] = epoch
             if value > loop["best_value"] or loop["best_state"] is None:   # NaN never wins
@@ -346,7 +361,7 @@ def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], m
         "protocol": manifest.get("protocol"), "model": tp.model, "encoding": enc_name, "tag": tag, "seed": seed, "n_items": n_items, "max_len": tp.max_len,
         "train": to_dict(tp), "options": params.models.get(tp.model, {}),
         "encoding_options": params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {},
-        "evaluate": to_dict(params.evaluate), "samples": {s: len(data[s]) for s in SPLITS},
+        "evaluate": to_dict(params.evaluate), "samples": {s: data[s].n_targets for s in SPLITS},
         "device": device.type, "parameters": sum(p.numel() for p in net.parameters()),
         "history": history, "epochs_run": 0 if getattr(net, "needs_fit", False) else len(history),
         "best_epoch": best_epoch,
@@ -411,6 +426,10 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     tp, params, applied = resolve_run(params, spec, preset, name, encoding, dataset,
                                       presets.explicit_train_keys(overrides))
     check_select_metric(tp, params.evaluate)
+    if tp.objective == "sequence" and not spec.causal:
+        causal = sorted(n for n, sp in MODELS.items() if sp.causal)
+        raise ParamsError(f"train.objective sequence needs a causal backbone, and '{name}' is not one",
+                          f"use one of: {', '.join(causal)}; or train.objective: prefixes")
     if spec.uses_encoding:
         import models.encodings as enc
         if tp.encoding not in enc.ENCODINGS:
@@ -420,11 +439,14 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     if tp.threads > 0:
         torch.set_num_threads(tp.threads)
     data = {split: load_samples(samples_dir, split, tp.max_len) for split in SPLITS}
+    if tp.objective == "sequence":
+        data["train"] = load_sequences(samples_dir, "train", tp.max_len)
     for split in SPLITS:
         if len(data[split]) == 0:
             raise DataError(f"the {split} split of {samples_dir} has no samples", "check the dataset's protocol")
         top = int(max(data[split].seqs.max(), data[split].targets.max()))
-        if top > manifest["n_items"] or int(data[split].targets.min()) < 1:
+        real = data[split].targets[data[split].targets != 0] if data[split].targets.ndim == 2 else data[split].targets
+        if top > manifest["n_items"] or int(real.min()) < 1:
             raise DataError(f"{split} samples hold item ids outside 1..{manifest['n_items']} (n_items)",
                             "re-run `seqpe augment` so samples and manifest agree")
     sessions = load_sessions(samples_dir, "train") if spec.fitted else None

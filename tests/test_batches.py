@@ -119,3 +119,20 @@ def test_load_sessions_rebuilds_each_session_once(tmp_path):
     write_split(tmp_path / "c", "train", pl.DataFrame({"user": [1], "label": [1]}))
     with pytest.raises(DataError, match="holds no sessions"):
         load_sessions(tmp_path / "c", "train")
+
+
+def test_load_sequences_gives_inputs_and_the_next_item_of_every_position(tmp_path):
+    from pipeline.batches import load_sequences
+    write_split(tmp_path, "train", pl.DataFrame({"session_id": [7, 8], "items": [[4, 5, 6, 7], [9, 3]]},
+                                                schema={"session_id": pl.Int64, "items": pl.List(pl.Int32)}))
+    got = load_sequences(tmp_path, "train", 4)
+    assert got.seqs.tolist() == [[0, 4, 5, 6], [0, 0, 0, 9]]
+    assert got.targets.tolist() == [[0, 5, 6, 7], [0, 0, 0, 3]]
+    assert got.lengths.tolist() == [3, 1] and got.n_targets == 4 and len(got) == 2
+    cut = load_sequences(tmp_path, "train", 2)                       # the most recent max_len positions
+    assert cut.seqs.tolist() == [[5, 6], [0, 9]] and cut.targets.tolist() == [[6, 7], [0, 3]]
+    (seqs, targets), = list(batches(cut, 2))
+    assert seqs.shape == targets.shape == (2, 2)
+    write_split(tmp_path / "p", "train", pl.DataFrame({"session_id": [1], "prefix": [[1]], "target": [2]}, schema=SCHEMA))
+    with pytest.raises(DataError, match="holds \\(prefix, target\\) samples.*train.objective: prefixes"):
+        load_sequences(tmp_path / "p", "train", 4)

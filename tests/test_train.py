@@ -396,3 +396,75 @@ def test_sasrec_learns_from_leave_one_out_shifted_rows(tmp_path):
     assert len(load_samples(tmp_path / "a", "train", 8)) == sum(len(x.split()) - 4 for x in lines)  # n - 3 pairs
     [res] = stage.run("toy", tmp_path / "a", tmp_path / "runs", p, progress=False)
     assert res["test"]["hr@1"] > 0.95, res
+
+
+@pytest.mark.parametrize("name, encoding", [("sasrec", "lpe"), ("parec", "average"), ("fparec", "average"),
+                                            ("gru4rec", None)])
+def test_causal_hidden_state_equals_the_prefix_encoding(name, encoding):
+    """ModelSpec.causal: hidden(row)[:, t] is what encode() gives for the prefix ending at t (with a
+    forward-only encoding); the sequence objective relies on it."""
+    from models import build_model
+    assert MODELS[name].causal
+    tp = TrainParams(dim=16, layers=2, heads=1, dropout=0.0, max_len=6)
+    torch.manual_seed(0)
+    enc = stage.build_encoding(encoding, tp, {}) if encoding else None
+    net = build_model(name, n_items=20, max_len=6, train=tp, options={}, encoding=enc).eval()
+    row = torch.tensor([[0, 3, 9, 3, 12, 5]])
+    with torch.no_grad():
+        h = net.hidden(row)                                              # (1, 6, D)
+        for t in range(1, 6):
+            prefix = torch.cat([torch.zeros(1, 5 - t, dtype=torch.long), row[:, 1:t + 1]], 1)  # left-padded
+            assert torch.allclose(h[0, t], net.encode(prefix)[0], atol=1e-5), (name, t)
+    assert {n for n, spec in MODELS.items() if spec.causal} >= {"sasrec", "parec", "fparec", "gru4rec"}
+    assert not MODELS["posrec"].causal and not MODELS["narm"].causal
+
+
+def _shifted_toy(tmp_path, users=150, seed=3):
+    from pipeline import formats
+    rng = np.random.default_rng(seed)
+    lines = []
+    for user in range(1, users + 1):
+        first, n = int(rng.integers(1, 11)), int(rng.integers(4, 12))
+        lines.append(" ".join(map(str, [user] + [(first - 1 + i) % 10 + 1 for i in range(n)])))
+    (tmp_path / "toy.txt").write_text("\n".join(lines) + "\n")
+    formats.import_dataset("toy", tmp_path / "toy.txt", "sasrec", tmp_path / "s", tmp_path / "a", params())
+    return tmp_path / "a"
+
+
+def test_sequence_loss_equals_the_mean_prefix_loss_for_a_forward_encoding(tmp_path):
+    """With `lpe` (positions from the start) and no dropout, one pass over whole rows scores exactly the
+    (prefix, next item) pairs the prefix objective expands them into: same mean cross-entropy."""
+    from models import build_model
+    from pipeline.batches import load_sequences
+    samples = _shifted_toy(tmp_path, users=20)
+    tp = TrainParams(model="sasrec", encoding="lpe", dim=16, layers=2, heads=1, dropout=0.0, max_len=8)
+    torch.manual_seed(0)
+    net = build_model("sasrec", n_items=10, max_len=8, train=tp, options={},
+                      encoding=stage.build_encoding("lpe", tp, {})).eval()
+    rows, pairs = load_sequences(samples, "train", 8), load_samples(samples, "train", 8)
+    assert rows.n_targets == len(pairs)
+    with torch.no_grad():
+        seq = stage.loss_fn(net, torch.from_numpy(rows.seqs).long(), torch.from_numpy(rows.targets).long(),
+                            tp, 10, None)
+        pre = stage.loss_fn(net, torch.from_numpy(pairs.seqs).long(), torch.from_numpy(pairs.targets).long(),
+                            tp, 10, None)
+    assert seq.item() == pytest.approx(pre.item(), abs=1e-5)
+
+
+def test_sequence_objective_learns_and_refuses_what_it_cannot_train(tmp_path):
+    samples = _shifted_toy(tmp_path)
+    for model, encoding in (("sasrec", "lrpe"), ("fparec", "fparec")):
+        p = params(model=model, encoding=encoding, epochs=15, lr=0.01, dim=32, layers=1, dropout=0.0, patience=0,
+                   objective="sequence", batch_size=16)
+        [res] = stage.run("toy", samples, tmp_path / "runs", p, progress=False)
+        assert res["test"]["hr@1"] > 0.95, (model, res)
+        record = json.loads((tmp_path / "runs" / f"{model}-{encoding}" / "seed-1" / "run.json").read_text())
+        assert record["train"]["objective"] == "sequence"
+        assert record["samples"]["train"] == len(load_samples(samples, "train", 8))   # predictions, not rows
+    with pytest.raises(ParamsError, match="objective sequence needs a causal backbone, and 'posrec' is not one"
+                                          ".*fparec, gru4rec, parec, sasrec"):
+        stage.run("toy", samples, tmp_path / "runs", params(model="posrec", encoding="ldpe", objective="sequence"),
+                  progress=False)
+    with pytest.raises(DataError, match="holds \\(prefix, target\\) samples"):
+        stage.run("toyset", make_samples(tmp_path / "srgnn"), tmp_path / "runs",
+                  params(model="sasrec", encoding="lpe", objective="sequence"), progress=False)
