@@ -51,9 +51,10 @@ train() {
   fi
   for s in $SEEDS; do args+=(--seed "$s"); done
   echo "$(date -u +%FT%TZ) start $ds $model $* ${args[*]}" >> "$OUT/logs/queue.log"
+  local rc=0
   /usr/bin/time -f "wall %e s, cpu %U+%S s, maxrss %M KB" "$SEQPE" train "$ds" "$OUT/samples/$ds" \
-      "$OUT/runs/$ds" --model "$model" "$@" "${args[@]}" > "$OUT/logs/${ds}_${model}.log" 2>&1
-  echo "$(date -u +%FT%TZ) end $ds $model rc=$?" >> "$OUT/logs/queue.log"
+      "$OUT/runs/$ds" --model "$model" "$@" "${args[@]}" > "$OUT/logs/${ds}_${model}.log" 2>&1 || rc=$?
+  echo "$(date -u +%FT%TZ) end $ds $model rc=$rc" >> "$OUT/logs/queue.log"   # a failed run does not stop the queue
 }
 
 queue_a() {

@@ -39,7 +39,6 @@ def item_table(n_items: int, dim: int) -> nn.Embedding:
 
 class Recommender(nn.Module):
     n_items: int           # real items are 1..n_items
-    needs_fit: bool = False  # non-neural models (POP, S-POP, Item-KNN) are fitted, not trained
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, D)
         raise NotImplementedError
@@ -55,7 +54,7 @@ class Recommender(nn.Module):
         scores[:, 0] = float("-inf")
         return scores
 
-    def fit(self, items: torch.Tensor, session: torch.Tensor) -> None:  # only when needs_fit:
+    def fit(self, items: torch.Tensor, session: torch.Tensor) -> None:  # only fitted models (ModelSpec.fitted):
         raise NotImplementedError          # the train clicks (T,) and their session index (T,)
 
 
@@ -66,7 +65,7 @@ class ModelSpec:
     description: str
     paper: str = ""
     uses_encoding: bool = True           # False: the model ignores --encoding (e.g. GRU4Rec, POP)
-    fitted: bool = False                 # True: fitted on the train sessions (needs_fit), not trained
+    fitted: bool = False                 # True: `fit` on the train sessions (POP, S-POP, Item-KNN), not trained
     causal: bool = False                 # True: `hidden` (B, L, D) at position t sees items <= t only, so it
                                          # trains on whole sequences (train.objective: sequence)
     presets: Optional[dict] = None       # name -> {"train", "models", "encodings", "datasets"} (e.g. "paper");

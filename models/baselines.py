@@ -4,7 +4,7 @@ Notation used for tensor shapes:
     B  batch, L  padded length (left padding, 0 = pad), N  n_items + 1, K  neighbours
     T  training clicks, P  distinct (session, item) pairs
 
-They are fitted, not trained (`needs_fit = True`): `fit(items, session)` sees every training
+They are fitted, not trained (ModelSpec.fitted): `fit(items, session)` sees every training
 click at once, as whole sessions: `items` (T,) the clicks in order and `session` (T,) a
 non-decreasing session index (pipeline.batches.load_sessions rebuilds them from the samples,
 so a prefix-augmented session counts once, not once per prefix). The state lives in fixed-size
@@ -20,13 +20,6 @@ from .base import ModelSpec, Recommender, register_model
 from .model_config import ItemKNNConfig, PopConfig, model_options
 
 PAIR_CHUNK = 1 << 24      # Item-KNN: (item, item) pairs materialised at once while counting co-occurrences
-
-
-def sessions_from_padded(seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded sessions (S, L) -> flat (items (T,), session (T,)) as `fit` takes them."""
-    mask = seqs != 0                                                    # (S, L)
-    rows = torch.arange(seqs.shape[0], device=seqs.device)[:, None].expand_as(seqs)  # (S, L)
-    return seqs[mask], rows[mask]
 
 
 def item_counts(items: torch.Tensor, n_items: int) -> torch.Tensor:
@@ -51,7 +44,9 @@ def co_occurrence(items: torch.Tensor, session: torch.Tensor, n_items: int) -> t
     Returns (i (Q,), j (Q,), c (Q,) sessions with both, support (N,) sessions with the item); pairs
     sorted by (i, j). Each session contributes its distinct items once (a binary session vector),
     so c is symmetric. Pairs are built per session (k distinct items -> k^2 - k pairs) in chunks
-    of about PAIR_CHUNK, so memory stays bounded for long sequences (ML-1m windows of 201 items).
+    of about PAIR_CHUNK (a few int64 temporaries of that size, ~1 GB at 2^24), and chunk tables are
+    merged only when they outgrow the merged one, so long sequences (ML-1m windows of 201 items)
+    stay within bounded memory and near-linear time.
     """
     N = n_items + 1
     key = torch.unique(session * N + items)                             # (P,) distinct (session, item), sorted
@@ -61,8 +56,8 @@ def co_occurrence(items: torch.Tensor, session: torch.Tensor, n_items: int) -> t
     off = torch.cumsum(k, 0) - k                                        # (S',) offset into `it`
     sq = k * k                                                          # (S',) pairs per session (with i = j)
     ends = torch.cumsum(sq, 0)
-    pairs = torch.empty(0, dtype=torch.long, device=items.device)
-    counts = torch.empty(0, dtype=torch.long, device=items.device)
+    empty = torch.empty(0, dtype=torch.long, device=items.device)
+    merged, pending = (empty, empty), []          # (pair keys, counts) so far; chunk results not merged yet
     first = 0
     while first < k.numel():
         base = int(ends[first - 1]) if first else 0
@@ -72,17 +67,23 @@ def co_occurrence(items: torch.Tensor, session: torch.Tensor, n_items: int) -> t
         r = torch.arange(int(nn.sum()), device=items.device) - (torch.cumsum(nn, 0) - nn)[rep]  # (M,) index in it
         a, b = oo[rep] + r // kk[rep], oo[rep] + r % kk[rep]            # (M,) positions in `it`
         keep = a != b
-        chunk, c = torch.unique(it[a[keep]] * N + it[b[keep]], return_counts=True)
-        pairs, inv = torch.unique(torch.cat([pairs, chunk]), return_inverse=True)
-        counts = torch.zeros(pairs.numel(), dtype=torch.long, device=items.device).index_add_(
-            0, inv, torch.cat([counts, c]))
+        pending.append(torch.unique(it[a[keep]] * N + it[b[keep]], return_counts=True))
         first = last
+        if sum(p.numel() for p, _ in pending) > max(merged[0].numel(), PAIR_CHUNK) or first == k.numel():
+            merged = _merge_counts([merged, *pending])               # amortised: only when pending outgrows it
+            pending = []
+    pairs, counts = merged
     return pairs // N, pairs % N, counts, support
 
 
-class _Fitted(Recommender):
-    needs_fit = True
+def _merge_counts(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum (keys, counts) tables into one, keys sorted and distinct."""
+    keys, inv = torch.unique(torch.cat([p for p, _ in parts]), return_inverse=True)
+    counts = torch.zeros(keys.numel(), dtype=torch.long, device=keys.device)
+    return keys, counts.index_add_(0, inv, torch.cat([c for _, c in parts]))
 
+
+class _Fitted(Recommender):
     def __init__(self, n_items: int):
         super().__init__()
         self.n_items = n_items
@@ -117,7 +118,7 @@ class ItemKNN(_Fitted):
     """Item-KNN (Hidasi et al. 2016; Ludewig & Jannach 2018): the K items most similar to the
     session's last item, similarity over binary session vectors:
 
-        sim_ij = |S_i & S_j| / (|S_i|^a |S_j|^(1-a))     (a = 0.5: cosine; symmetric; i != j)
+        sim_ij = |S_i & S_j| / (|S_i|^a |S_j|^(1-a))     (i != j; a = 0.5: cosine, symmetric)
 
     S_i = the training sessions holding item i. Items outside the K neighbours score 0.
     """

@@ -20,10 +20,10 @@ causal mask.
 
 Two readings worth knowing. Mask(softmax(R)) is taken as softmax over the allowed (past, real)
 keys, i.e. masked logits then softmax, so each row sums to 1 (Eq. 15 normalises the handcrafted
-patterns the same way). And seqpe trains on (end-aligned prefix, next item) samples, so the
-prediction is always read from the last row; 003 Eq. 11 trains each user's sequence once and
-reads row t-1 for step t. Both see the same targets; the rows of R that carry the training
-signal differ.
+patterns the same way). And 003 Eq. 11 trains each user's sequence once, reading row t-1 for step
+t: that is `train.objective: sequence` (the `paper` preset). With `prefixes` every training
+prediction is read from the last row of an end-aligned prefix; the targets are the same, the rows
+of R that carry the training signal differ.
 """
 from __future__ import annotations
 
@@ -57,16 +57,20 @@ class PARec(Recommender):
             for i in range(layers))
         self.ln = nn.LayerNorm(dim)
 
-    def hidden(self, seqs: torch.Tensor) -> torch.Tensor:
+    def _blocks(self, seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         pos = Positions.from_seqs(seqs)
         keep = pos.mask[:, :, None].to(self.emb.weight.dtype)           # (B, L, 1)
         x = self.encoding.embed(self.drop(self.emb(seqs) * self.scale), pos) * keep  # (B, L, D) F_0
         for block in self.blocks:
             x = block(x, pos, self.encoding)                            # (B, L, D) F_l
+        return x, keep
+
+    def hidden(self, seqs: torch.Tensor) -> torch.Tensor:
+        x, keep = self._blocks(seqs)
         return self.ln(x) * keep                                        # (B, L, D) F^_L (Eq. 9)
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:
-        return self.hidden(seqs)[:, -1]                                 # (B, D) last item (left padding)
+        return self.ln(self._blocks(seqs)[0][:, -1])                    # (B, D) last item (left padding)
 
     def item_weights(self) -> torch.Tensor:
         return self.emb.weight                                          # (N, D) M
@@ -89,10 +93,12 @@ def _builder(name: str, default_encoding: str):
     return build
 
 
-# 003 §4.2: 2 blocks, Adam, cross-entropy over all items, FPARec rank k = 40 (PROTOCOLS.md §6).
-# max_len 50 is the Amazon (Beauty, Sports, Toys) setting; ML-1m uses longer (--set train.max_len=200).
+# 003 §4.2: 2 blocks, Adam, cross-entropy over all items, FPARec rank k = 40 (PROTOCOLS.md §6),
+# each user's sequence read once with a prediction at every position (Eq. 11: objective sequence,
+# leave-one-out data). max_len 50 is the Amazon (Beauty, Sports, Toys) setting; ML-1m uses longer
+# (--set train.max_len=200).
 _PAPER = {"epochs": 200, "layers": 2, "heads": 1, "dim": 64, "lr": 1e-3, "dropout": 0.2, "max_len": 50,
-          "loss": "ce", "patience": 10}
+          "loss": "ce", "patience": 10, "objective": "sequence"}
 
 register_model(ModelSpec("parec", _builder("parec", "parec"), "PARec: learned positional attention (values only)",
                          "003 Eq. 6", uses_encoding=True, causal=True,

@@ -49,12 +49,12 @@ class GRU4Rec(Recommender):
                           dropout=dropout if cfg.gru_layers > 1 else 0.0)
 
     def hidden(self, seqs: torch.Tensor) -> torch.Tensor:
-        x = self.drop(self.emb(seqs))                                   # (B, L, D)
-        states, _ = run_gru(self.gru, x, seqs != 0)                     # (B, L, D), zero at padding
+        states, _ = run_gru(self.gru, self.drop(self.emb(seqs)), seqs != 0)  # (B, L, D), zero at padding
         return states
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:
-        return self.hidden(seqs)[:, -1]                                 # (B, D) last state (left padding)
+        _, last = run_gru(self.gru, self.drop(self.emb(seqs)), seqs != 0)    # (B, D) last state
+        return last
 
     def item_weights(self) -> torch.Tensor:
         return self.emb.weight                                          # (N, D)

@@ -76,9 +76,12 @@ def build(*, n_items: int, max_len: int, train, options: Optional[dict] = None,
 # left-padded window, counted back from the last item: `lrpe` (models/encodings/posrec.py). Two
 # differences stay: seqpe trains with softmax cross-entropy over all items (003 §3.3's objective)
 # where the reference uses binary cross-entropy with one sampled negative, and post-norm is
-# available as `models.sasrec.norm: post` (the reference is pre-norm, seqpe's default).
+# available as `models.sasrec.norm: post` (the reference is pre-norm, seqpe's default). Training
+# reads each user's sequence once, every position predicting its next item (objective: sequence),
+# as the reference does; that needs leave-one-out data (on SR-GNN prefix samples, --set
+# train.objective=prefixes).
 _PAPER = {"encoding": "lrpe", "epochs": 200, "patience": 10, "batch_size": 128, "dim": 50, "layers": 2,
-          "heads": 1, "dropout": 0.5, "lr": 1e-3, "max_len": 50, "loss": "ce"}
+          "heads": 1, "dropout": 0.5, "lr": 1e-3, "max_len": 50, "loss": "ce", "objective": "sequence"}
 _PRESETS = {"paper": {"train": _PAPER,
                       "datasets": {"ml_1m": {"train": {"dropout": 0.2, "max_len": 200}},
                                    "movielens": {"train": {"dropout": 0.2, "max_len": 200}}}}}

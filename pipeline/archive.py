@@ -12,6 +12,7 @@ gzip CRC and end-of-stream marker. Every failure is one `DownloadError` line.
 """
 from __future__ import annotations
 
+import errno
 import gzip
 import lzma
 import os
@@ -112,6 +113,8 @@ def collect(src: Path, files: Sequence[str], out_dir: Path) -> dict[str, Path]:
         if member is None:
             raise DownloadError(f"{src} has no {f} (searched {_FOLDER_DEPTH} folder levels)",
                                 f"pass the folder that holds {', '.join(files)}, or the downloaded archive")
+        if f.lower().endswith(".gz"):
+            verify_gzip(src / member, member, f)
         found[f] = _place(src / member, out_dir / f, move=False)
     return found
 
@@ -127,7 +130,9 @@ def collect_exact(src: Path, files: Sequence[str], out_dir: Path) -> dict[str, P
         _prepare(dst)
         try:
             os.link(Path(src) / f, dst)
-        except OSError:
+        except OSError as e:   # another file system, no hard links there, or too many links: copy
+            if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+                raise
             shutil.copyfile(Path(src) / f, dst)
         out[f] = dst
     return out

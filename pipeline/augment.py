@@ -223,26 +223,20 @@ def _split_files(src: Path, manifest: dict, split: str) -> list[Path]:
     return files or sorted((src / split).glob("part-*.parquet"))
 
 
-def _imported_as(src: Path, dataset: str) -> bool:
-    path = src / io.MANIFEST
-    if not path.is_file():
-        return False
-    m = io.read_json(path)
-    return m.get("stage") == "import" and m.get("dataset") == dataset
-
-
 def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     """Augment the sessions folder `src` of `dataset` into the samples folder `dst`.
 
     `dataset` is a registered name, or the name a `seqpe import` gave the sessions (their manifest
     says stage "import" and carries the protocol and augment modes, which is all augment reads)."""
     src, dst = Path(src), Path(dst)
-    if not _imported_as(src, dataset):
+    sessions_manifest = io.read_json(src / io.MANIFEST) if (src / io.MANIFEST).is_file() else None
+    imported = sessions_manifest is not None and sessions_manifest.get("stage") == "import" \
+        and sessions_manifest.get("dataset") == dataset
+    if not imported:
         get(dataset)
-    if not (src / io.MANIFEST).is_file():
+    if sessions_manifest is None:
         raise DataError(f"no {io.MANIFEST} in {src}: the sessions of '{dataset}' have not been prepared",
                         f"run `seqpe preprocess {dataset}` first")
-    sessions_manifest = io.read_json(src / io.MANIFEST)
     io.verify_shards(src, sessions_manifest)
     protocol = sessions_manifest["protocol"]
     max_len = 0 if protocol == "srgnn" else params.augment.max_len

@@ -55,6 +55,11 @@ def pad_left(values: np.ndarray, lengths: np.ndarray, max_len: int) -> np.ndarra
     return out
 
 
+def _is_shifted(names: list[str]) -> bool:
+    """Whether a samples split holds shifted rows (session_id, items) rather than (prefix, target)."""
+    return "items" in names and "prefix" not in names
+
+
 def frame_to_samples(df: pl.DataFrame, max_len: int) -> Samples:
     """(prefix: List(Int32), target: Int32) frame -> Samples, keeping the last `max_len` items."""
     if max_len < 1:
@@ -76,7 +81,7 @@ def load_samples(root: str | Path, split: str, max_len: int) -> Samples:
     pairs, every next item of the row's window with the items before it as the prefix."""
     lf = scan_split(root, split)
     names = lf.collect_schema().names()
-    if "items" in names and "prefix" not in names:
+    if _is_shifted(names):
         from .augment import prefix_samples   # the augment stage's own vectorised gather
         rows = lf.select(pl.col("session_id"), pl.col("items").cast(pl.List(pl.Int32))).collect()
         shortest = rows.get_column("items").list.len().min()
@@ -100,8 +105,7 @@ def load_sequences(root: str | Path, split: str, max_len: int) -> Samples:
     if max_len < 1:
         raise DataError(f"max_len must be >= 1, got {max_len}", "set train.max_len to a positive length")
     lf = scan_split(root, split)
-    names = lf.collect_schema().names()
-    if "items" not in names or "prefix" in names:
+    if not _is_shifted(lf.collect_schema().names()):
         raise DataError(f"{Path(root) / split} holds (prefix, target) samples, not whole sequences",
                         "train.objective: sequence needs a leave-one-out dataset (shifted train rows); "
                         "use train.objective: prefixes here")
@@ -112,7 +116,10 @@ def load_sequences(root: str | Path, split: str, max_len: int) -> Samples:
     if lengths.size and lengths.min() < 1:
         raise DataError(f"{Path(root) / split} has a shifted row with fewer than 2 items",
                         "re-run `seqpe augment` for this dataset")
-    flat = {c: rows.get_column(c).explode(empty_as_null=False).to_numpy().astype(np.int32) for c in rows.columns}
+    exploded = {c: rows.get_column(c).explode(empty_as_null=False) for c in rows.columns}
+    if any(col.null_count() for col in exploded.values()):
+        raise DataError(f"{Path(root) / split} holds a null item id", "re-run `seqpe augment` on clean sessions")
+    flat = {c: col.to_numpy().astype(np.int32) for c, col in exploded.items()}
     return Samples(seqs=pad_left(flat["inputs"], lengths, max_len), targets=pad_left(flat["targets"], lengths, max_len),
                    lengths=lengths)
 
@@ -127,12 +134,12 @@ def load_sessions(root: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]
     """
     lf = scan_split(root, split)
     names = lf.collect_schema().names()
-    if "items" in names and "prefix" not in names:
+    if _is_shifted(names):
         seqs = lf.select(pl.col("items").cast(pl.List(pl.Int32))).collect().get_column("items")
     elif {"session_id", "prefix", "target"} <= set(names):
         longest = (lf.select("session_id", "prefix", "target", n=pl.col("prefix").list.len())
                    .group_by("session_id", maintain_order=True)
-                   .agg(pl.all().sort_by("n", maintain_order=True).last()))
+                   .agg(pl.col("prefix", "target").get(pl.col("n").arg_max())))   # prefix lengths differ
         seqs = (longest.select(pl.concat_list(pl.col("prefix").cast(pl.List(pl.Int32)),
                                               pl.col("target").cast(pl.Int32)).alias("items"))
                 .collect().get_column("items"))

@@ -292,7 +292,7 @@ def main() -> None:
         sys.exit(1)
     except OSError as e:   # a path the user gave: not a folder, no permission, disk full, ...
         where = f": {e.filename}" if e.filename else ""
-        what = e.strerror or e.__class__.__name__
+        what = e.strerror or str(e) or e.__class__.__name__
         err_console.print(f"[bold red]error:[/] {escape(what + where)}. Fix: check that path (a folder where "
                           "a folder is expected, write permission, free space)", highlight=False, soft_wrap=True)
         sys.exit(1)

@@ -3,7 +3,7 @@
 Every run was scored once on test, with its best-on-valid weights, by the train stage
 (run.json). This stage only aggregates, so it is cheap and deterministic:
 
-    <reports>/metrics.json   DVC metrics, flat: {"<model>-<encoding>": {"hr@10": mean, ..., "seeds": n}}
+    <reports>/metrics.json   DVC metrics, flat: {"<model>-<encoding>[-<tag>]": {"hr@10": mean, ..., "seeds": n}}
     <reports>/summary.json   per configuration: seeds, mean/std/ci95 of every metric; the runs table
     <reports>/report.md      the Markdown table (x100) that `seqpe report` also writes
     <reports>/report.csv     the same numbers, raw

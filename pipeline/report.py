@@ -80,6 +80,11 @@ def summarize(values: list[float]) -> dict:
 
 # --------------------------------------------------------------------------- runs
 
+def config_name(model: str, encoding: str, tag: Optional[str] = None) -> str:
+    """One configuration's run folder and report row: <model>-<encoding>[-<tag>]."""
+    return f"{model}-{encoding}" + (f"-{tag}" if tag else "")
+
+
 def metric_order(key: str) -> tuple:
     name, _, k = key.partition("@")
     return (_FAMILY.get(name, 9), name, int(k) if k.isdigit() else 0)
@@ -117,7 +122,7 @@ def aggregate(records: list[dict]) -> list[dict]:
         keys = sorted({k for r in recs for k in r["test"]}, key=metric_order)
         rows.append({
             "dataset": dataset, "protocol": protocol, "model": model, "encoding": encoding, "tag": tag or None,
-            "name": f"{model}-{encoding}" + (f"-{tag}" if tag else ""), "seeds": [r["seed"] for r in recs],
+            "name": config_name(model, encoding, tag or None), "seeds": [r["seed"] for r in recs],
             "best_epochs": [r.get("best_epoch") for r in recs],
             "metrics": {k: summarize([r["test"][k] for r in recs if k in r["test"]]) for k in keys},
         })
@@ -145,10 +150,11 @@ def _scale(key: str) -> float:
 
 def to_markdown(rows: list[dict]) -> str:
     keys = metric_keys(rows)
-    head = ["dataset", "protocol", "model", "encoding", "seeds", *keys]
+    head = ["dataset", "protocol", "model", "encoding", "tag", "seeds", *keys]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for row in rows:
-        cells = [row["dataset"], row["protocol"], row["model"], row["encoding"], str(len(row["seeds"]))]
+        cells = [row["dataset"], row["protocol"], row["model"], row["encoding"], row.get("tag") or "",
+                 str(len(row["seeds"]))]
         cells += [_cell(row["metrics"].get(k), _scale(k)) for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
     note = ("\nRanking metrics x100 (full ranking, PROTOCOLS.md §5). Cells: mean ± half-width of the 95% "
@@ -160,10 +166,10 @@ def to_csv(rows: list[dict]) -> str:
     keys = metric_keys(rows)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["dataset", "protocol", "model", "encoding", "n_seeds", "seeds",
+    w.writerow(["dataset", "protocol", "model", "encoding", "tag", "n_seeds", "seeds",
                 *[f"{k}_{s}" for k in keys for s in ("mean", "std", "ci95")]])
     for row in rows:
-        out = [row["dataset"], row["protocol"], row["model"], row["encoding"], len(row["seeds"]),
+        out = [row["dataset"], row["protocol"], row["model"], row["encoding"], row.get("tag") or "", len(row["seeds"]),
                " ".join(str(s) for s in row["seeds"])]
         for k in keys:
             stat = row["metrics"].get(k) or {"mean": None, "std": None, "ci95": None}
@@ -176,10 +182,11 @@ def rich_table(rows: list[dict], title: str = "test metrics over seeds (×100, m
     from rich.table import Table
     keys = metric_keys(rows)
     t = Table(title=title)
-    for col in ("dataset", "protocol", "model", "encoding", "seeds", *keys):
+    for col in ("dataset", "protocol", "model", "encoding", "tag", "seeds", *keys):
         t.add_column(col, justify="right" if col in keys or col == "seeds" else "left", no_wrap=col in keys)
     for row in rows:   # mean ± CI on the first line, the sample std under it
-        t.add_row(row["dataset"], row["protocol"], row["model"], row["encoding"], str(len(row["seeds"])),
+        t.add_row(row["dataset"], row["protocol"], row["model"], row["encoding"], row.get("tag") or "",
+                  str(len(row["seeds"])),
                   *[_cell(row["metrics"].get(k), _scale(k)).replace(" (sd ", "\nsd ").rstrip(")") for k in keys])
     return t
 

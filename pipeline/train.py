@@ -1,6 +1,6 @@
-"""The train stage: samples -> one run folder per (model, encoding, seed).
+"""The train stage: samples -> one run folder per (model, encoding[, tag], seed).
 
-    data/runs/<dataset>/<model>-<encoding>/seed-<n>/
+    data/runs/<dataset>/<model>-<encoding>[-<tag>]/seed-<n>/
         checkpoint.pt   {"model": state_dict (best epoch), "config": {...}, "epoch": best epoch}
         run.json        deterministic record: params, valid history per epoch, best epoch,
                         valid and test metrics, device (same inputs + seed -> same bytes)
@@ -11,8 +11,11 @@ Model selection uses `valid` only: after every epoch the valid metrics are compu
 best epoch's weights (on `train.select_metric`) are kept, training stops after `patience`
 epochs without improvement, and `test` is scored ONCE, with the best weights.
 
-Loss: softmax cross-entropy over all items (`loss: ce`, FPARec 003 §3.3 / SASRec with full
-softmax), or sampled softmax over the target and `negatives` uniformly drawn items shared by
+Objective: `prefixes` trains on (prefix, next item) samples, any backbone and protocol, in
+length-bucketed shuffled batches (`bucket`); `sequence` has a causal backbone read a whole
+leave-one-out train sequence and predict the next item at every position (SASRec's training,
+003 Eq. 11). Loss: softmax cross-entropy over all items (`loss: ce`, FPARec 003 §3.3 / SASRec with
+full softmax), or sampled softmax over the target and `negatives` uniformly drawn items shared by
 the batch (`loss: sampled`, for large catalogues; uniform sampling needs no log-Q correction
 because it shifts every logit alike). Adam with L2 weight decay; optional step or plateau
 learning-rate schedules (PosRec 000 §5.1: x0.1 every 3 epochs).
@@ -20,7 +23,7 @@ learning-rate schedules (PosRec 000 §5.1: x0.1 every 3 epochs).
 torch and the models are imported inside `run`, so `seqpe --help` and the data commands
 stay torch-free.
 
-Resumable: after every epoch the loop state goes to a hidden `<model>-<encoding>/.seed-<n>.<hash>
+Resumable: after every epoch the loop state goes to a hidden `<model>-<encoding>[-<tag>]/.seed-<n>.<hash>
 .resume.pt` (hash of params, options and data shards); re-running the same command after a crash
 continues from the last finished epoch and gives the same weights as an uninterrupted run. The
 file is removed once the run folder is in place.
@@ -40,6 +43,7 @@ from .batches import Samples, batches, load_samples, load_sequences, load_sessio
 from .errors import DataError, ParamsError, unknown
 from .io import SPLITS, atomic_dir, dumps_json, read_json, write_bytes, write_json
 from .params import EvaluateParams, Params, TrainParams, from_dict, to_dict
+from .report import config_name
 
 LOSSES = ("ce", "sampled")
 SCHEDULES = ("none", "step", "plateau")
@@ -336,7 +340,7 @@ def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], m
     ks, ev_bs = params.evaluate.ks, params.evaluate.batch_size
     history, timing = [], []
     t_start = time.perf_counter()
-    if getattr(net, "needs_fit", False):
+    if spec.fitted:
         t0 = time.perf_counter()
         train = data["train"]
         assert sessions is not None, "fitted baselines need the train sessions (train.run loads them)"
@@ -363,7 +367,7 @@ def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], m
         "encoding_options": params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {},
         "evaluate": to_dict(params.evaluate), "samples": {s: data[s].n_targets for s in SPLITS},
         "device": device.type, "parameters": sum(p.numel() for p in net.parameters()),
-        "history": history, "epochs_run": 0 if getattr(net, "needs_fit", False) else len(history),
+        "history": history, "epochs_run": 0 if spec.fitted else len(history),
         "best_epoch": best_epoch,
         "select_metric": tp.select_metric, "valid": best["valid"], "test": test,
     }
@@ -394,11 +398,6 @@ def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int) -> s
 
 
 # --------------------------------------------------------------------------- the stage
-
-def config_name(model: str, encoding: str, tag: Optional[str] = None) -> str:
-    """The run folder (and report row) of one configuration: <model>-<encoding>[-<tag>]."""
-    return f"{model}-{encoding}" + (f"-{tag}" if tag else "")
-
 
 def check_tag(tag: Optional[str]) -> None:
     if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.=+]*", tag):
@@ -438,9 +437,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     device = pick_device(tp.device)
     if tp.threads > 0:
         torch.set_num_threads(tp.threads)
-    data = {split: load_samples(samples_dir, split, tp.max_len) for split in SPLITS}
-    if tp.objective == "sequence":
-        data["train"] = load_sequences(samples_dir, "train", tp.max_len)
+    data = {split: (load_sequences if split == "train" and tp.objective == "sequence" else load_samples)(
+        samples_dir, split, tp.max_len) for split in SPLITS}
     for split in SPLITS:
         if len(data[split]) == 0:
             raise DataError(f"the {split} split of {samples_dir} has no samples", "check the dataset's protocol")

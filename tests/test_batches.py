@@ -136,3 +136,11 @@ def test_load_sequences_gives_inputs_and_the_next_item_of_every_position(tmp_pat
     write_split(tmp_path / "p", "train", pl.DataFrame({"session_id": [1], "prefix": [[1]], "target": [2]}, schema=SCHEMA))
     with pytest.raises(DataError, match="holds \\(prefix, target\\) samples.*train.objective: prefixes"):
         load_sequences(tmp_path / "p", "train", 4)
+
+
+def test_load_sequences_refuses_null_ids(tmp_path):
+    from pipeline.batches import load_sequences
+    write_split(tmp_path, "train", pl.DataFrame({"session_id": [1], "items": [[4, None, 6]]},
+                                                schema={"session_id": pl.Int64, "items": pl.List(pl.Int32)}))
+    with pytest.raises(DataError, match="holds a null item id"):
+        load_sequences(tmp_path, "train", 4)

@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 from models import MODELS, build_model
-from models.baselines import sessions_from_padded
 from models.encodings import ENCODINGS, build_encoding
 from models.encodings.base import PositionalEncoding
 from pipeline.errors import ParamsError, UnknownNameError
@@ -24,6 +23,13 @@ NO_DROPOUT = {"narm": {"emb_dropout": 0.0, "ct_dropout": 0.0}}
 
 # a tiny batch: repeats, a one-item session, a full row
 SEQS = torch.tensor([[0, 0, 5, 3, 5, 7], [0, 0, 0, 0, 0, 4], [1, 2, 3, 4, 1, 6], [0, 9, 9, 8, 9, 2]])
+
+
+def sessions_from_padded(seqs):
+    """Left-padded sessions (S, L) -> flat (items (T,), session (T,)) as fitted baselines take them."""
+    mask = seqs != 0                                                    # (S, L)
+    rows = torch.arange(seqs.shape[0])[:, None].expand_as(seqs)         # (S, L)
+    return seqs[mask], rows[mask]
 
 
 def make(name, encoding=None, seed=0, tp=TP):
@@ -164,7 +170,7 @@ FIT_SESSIONS = torch.tensor([[0, 1, 2, 3], [0, 0, 2, 3], [2, 3, 2, 1], [0, 0, 4,
 
 def _fitted(name, options=None):
     m = build_model(name, n_items=5, max_len=3, train=TP, options=options or {}, encoding=None)
-    assert m.needs_fit and MODELS[name].fitted
+    assert MODELS[name].fitted
     m.fit(*sessions_from_padded(FIT_SESSIONS))
     return m
 

@@ -16,9 +16,10 @@ from pipeline.io import write_json
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_run(root: Path, model: str, enc: str, seed: int, test: dict, dataset="toyset", protocol="srgnn"):
-    write_json(root / f"{model}-{enc}" / f"seed-{seed}" / "run.json",
-               {"name": f"{model}-{enc}", "dataset": dataset, "protocol": protocol, "model": model,
+def write_run(root: Path, model: str, enc: str, seed: int, test: dict, dataset="toyset", protocol="srgnn", tag=None):
+    name = report.config_name(model, enc, tag)
+    write_json(root / name / f"seed-{seed}" / "run.json",
+               {"name": name, "dataset": dataset, "protocol": protocol, "model": model, "tag": tag,
                 "encoding": enc, "seed": seed, "best_epoch": seed, "valid": test, "test": test})
 
 
@@ -51,21 +52,25 @@ def test_markdown_and_csv_tables(tmp_path):
     for seed, v in ((1, 0.1), (2, 0.2), (3, 0.3)):
         write_run(tmp_path, "sasrec", "lpe", seed, {"hr@10": v, "ndcg@10": v / 2})
     write_run(tmp_path, "pop", "none", 1, {"hr@10": 0.05, "ndcg@10": 0.02})
+    write_run(tmp_path, "sasrec", "lpe", 1, {"hr@10": 0.4, "ndcg@10": 0.3}, tag="anc")   # a tagged variant
     rows = report.run([tmp_path])
-    assert [(r["name"], r["seeds"]) for r in rows] == [("pop-none", [1]), ("sasrec-lpe", [1, 2, 3])]
+    assert [(r["name"], r["seeds"]) for r in rows] == [("pop-none", [1]), ("sasrec-lpe", [1, 2, 3]),
+                                                        ("sasrec-lpe-anc", [1])]
     ci = 100 * report.t_quantile(2) * 0.1 / math.sqrt(3)
     md = report.to_markdown(rows).splitlines()
-    assert md[0] == "| dataset | protocol | model | encoding | seeds | hr@10 | ndcg@10 |"
-    assert md[2] == "| toyset | srgnn | pop | none | 1 | 5.00 | 2.00 |"
-    assert md[3] == (f"| toyset | srgnn | sasrec | lpe | 3 | 20.00 ± {ci:.2f} (sd 10.00) "
+    assert md[0] == "| dataset | protocol | model | encoding | tag | seeds | hr@10 | ndcg@10 |"
+    assert md[2] == "| toyset | srgnn | pop | none |  | 1 | 5.00 | 2.00 |"
+    assert md[3] == (f"| toyset | srgnn | sasrec | lpe |  | 3 | 20.00 ± {ci:.2f} (sd 10.00) "
                      f"| 10.00 ± {ci / 2:.2f} (sd 5.00) |")
+    assert md[4] == "| toyset | srgnn | sasrec | lpe | anc | 1 | 40.00 | 30.00 |"
     csv_lines = report.to_csv(rows).splitlines()
-    assert csv_lines[0] == ("dataset,protocol,model,encoding,n_seeds,seeds,hr@10_mean,hr@10_std,hr@10_ci95,"
+    assert csv_lines[0] == ("dataset,protocol,model,encoding,tag,n_seeds,seeds,hr@10_mean,hr@10_std,hr@10_ci95,"
                             "ndcg@10_mean,ndcg@10_std,ndcg@10_ci95")
-    assert csv_lines[1] == "toyset,srgnn,pop,none,1,1,0.05,,,0.02,,"
+    assert csv_lines[1] == "toyset,srgnn,pop,none,,1,1,0.05,,,0.02,,"
     cells = csv_lines[2].split(",")
-    assert cells[:6] == ["toyset", "srgnn", "sasrec", "lpe", "3", "1 2 3"]
-    assert [float(c) for c in cells[6:]] == pytest.approx([0.2, 0.1, ci / 100, 0.1, 0.05, ci / 200])
+    assert cells[:7] == ["toyset", "srgnn", "sasrec", "lpe", "", "3", "1 2 3"]
+    assert [float(c) for c in cells[7:]] == pytest.approx([0.2, 0.1, ci / 100, 0.1, 0.05, ci / 200])
+    assert csv_lines[3].startswith("toyset,srgnn,sasrec,lpe,anc,1,1,0.4,")
     out = report.write_report(rows, tmp_path / "r.csv")
     assert out.read_text() == report.to_csv(rows)
 
@@ -88,4 +93,4 @@ def test_cli_report_writes_markdown(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
     assert proc.returncode == 0, proc.stderr
     assert "sasrec" in proc.stdout and "rope" in proc.stdout and "30.00" in proc.stdout
-    assert out.read_text().splitlines()[2].startswith("| toyset | srgnn | sasrec | rope | 2 | 30.00 ± ")
+    assert out.read_text().splitlines()[2].startswith("| toyset | srgnn | sasrec | rope |  | 2 | 30.00 ± ")

@@ -468,3 +468,11 @@ def test_sequence_objective_learns_and_refuses_what_it_cannot_train(tmp_path):
     with pytest.raises(DataError, match="holds \\(prefix, target\\) samples"):
         stage.run("toyset", make_samples(tmp_path / "srgnn"), tmp_path / "runs",
                   params(model="sasrec", encoding="lpe", objective="sequence"), progress=False)
+
+
+def test_sequence_objective_with_sampled_softmax_learns(tmp_path):
+    samples = _shifted_toy(tmp_path)
+    p = params(model="sasrec", encoding="lpe", epochs=15, lr=0.01, dim=32, layers=1, dropout=0.0, patience=0,
+               objective="sequence", batch_size=16, loss="sampled", negatives=5)
+    [res] = stage.run("toy", samples, tmp_path / "runs", p, progress=False)
+    assert res["test"]["hr@1"] > 0.9, res
