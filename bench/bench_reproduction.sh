@@ -11,8 +11,8 @@
 #   cpu    PosRec --preset paper (4 epochs, lr x0.1 after epoch 3); SASRec on Diginetica/Yoochoose
 #          params.yaml settings, 8 epochs, patience 2; SASRec and FPARec --preset paper with the
 #          sequence objective (every position of a user's train sequence predicts its next item, as
-#          SASRec's code and 003 Eq. 11 train) on Beauty/Toys/Sports: at most 40 epochs, patience 5
-#          (the presets say 200 / 10). Two queues of 1-thread runs side by side
+#          SASRec's code and 003 Eq. 11 train) on Beauty/Toys/Sports: the presets' 200 epochs with
+#          early stopping after 10 without a better valid NDCG@10. Two queues of 1-thread runs side by side
 #          (1.33x the work per second of one 2-thread run on 2 cores: bench/results/train.md).
 #   paper  the presets' / params.yaml's own epochs and patience (FPARec 200 / 10), one queue, all threads.
 # Variables: DATA (canonical files, default /work/shared/datasets), OUT (default /tmp/repro; never
@@ -41,13 +41,14 @@ import_all() {
   done
 }
 
-# train DATASET MODEL CPU_EPOCHS CPU_PATIENCE [extra seqpe args...]
+# train DATASET MODEL CPU_EPOCHS CPU_PATIENCE [extra seqpe args...]   (- -: the preset's own)
 train() {
   local ds=$1 model=$2 epochs=$3 patience=$4; shift 4
   if [ -n "$ONLY" ] && [[ " $ONLY " != *" $ds:$model "* ]]; then return; fi
   local args=()
   if [ "$PROFILE" = cpu ]; then
-    args+=(--set train.threads=1 --set "train.epochs=$epochs" --set "train.patience=$patience")
+    args+=(--set train.threads=1)
+    [ "$epochs" = - ] || args+=(--set "train.epochs=$epochs" --set "train.patience=$patience")
   fi
   for s in $SEEDS; do args+=(--seed "$s"); done
   echo "$(date -u +%FT%TZ) start $ds $model $* ${args[*]}" >> "$OUT/logs/queue.log"
@@ -61,15 +62,15 @@ queue_a() {
   train diginetica posrec 4 0 --preset paper          # 000 preset: lambda2 = 1 on Diginetica
   train yoochoose_1_64 posrec 4 0 --preset paper      # lambda2 = 0.5 picked from the dataset name
   train yoochoose_1_64 sasrec 8 2 --encoding lpe
-  train toys sasrec 40 5 --preset paper --set train.objective=sequence   # SASRec's own settings and training
-  train toys fparec 40 5 --preset paper --set train.objective=sequence   # 003: k = 40, max_len 50, Eq. 11
+  train toys sasrec - - --preset paper --set train.objective=sequence   # SASRec's own settings and training
+  train toys fparec - - --preset paper --set train.objective=sequence   # 003: k = 40, max_len 50, Eq. 11
 }
 queue_b() {
   train diginetica sasrec 8 2 --encoding lpe
-  train beauty sasrec 40 5 --preset paper --set train.objective=sequence
-  train beauty fparec 40 5 --preset paper --set train.objective=sequence
-  train sports sasrec 40 5 --preset paper --set train.objective=sequence
-  train sports fparec 40 5 --preset paper --set train.objective=sequence
+  train beauty sasrec - - --preset paper --set train.objective=sequence
+  train beauty fparec - - --preset paper --set train.objective=sequence
+  train sports sasrec - - --preset paper --set train.objective=sequence
+  train sports fparec - - --preset paper --set train.objective=sequence
 }
 
 import_all
