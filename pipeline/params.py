@@ -86,6 +86,8 @@ class TrainParams:
     objective: str = "prefixes"       # prefixes: one (prefix, next item) sample per row | sequence: causal
                                       # backbones read a whole leave-one-out train sequence and predict the
                                       # next item at every position (SASRec's training, 003 Eq. 11)
+    time_limit: float = 0.0           # minutes of training per seed: stop after the epoch that reaches it and
+                                      # test the best epoch so far (0 = none; such a run depends on the machine)
 
 
 @dataclass(frozen=True)

@@ -234,12 +234,14 @@ def _make_scheduler(opt, tp: TrainParams):
 
 def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, ks, ev_bs: int, seed: int,
                enc_name: str, generator, device, progress: bool, history: list, timing: list,
-               resume_path: Optional[Path]) -> int:
+               resume_path: Optional[Path]) -> tuple[int, str]:
     """Epochs with selection on valid and early stopping; leaves the best weights in `net`.
+    Returns (best epoch, why training stopped: "epochs" | "patience" | "time_limit").
 
     After every epoch the whole loop state (weights, optimiser, schedule, RNG states, history)
     goes to `resume_path`, so a killed run restarted with the same inputs continues where it
-    stopped and ends with the same weights as an uninterrupted one.
+    stopped and ends with the same weights as an uninterrupted one. `train.time_limit` counts the
+    train + valid seconds of every epoch run so far, resumed ones included.
     """
     import torch
     opt = torch.optim.Adam(net.parameters(), lr=tp.lr, weight_decay=tp.weight_decay)
@@ -261,10 +263,21 @@ def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, ks,
     prog = _progress() if progress else None
     if prog is not None:
         prog.start()
+
+    def stop_reason() -> Optional[str]:
+        if tp.patience > 0 and loop["stale"] >= tp.patience:
+            return "patience"
+        spent = sum(t["train_s"] + t["valid_s"] for t in timing)
+        if tp.time_limit > 0 and spent >= 60 * tp.time_limit and loop["epoch"] < tp.epochs:
+            return "time_limit"
+        return None
+
+    stopped = "epochs"
     try:
         for epoch in range(loop["epoch"] + 1, tp.epochs + 1):
-            if tp.patience > 0 and loop["stale"] >= tp.patience:
-                break                                                    # early-stopped before a restart
+            if stop_reason() is not None:                                # stopped before a restart
+                stopped = stop_reason()
+                break
             lr = opt.param_groups[0]["lr"]
             bar = (_Bar(prog, f"{tp.model}-{enc_name} seed {seed} epoch {epoch}/{tp.epochs}", data["train"].n_targets)
                    if prog is not None else None)
@@ -298,13 +311,14 @@ def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, ks,
                     "torch_rng": torch.get_rng_state(), "generator": generator.get_state(),
                     "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
                     "loop": loop, "history": history, "timing": timing})
-            if tp.patience > 0 and loop["stale"] >= tp.patience:
+            if stop_reason() is not None:
+                stopped = stop_reason()
                 break
     finally:
         if prog is not None:
             prog.stop()
     net.load_state_dict(loop["best_state"])
-    return loop["best_epoch"]
+    return loop["best_epoch"], stopped
 
 
 def _load_resume(path: Optional[Path]) -> Optional[dict]:
@@ -352,9 +366,9 @@ def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], m
         history.append({"epoch": 0, "loss": None, "lr": None, "valid": valid})
         timing.append({"epoch": 0, "train_s": fit_s, "valid_s": time.perf_counter() - t0,
                        "samples_per_s": len(train) / max(fit_s, 1e-9)})
-        best_epoch = 0
+        best_epoch, stopped = 0, "fitted"
     else:
-        best_epoch = fit_epochs(net, tp, data, n_items, ks, ev_bs, seed, enc_name, generator, device, progress,
+        best_epoch, stopped = fit_epochs(net, tp, data, n_items, ks, ev_bs, seed, enc_name, generator, device, progress,
                                 history, timing, resume_path)
     t0 = time.perf_counter()
     test = score(net, data["test"], "test", ks, ev_bs, device, trim=tp.trim_padding)
@@ -368,7 +382,7 @@ def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], m
         "evaluate": to_dict(params.evaluate), "samples": {s: data[s].n_targets for s in SPLITS},
         "device": device.type, "parameters": sum(p.numel() for p in net.parameters()),
         "history": history, "epochs_run": 0 if spec.fitted else len(history),
-        "best_epoch": best_epoch,
+        "best_epoch": best_epoch, "stopped": stopped,
         "select_metric": tp.select_metric, "valid": best["valid"], "test": test,
     }
     timing_rec = {"device": str(device), "threads": torch.get_num_threads(), "epochs": timing,
@@ -391,7 +405,8 @@ def save_run(run_dir: Path, net, record: dict, timing: dict) -> None:
 
 def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int) -> str:
     """Hash of everything a run depends on: a resume file is used only by the same inputs."""
-    key = {"train": to_dict(tp), "model": params.models.get(tp.model, {}), "seed": seed,
+    train = {k: v for k, v in to_dict(tp).items() if k != "time_limit"}    # a longer limit continues it
+    key = {"train": train, "model": params.models.get(tp.model, {}), "seed": seed,
            "encoding": params.encodings.get(tp.encoding, {}), "evaluate": to_dict(params.evaluate),
            "n_items": manifest.get("n_items"), "shards": manifest.get("shards")}
     return hashlib.sha256(dumps_json(key).encode("utf-8")).hexdigest()[:16]
@@ -460,7 +475,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
                                         sessions, tag)
         record["preset"] = applied.record()
         save_run(run_dir, net, record, timing)
-        resume.unlink(missing_ok=True)
+        if record["stopped"] != "time_limit":        # kept: the same command with a longer limit goes on
+            resume.unlink(missing_ok=True)
         results.append({"name": f"{config_name(name, enc_name, tag)}/seed-{seed}",
                         "config": config_name(name, enc_name, tag), "seed": seed,
                         "best_epoch": record["best_epoch"], "valid": record["valid"], "test": record["test"],

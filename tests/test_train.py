@@ -209,6 +209,25 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, toy_registry, monkeypa
     assert [f.name for f in (tmp_path / "cut" / "toy-toy_lpe").iterdir()] == ["seed-1"]   # resume file gone
 
 
+def test_time_limit_tests_the_best_epoch_so_far_and_a_rerun_without_it_goes_on(tmp_path, toy_registry):
+    samples = make_samples(tmp_path / "samples")
+    p = params(epochs=4, patience=0, dropout=0.1)
+    stage.run("toyset", samples, tmp_path / "full", p, progress=False)
+    [res] = stage.run("toyset", samples, tmp_path / "cut", params(epochs=4, patience=0, dropout=0.1,
+                                                                   time_limit=1e-9), progress=False)
+    rel = Path("toy-toy_lpe/seed-1")
+    record = json.loads((tmp_path / "cut" / rel / "run.json").read_text())
+    assert record["stopped"] == "time_limit" and record["epochs_run"] == 1 and res["best_epoch"] == 1
+    assert 0 <= record["test"]["hr@1"] <= 1 and record["train"]["time_limit"] == 1e-9
+    kept = [f.name for f in (tmp_path / "cut" / "toy-toy_lpe").iterdir()]
+    assert len(kept) == 2 and any(n.endswith(".resume.pt") for n in kept)     # continuable
+    stage.run("toyset", samples, tmp_path / "cut", p, progress=False)          # no limit: epochs 2..4
+    for name in ("checkpoint.pt", "run.json"):
+        assert (tmp_path / "full" / rel / name).read_bytes() == (tmp_path / "cut" / rel / name).read_bytes()
+    assert json.loads((tmp_path / "full" / rel / "run.json").read_text())["stopped"] == "epochs"
+    assert [f.name for f in (tmp_path / "cut" / "toy-toy_lpe").iterdir()] == ["seed-1"]
+
+
 def test_sampled_softmax_and_step_schedule(tmp_path, toy_registry):
     samples = make_samples(tmp_path / "samples")
     p = params(loss="sampled", negatives=6, lr_schedule="step", lr_step=2, lr_gamma=0.5, epochs=5, patience=0)
