@@ -4,8 +4,8 @@
 # Diginetica and Yoochoose 1/64 (SR-GNN protocol). Results: bench/results/reproduction.md.
 #
 #   PROFILE=cpu bench/bench_reproduction.sh      # what reproduction.md's CPU rows ran (2-core machine)
-#   PROFILE=paper bench/bench_reproduction.sh    # the papers' epochs (a GPU machine)
-#   PROFILE=paper SEEDS="1 2 3" bench/bench_reproduction.sh   # FPARec reports the median of 3 seeds
+#   PROFILE=gpu SEEDS="1 2 3" bench/bench_reproduction.sh   # what its GPU rows ran (one H100, 16 cores)
+#   PROFILE=paper bench/bench_reproduction.sh    # the presets' / params.yaml's own settings, one queue
 #
 # Profiles (epochs / early-stopping patience per run; presets as named below):
 #   cpu    PosRec --preset paper (4 epochs, lr x0.1 after epoch 3); SASRec on Diginetica/Yoochoose
@@ -14,6 +14,10 @@
 #          SASRec's code and 003 Eq. 11 train) on Beauty/Toys/Sports: the presets' 200 epochs with
 #          early stopping after 10 without a better valid NDCG@10. Two queues of 1-thread runs side by side
 #          (1.33x the work per second of one 2-thread run on 2 cores: bench/results/train.md).
+#   gpu    every run and seed at once, each its own 1-thread process sharing the GPU (small models
+#          leave it mostly idle, so side by side beats one queue); as cpu, except SASRec on
+#          Diginetica/Yoochoose trains up to 30 epochs with patience 3. TIME_LIMIT=MIN adds
+#          --set train.time_limit=MIN; the same command with a longer limit continues the runs.
 #   paper  the presets' / params.yaml's own epochs and patience (FPARec 200 / 10), one queue, all threads.
 # Variables: DATA (canonical files, default /work/shared/datasets), OUT (default /tmp/repro; never
 # inside the repo), SEEDS (default "1"), ONLY ("beauty:sasrec diginetica:posrec ..." subset).
@@ -41,41 +45,52 @@ import_all() {
   done
 }
 
-# train DATASET MODEL CPU_EPOCHS CPU_PATIENCE [extra seqpe args...]   (- -: the preset's own)
+# train DATASET MODEL CPU_EPOCHS CPU_PATIENCE GPU_EPOCHS GPU_PATIENCE [extra seqpe args...]
+# (- -: the preset's / params.yaml's own)
 train() {
-  local ds=$1 model=$2 epochs=$3 patience=$4; shift 4
+  local ds=$1 model=$2 epochs=$3 patience=$4 gpu_epochs=$5 gpu_patience=$6; shift 6
   if [ -n "$ONLY" ] && [[ " $ONLY " != *" $ds:$model "* ]]; then return; fi
   local args=()
-  if [ "$PROFILE" = cpu ]; then
-    args+=(--set train.threads=1)
-    [ "$epochs" = - ] || args+=(--set "train.epochs=$epochs" --set "train.patience=$patience")
-  fi
+  case $PROFILE in
+    cpu) args+=(--set train.threads=1); [ "$epochs" = - ] || args+=(--set "train.epochs=$epochs" --set "train.patience=$patience") ;;
+    gpu) args+=(--set train.threads=1); [ "$gpu_epochs" = - ] || args+=(--set "train.epochs=$gpu_epochs" --set "train.patience=$gpu_patience")
+         [ -z "${TIME_LIMIT:-}" ] || args+=(--set "train.time_limit=$TIME_LIMIT")
+         local s; for s in $SEEDS; do one "$ds" "$model" "$s" "$@" "${args[@]}" --seed "$s" & done; return ;;
+  esac
   for s in $SEEDS; do args+=(--seed "$s"); done
-  echo "$(date -u +%FT%TZ) start $ds $model $* ${args[*]}" >> "$OUT/logs/queue.log"
-  local rc=0
+  one "$ds" "$model" all "$@" "${args[@]}"
+}
+
+# one DATASET MODEL LOGSUFFIX seqpe-args...: one `seqpe train` process, logged
+one() {
+  local ds=$1 model=$2 suffix=$3; shift 3
+  local log="$OUT/logs/${ds}_${model}_${suffix}.log" rc=0
+  echo "$(date -u +%FT%TZ) start $ds $model $*" >> "$OUT/logs/queue.log"
   /usr/bin/time -f "wall %e s, cpu %U+%S s, maxrss %M KB" "$SEQPE" train "$ds" "$OUT/samples/$ds" \
-      "$OUT/runs/$ds" --model "$model" "$@" "${args[@]}" > "$OUT/logs/${ds}_${model}.log" 2>&1 || rc=$?
-  echo "$(date -u +%FT%TZ) end $ds $model rc=$rc" >> "$OUT/logs/queue.log"   # a failed run does not stop the queue
+      "$OUT/runs/$ds" --model "$model" "$@" > "$log" 2>&1 || rc=$?
+  echo "$(date -u +%FT%TZ) end $ds $model $suffix rc=$rc" >> "$OUT/logs/queue.log"   # a failure does not stop the rest
 }
 
 queue_a() {
-  train diginetica posrec 4 0 --preset paper          # 000 preset: lambda2 = 1 on Diginetica
-  train yoochoose_1_64 posrec 4 0 --preset paper      # lambda2 = 0.5 picked from the dataset name
-  train yoochoose_1_64 sasrec 8 2 --encoding lpe
-  train toys sasrec - - --preset paper --set train.objective=sequence   # SASRec's own settings and training
-  train toys fparec - - --preset paper --set train.objective=sequence   # 003: k = 40, max_len 50, Eq. 11
+  train diginetica posrec 4 0 - - --preset paper          # 000 preset: lambda2 = 1 on Diginetica
+  train yoochoose_1_64 posrec 4 0 - - --preset paper      # lambda2 = 0.5 picked from the dataset name
+  train yoochoose_1_64 sasrec 8 2 30 3 --encoding lpe
+  train toys sasrec - - - - --preset paper --set train.objective=sequence   # SASRec's own settings and training
+  train toys fparec - - - - --preset paper --set train.objective=sequence   # 003: k = 40, max_len 50, Eq. 11
 }
 queue_b() {
-  train diginetica sasrec 8 2 --encoding lpe
-  train beauty sasrec - - --preset paper --set train.objective=sequence
-  train beauty fparec - - --preset paper --set train.objective=sequence
-  train sports sasrec - - --preset paper --set train.objective=sequence
-  train sports fparec - - --preset paper --set train.objective=sequence
+  train diginetica sasrec 8 2 30 3 --encoding lpe
+  train beauty sasrec - - - - --preset paper --set train.objective=sequence
+  train beauty fparec - - - - --preset paper --set train.objective=sequence
+  train sports sasrec - - - - --preset paper --set train.objective=sequence
+  train sports fparec - - - - --preset paper --set train.objective=sequence
 }
 
 import_all
 if [ "$PROFILE" = cpu ]; then
   queue_a & queue_b & wait
+elif [ "$PROFILE" = gpu ]; then
+  queue_a; queue_b; wait                  # every train call started its seeds in the background
 else
   queue_a; queue_b
 fi

@@ -279,6 +279,10 @@ def _print_runs(results: list[dict]) -> None:
         t.add_row(r.get("name", "?"), str(r.get("best_epoch", "")),
                   *[f"{100 * r['test'][k]:.2f}" if k in r.get("test", {}) else "" for k in keys])
     console.print(t)
+    for r in results:
+        if r.get("stopped") == "time_limit":
+            console.print(f"{r['name']}: stopped by train.time_limit after epoch {r['epochs_run']}; the same "
+                          "command with a longer limit (or 0) continues it from there", highlight=False)
 
 
 def main() -> None:

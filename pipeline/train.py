@@ -480,5 +480,5 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         results.append({"name": f"{config_name(name, enc_name, tag)}/seed-{seed}",
                         "config": config_name(name, enc_name, tag), "seed": seed,
                         "best_epoch": record["best_epoch"], "valid": record["valid"], "test": record["test"],
-                        "run_dir": str(run_dir)})
+                        "epochs_run": record["epochs_run"], "stopped": record["stopped"], "run_dir": str(run_dir)})
     return results

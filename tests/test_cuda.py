@@ -45,7 +45,7 @@ def test_scores_agree(name):
     with torch.no_grad():
         a = cpu.eval()(SEQS)[:, 1:]
         b = gpu.eval()(SEQS.cuda())[:, 1:].cpu()
-    assert torch.allclose(a, b, atol=1e-4, rtol=1e-4), (a - b).abs().max()
+    assert torch.allclose(a, b, atol=1e-3, rtol=1e-3), (a - b).abs().max()   # cuDNN GRUs: TF32
 
 
 @pytest.mark.parametrize("name", NEURAL)

@@ -343,6 +343,19 @@ def test_cli_preset_then_set_on_an_unregistered_dataset(tmp_path, toy_registry, 
     assert r["options"] == {"alpha": 0.5, "beta": 2} and r["dataset"] == "toyset"
 
 
+def test_cli_says_when_the_time_limit_stopped_a_run(tmp_path, toy_registry, monkeypatch, capsys):
+    from pipeline import cli
+    make_samples(tmp_path / "samples")
+    monkeypatch.setattr(sys, "argv", ["seqpe", "train", "toyset", str(tmp_path / "samples"), str(tmp_path / "runs"),
+                                      "--model", "toy", "--encoding", "toy_lpe", "--set", "train.epochs=3",
+                                      "--set", "train.time_limit=1e-9", "--params", str(ROOT / "params.yaml")])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert "toy-toy_lpe/seed-1: stopped by train.time_limit after epoch 1" in " ".join(out.split())
+
+
 def test_missing_samples_manifest_says_run_augment(tmp_path, toy_registry):
     with pytest.raises(DataError, match=r"run `seqpe augment toyset` first"):
         stage.run("toyset", tmp_path / "nothing", tmp_path / "runs", params(), progress=False)
