@@ -51,6 +51,14 @@ def target_ranks(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return 1 + (items > target_scores).sum(1)                       # (B,)
 
 
+def mask_seen(scores: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
+    """`evaluate.mask_history`: scores (B, N) with every item of each row's input seqs (B, L) set
+    to -inf (0 = padding, already -inf), so an item the user has just had is never recommended.
+    A target that is itself in the input cannot be hit then: use it on repeat-free data (the
+    Amazon leave-one-out files) as full-ranking code that excludes history items does."""
+    return scores.scatter(1, seqs.long(), float("-inf"))
+
+
 def rank_gains(ranks: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
     """Per-sample HR / MRR / NDCG contributions at cut-off k; ranks (B,) -> each (B,) float64."""
     r = ranks.to(torch.float64)                                     # (B,)

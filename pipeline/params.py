@@ -94,6 +94,8 @@ class TrainParams:
 class EvaluateParams:
     ks: list[int] = field(default_factory=lambda: [5, 10, 20])
     batch_size: int = 512
+    mask_history: bool = False        # rank only items outside the sample's input (its most recent max_len
+                                      # items); PROTOCOLS.md §5 ranks all items: off by default
 
 
 @dataclass(frozen=True)

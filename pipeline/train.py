@@ -145,18 +145,21 @@ def build_encoding(name: str, tp: TrainParams, options: dict):
 
 # --------------------------------------------------------------------------- one epoch, scoring
 
-def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: bool = True) -> dict[str, float]:
+def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: bool = True,
+          mask_history: bool = False) -> dict[str, float]:
     """Full-ranking metrics of `net` on one split; scores stay on the device, batch by batch.
+    `mask_history` takes the items of each row's input out of the ranking (models.metrics.mask_seen).
 
     Rows are served sorted by prefix length (every row once, so the metrics are those of any
     order) so that trimmed batches carry little padding."""
     import torch
-    from models.metrics import RankingMetrics
+    from models.metrics import RankingMetrics, mask_seen
     acc = RankingMetrics(ks)
     net.eval()
     with torch.inference_mode():
         for seqs, targets in batches(samples, batch_size, device=device, trim=trim, by_length=trim):
-            acc.update(net(seqs), targets)                               # (B, N), (B,)
+            scores = net(seqs)                                           # (B, N)
+            acc.update(mask_seen(scores, seqs) if mask_history else scores, targets)
     return acc.compute()
 
 
@@ -234,7 +237,7 @@ def _make_scheduler(opt, tp: TrainParams):
 
 def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, ks, ev_bs: int, seed: int,
                enc_name: str, generator, device, progress: bool, history: list, timing: list,
-               resume_path: Optional[Path]) -> tuple[int, str]:
+               resume_path: Optional[Path], mask_history: bool = False) -> tuple[int, str]:
     """Epochs with selection on valid and early stopping; leaves the best weights in `net`.
     Returns (best epoch, why training stopped: "epochs" | "patience" | "time_limit").
 
@@ -285,7 +288,8 @@ def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, ks,
             loss = train_epoch(net, opt, data["train"], tp, n_items, generator, device, bar)
             train_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            valid = score(net, data["valid"], "valid", ks, ev_bs, device, trim=tp.trim_padding)
+            valid = score(net, data["valid"], "valid", ks, ev_bs, device, trim=tp.trim_padding,
+                          mask_history=mask_history)
             history.append({"epoch": epoch, "loss": loss, "lr": lr, "valid": valid})
             timing.append({"epoch": epoch, "train_s": train_s, "valid_s": time.perf_counter() - t0,
                            "samples_per_s": data["train"].n_targets / max(train_s, 1e-9)})
@@ -351,7 +355,7 @@ def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], m
                 if spec.uses_encoding else None)
     net = build_model(tp.model, n_items=n_items, max_len=tp.max_len, train=tp,
                       options=params.models.get(tp.model, {}), encoding=encoding).to(device)
-    ks, ev_bs = params.evaluate.ks, params.evaluate.batch_size
+    ks, ev_bs, mask = params.evaluate.ks, params.evaluate.batch_size, params.evaluate.mask_history
     history, timing = [], []
     t_start = time.perf_counter()
     if spec.fitted:
@@ -362,16 +366,16 @@ def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], m
         net.fit(torch.from_numpy(items).to(device), torch.from_numpy(session).to(device))
         fit_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        valid = score(net, data["valid"], "valid", ks, ev_bs, device, trim=tp.trim_padding)
+        valid = score(net, data["valid"], "valid", ks, ev_bs, device, trim=tp.trim_padding, mask_history=mask)
         history.append({"epoch": 0, "loss": None, "lr": None, "valid": valid})
         timing.append({"epoch": 0, "train_s": fit_s, "valid_s": time.perf_counter() - t0,
                        "samples_per_s": len(train) / max(fit_s, 1e-9)})
         best_epoch, stopped = 0, "fitted"
     else:
         best_epoch, stopped = fit_epochs(net, tp, data, n_items, ks, ev_bs, seed, enc_name, generator, device, progress,
-                                history, timing, resume_path)
+                                history, timing, resume_path, mask)
     t0 = time.perf_counter()
-    test = score(net, data["test"], "test", ks, ev_bs, device, trim=tp.trim_padding)
+    test = score(net, data["test"], "test", ks, ev_bs, device, trim=tp.trim_padding, mask_history=mask)
     test_s = time.perf_counter() - t0
     best = next(h for h in history if h["epoch"] == best_epoch)
     record = {

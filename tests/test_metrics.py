@@ -118,3 +118,17 @@ def test_nan_scores_never_flatter_the_target():
     scores = torch.tensor([[0.0, 0.3, float("nan"), 0.1, 0.2],    # target 2 is NaN: beaten by 3 finite items
                            [0.0, float("nan"), 0.5, 0.6, 0.1]])   # a NaN item does not beat target 2
     assert target_ranks(scores, torch.tensor([2, 2])).tolist() == [4, 2]
+
+
+def test_mask_seen_takes_the_input_items_out_of_the_ranking():
+    from models.metrics import mask_seen
+    # items 1..5; row 0 saw items 2 and 4 (left padding 0), target 3; row 1 saw its own target 5
+    scores = torch.tensor([[float("-inf"), 0.1, 0.9, 0.5, 0.8, 0.2],
+                           [float("-inf"), 0.1, 0.2, 0.3, 0.4, 0.7]])
+    seqs = torch.tensor([[0, 2, 4], [1, 5, 5]])
+    targets = torch.tensor([3, 5])
+    assert target_ranks(scores, targets).tolist() == [3, 1]
+    masked = mask_seen(scores, seqs)
+    assert target_ranks(masked, targets).tolist() == [1, 4]       # 2 and 4 gone; a seen target falls behind all unseen
+    assert torch.equal(masked[0, [1, 3, 5]], scores[0, [1, 3, 5]]) and masked[0, 2] == float("-inf")
+    assert scores[0, 2] == 0.9                                     # out of place: the model's scores are kept

@@ -1,6 +1,7 @@
 """pipeline/train.py (and pipeline/batches.py): selection on valid, test once, seeds, atomic runs."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -158,7 +159,7 @@ def test_best_epoch_is_chosen_on_valid_and_test_is_scored_once_with_its_weights(
     scripted = iter([0.1, 0.5, 0.3, 0.2, 0.9])          # patience 2: stops after epoch 4, best = 2
     seen: dict[str, list] = {"valid": [], "test": []}
 
-    def fake_score(net, data, split, ks, batch_size, device, trim=True):
+    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False):
         seen[split].append({k: v.clone() for k, v in net.state_dict().items()})
         value = next(scripted) if split == "valid" else 0.25
         return {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
@@ -241,7 +242,7 @@ def test_plateau_schedule_decays_after_lr_step_epochs_without_improvement(tmp_pa
     samples = make_samples(tmp_path / "samples")
     scripted = iter([0.1, 0.2, 0.2, 0.2, 0.3, 0.3, 0.3])      # stalls after epochs 2 and 5
 
-    def fake_score(net, data, split, ks, batch_size, device, trim=True):
+    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False):
         value = next(scripted) if split == "valid" else 0.25
         return {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
 
@@ -408,6 +409,31 @@ def test_trimming_padding_columns_does_not_change_sasrec_metrics(tmp_path):
     trimmed = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"), trim=True)
     full = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"), trim=False)
     assert trimmed == pytest.approx(full, abs=1e-12)
+
+
+@pytest.mark.skipif("sasrec" not in MODELS, reason="models/sasrec.py is not there yet")
+def test_mask_history_only_ever_lifts_targets_outside_the_input(tmp_path):
+    """The toy rows never repeat an item, so masking what the input holds can only raise each
+    target's rank; an untrained model ranks some input item above its target, so it does."""
+    from models import build_model
+    samples = make_samples(tmp_path / "samples", n_items=30)
+    tp = TrainParams(dim=16, layers=1, max_len=8, dropout=0.0)
+    torch.manual_seed(0)
+    net = build_model("sasrec", n_items=30, max_len=8, train=tp, options={},
+                      encoding=stage.build_encoding("lpe", tp, {}))
+    data = load_samples(samples, "test", 8)
+    plain = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"))
+    masked = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"), mask_history=True)
+    assert all(masked[k] >= plain[k] for k in plain) and masked["ndcg@10"] > plain["ndcg@10"]
+
+
+def test_mask_history_reaches_run_json_through_params(tmp_path, toy_registry):
+    samples = make_samples(tmp_path / "samples")
+    p = params(epochs=1)
+    p = dataclasses.replace(p, evaluate=dataclasses.replace(p.evaluate, mask_history=True))
+    [res] = stage.run("toyset", samples, tmp_path / "runs", p, progress=False)
+    record = json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    assert record["evaluate"]["mask_history"] is True and res["test"] == record["test"]
 
 
 @pytest.mark.skipif("sasrec" not in MODELS, reason="models/sasrec.py is not there yet")
