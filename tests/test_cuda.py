@@ -11,10 +11,9 @@ import torch
 from models import MODELS, build_model
 from models.encodings import build_encoding
 from pipeline import train as stage
-from pipeline.batches import load_samples
 from pipeline.params import TrainParams
 from test_models import DEFAULT_ENCODING, NEURAL, NO_DROPOUT, SEQS
-from test_train import make_samples, params
+from test_train import make_samples, params, untrained_sasrec_and_test_split
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -65,15 +64,11 @@ def test_loss_and_gradients_agree(name):
         assert torch.allclose(grads[0][k], grads[1][k], atol=1e-4, rtol=1e-3), k
 
 
-def test_full_ranking_metrics_agree(tmp_path):
-    samples = make_samples(tmp_path / "samples", n_items=30)
-    data = load_samples(samples, "test", 8)
-    tp = TrainParams(dim=16, layers=1, max_len=8, dropout=0.0)
-    torch.manual_seed(0)
-    net = build_model("sasrec", n_items=30, max_len=8, train=tp, options={},
-                      encoding=stage.build_encoding("lpe", tp, {}))
-    cpu = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"))
-    gpu = stage.score(net.cuda(), data, "test", [1, 5, 10], 16, torch.device("cuda"))
+@pytest.mark.parametrize("mask_history", [False, True])
+def test_full_ranking_metrics_agree(tmp_path, mask_history):
+    net, data = untrained_sasrec_and_test_split(tmp_path)
+    cpu = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"), mask_history=mask_history)
+    gpu = stage.score(net.cuda(), data, "test", [1, 5, 10], 16, torch.device("cuda"), mask_history=mask_history)
     assert cpu.keys() == gpu.keys() and cpu == pytest.approx(gpu, abs=1e-6)
 
 

@@ -397,15 +397,20 @@ def test_fitted_model_has_no_epochs_and_runs_under_encoding_none(tmp_path):
     assert 0 < record["test"]["hr@5"] < 1
 
 
-@pytest.mark.skipif("sasrec" not in MODELS, reason="models/sasrec.py is not there yet")
-def test_trimming_padding_columns_does_not_change_sasrec_metrics(tmp_path):
+def untrained_sasrec_and_test_split(tmp_path):
+    """A seeded, untrained one-block SASRec over 30 toy items and the toy test split (max_len 8)."""
     from models import build_model
     samples = make_samples(tmp_path / "samples", n_items=30)
     tp = TrainParams(dim=16, layers=1, max_len=8, dropout=0.0)
     torch.manual_seed(0)
     net = build_model("sasrec", n_items=30, max_len=8, train=tp, options={},
                       encoding=stage.build_encoding("lpe", tp, {}))
-    data = load_samples(samples, "test", 8)
+    return net, load_samples(samples, "test", 8)
+
+
+@pytest.mark.skipif("sasrec" not in MODELS, reason="models/sasrec.py is not there yet")
+def test_trimming_padding_columns_does_not_change_sasrec_metrics(tmp_path):
+    net, data = untrained_sasrec_and_test_split(tmp_path)
     trimmed = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"), trim=True)
     full = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"), trim=False)
     assert trimmed == pytest.approx(full, abs=1e-12)
@@ -415,13 +420,7 @@ def test_trimming_padding_columns_does_not_change_sasrec_metrics(tmp_path):
 def test_mask_history_only_ever_lifts_targets_outside_the_input(tmp_path):
     """The toy rows never repeat an item, so masking what the input holds can only raise each
     target's rank; an untrained model ranks some input item above its target, so it does."""
-    from models import build_model
-    samples = make_samples(tmp_path / "samples", n_items=30)
-    tp = TrainParams(dim=16, layers=1, max_len=8, dropout=0.0)
-    torch.manual_seed(0)
-    net = build_model("sasrec", n_items=30, max_len=8, train=tp, options={},
-                      encoding=stage.build_encoding("lpe", tp, {}))
-    data = load_samples(samples, "test", 8)
+    net, data = untrained_sasrec_and_test_split(tmp_path)
     plain = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"))
     masked = stage.score(net, data, "test", [1, 5, 10], 16, torch.device("cpu"), mask_history=True)
     assert all(masked[k] >= plain[k] for k in plain) and masked["ndcg@10"] > plain["ndcg@10"]
