@@ -26,7 +26,8 @@ stay torch-free.
 Resumable: after every epoch the loop state goes to a hidden `<model>-<encoding>[-<tag>]/.seed-<n>.<hash>
 .resume.pt` (hash of params, options and data shards); re-running the same command after a crash
 continues from the last finished epoch and gives the same weights as an uninterrupted run. The
-file is removed once the run folder is in place.
+file is removed once the run folder is in place, except after a `train.time_limit` stop: the same
+command with a longer limit then goes on from it (`time_limit` is left out of the hash).
 """
 from __future__ import annotations
 
@@ -235,11 +236,12 @@ def _make_scheduler(opt, tp: TrainParams):
     return None
 
 
-def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, ks, ev_bs: int, seed: int,
+def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, rank, seed: int,
                enc_name: str, generator, device, progress: bool, history: list, timing: list,
-               resume_path: Optional[Path], mask_history: bool = False) -> tuple[int, str]:
+               resume_path: Optional[Path]) -> tuple[int, str]:
     """Epochs with selection on valid and early stopping; leaves the best weights in `net`.
-    Returns (best epoch, why training stopped: "epochs" | "patience" | "time_limit").
+    `rank(split)` gives the split's metrics (`score` with the evaluate settings). Returns
+    (best epoch, why training stopped: "epochs" | "patience" | "time_limit").
 
     After every epoch the whole loop state (weights, optimiser, schedule, RNG states, history)
     goes to `resume_path`, so a killed run restarted with the same inputs continues where it
@@ -278,8 +280,8 @@ def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, ks,
     stopped = "epochs"
     try:
         for epoch in range(loop["epoch"] + 1, tp.epochs + 1):
-            if stop_reason() is not None:                                # stopped before a restart
-                stopped = stop_reason()
+            if (why := stop_reason()) is not None:                       # stopped before a restart
+                stopped = why
                 break
             lr = opt.param_groups[0]["lr"]
             bar = (_Bar(prog, f"{tp.model}-{enc_name} seed {seed} epoch {epoch}/{tp.epochs}", data["train"].n_targets)
@@ -288,8 +290,7 @@ def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, ks,
             loss = train_epoch(net, opt, data["train"], tp, n_items, generator, device, bar)
             train_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            valid = score(net, data["valid"], "valid", ks, ev_bs, device, trim=tp.trim_padding,
-                          mask_history=mask_history)
+            valid = rank("valid")
             history.append({"epoch": epoch, "loss": loss, "lr": lr, "valid": valid})
             timing.append({"epoch": epoch, "train_s": train_s, "valid_s": time.perf_counter() - t0,
                            "samples_per_s": data["train"].n_targets / max(train_s, 1e-9)})
@@ -315,8 +316,8 @@ def fit_epochs(net, tp: TrainParams, data: dict[str, Samples], n_items: int, ks,
                     "torch_rng": torch.get_rng_state(), "generator": generator.get_state(),
                     "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
                     "loop": loop, "history": history, "timing": timing})
-            if stop_reason() is not None:
-                stopped = stop_reason()
+            if (why := stop_reason()) is not None:
+                stopped = why
                 break
     finally:
         if prog is not None:
@@ -355,7 +356,12 @@ def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], m
                 if spec.uses_encoding else None)
     net = build_model(tp.model, n_items=n_items, max_len=tp.max_len, train=tp,
                       options=params.models.get(tp.model, {}), encoding=encoding).to(device)
-    ks, ev_bs, mask = params.evaluate.ks, params.evaluate.batch_size, params.evaluate.mask_history
+    ev = params.evaluate
+
+    def rank(split: str) -> dict[str, float]:
+        return score(net, data[split], split, ev.ks, ev.batch_size, device, trim=tp.trim_padding,
+                     mask_history=ev.mask_history)
+
     history, timing = [], []
     t_start = time.perf_counter()
     if spec.fitted:
@@ -366,16 +372,16 @@ def train_one(spec, tp: TrainParams, params: Params, data: dict[str, Samples], m
         net.fit(torch.from_numpy(items).to(device), torch.from_numpy(session).to(device))
         fit_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        valid = score(net, data["valid"], "valid", ks, ev_bs, device, trim=tp.trim_padding, mask_history=mask)
+        valid = rank("valid")
         history.append({"epoch": 0, "loss": None, "lr": None, "valid": valid})
         timing.append({"epoch": 0, "train_s": fit_s, "valid_s": time.perf_counter() - t0,
                        "samples_per_s": len(train) / max(fit_s, 1e-9)})
         best_epoch, stopped = 0, "fitted"
     else:
-        best_epoch, stopped = fit_epochs(net, tp, data, n_items, ks, ev_bs, seed, enc_name, generator, device, progress,
-                                history, timing, resume_path, mask)
+        best_epoch, stopped = fit_epochs(net, tp, data, n_items, rank, seed, enc_name, generator, device, progress,
+                                         history, timing, resume_path)
     t0 = time.perf_counter()
-    test = score(net, data["test"], "test", ks, ev_bs, device, trim=tp.trim_padding, mask_history=mask)
+    test = rank("test")
     test_s = time.perf_counter() - t0
     best = next(h for h in history if h["epoch"] == best_epoch)
     record = {

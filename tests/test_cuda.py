@@ -3,6 +3,7 @@
 GPU machine with `pytest -m cuda`."""
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -23,7 +24,7 @@ TARGETS = torch.tensor([3, 4, 7, 1])
 
 
 def twins(name: str):
-    """The same freshly initialised model on the CPU and on the GPU (weights copied)."""
+    """The same freshly initialised model on the CPU and on the GPU (a copy of its weights)."""
     torch.manual_seed(0)
     enc = None
     if MODELS[name].uses_encoding:
@@ -31,11 +32,7 @@ def twins(name: str):
                              layers=TP.layers)
     cpu = build_model(name, n_items=N_ITEMS, max_len=TP.max_len, train=TP, options=NO_DROPOUT.get(name, {}),
                       encoding=enc)
-    gpu = build_model(name, n_items=N_ITEMS, max_len=TP.max_len, train=TP, options=NO_DROPOUT.get(name, {}),
-                      encoding=None if enc is None else build_encoding(
-                          DEFAULT_ENCODING[name], dim=TP.dim, max_len=TP.max_len, heads=TP.heads, layers=TP.layers))
-    gpu.load_state_dict(cpu.state_dict())
-    return cpu, gpu.cuda()
+    return cpu, copy.deepcopy(cpu).cuda()
 
 
 @pytest.mark.parametrize("name", NEURAL)
