@@ -229,20 +229,17 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     `dataset` is a registered name, or the name a `seqpe import` gave the sessions (their manifest
     says stage "import" and carries the protocol and augment modes, which is all augment reads)."""
     src, dst = Path(src), Path(dst)
-    sessions_manifest = io.read_json(src / io.MANIFEST) if (src / io.MANIFEST).is_file() else None
-    imported = sessions_manifest is not None and sessions_manifest.get("stage") == "import" \
-        and sessions_manifest.get("dataset") == dataset
-    if not imported:
-        get(dataset)
-    if sessions_manifest is None:
-        raise DataError(f"no {io.MANIFEST} in {src}: the sessions of '{dataset}' have not been prepared",
-                        f"run `seqpe preprocess {dataset}` first")
+    peek = io.read_json(src / io.MANIFEST) if (src / io.MANIFEST).is_file() else None
+    if not (isinstance(peek, dict) and peek.get("stage") == "import" and peek.get("dataset") == dataset):
+        get(dataset)                     # an imported name is known by its manifest alone
+    sessions_manifest = io.require_kind(src, "sessions", dataset, "augment")
+    io.claim_dir(dst, dataset, "samples")
     io.verify_shards(src, sessions_manifest)
     protocol = sessions_manifest["protocol"]
     max_len = 0 if protocol == "srgnn" else params.augment.max_len
     modes = sessions_manifest.get("augment", {})
     manifest = {
-        "stage": "augment", "dataset": dataset, "protocol": protocol,
+        "stage": "augment", "kind": "samples", "dataset": dataset, "protocol": protocol,
         "params": {"augment": to_dict(params.augment), "max_len_applied": max_len,
                    "preprocess": sessions_manifest.get("params", {})},
         "source": sessions_manifest.get("source", {}), "steps": sessions_manifest.get("steps", []),

@@ -39,7 +39,7 @@ import polars as pl
 from . import unpickle
 from .augment import last_samples, prefix_samples, shifted_samples
 from .errors import DataError, unknown
-from .io import (MANIFEST, SPLITS, atomic_dir, read_manifest, read_split, sha256_file,
+from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, read_manifest, read_split, sha256_file,
                  shard_entry, verify_shards, write_bytes, write_json, write_parquet, write_split)
 from .params import Params, to_dict
 from .protocols.srgnn import valid_count
@@ -78,6 +78,8 @@ def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | 
     if sessions_dst.resolve() == samples_dst.resolve():
         raise DataError(f"sessions and samples would both go to {sessions_dst}",
                         "pass different --sessions and --samples folders")
+    claim_dir(sessions_dst, dataset, "sessions")
+    claim_dir(samples_dst, dataset, "samples")
     imp = _import_srgnn(src, params) if fmt == "srgnn" else _import_sasrec(src, params)
     _write(dataset, imp, sessions_dst, samples_dst, params)
     return {**imp.summary, "sessions folder": str(sessions_dst), "samples folder": str(samples_dst)}
@@ -254,7 +256,7 @@ def _write(dataset: str, imp: Imported, sessions_dst: Path, samples_dst: Path, p
         write_parquet(s_tmp / "items.parquet", imp.items)
         shards.append(shard_entry(s_tmp, "items.parquet"))
         write_json(s_tmp / MANIFEST, {
-            **head, "shards": shards,
+            **head, "kind": "sessions", "shards": shards,
             "max_len": max(_max_len(imp.sessions[s], "items") for s in SPLITS),
             "splits": {s: {"sessions": imp.sessions[s].height, "clicks": _clicks(imp.sessions[s])}
                        for s in SPLITS}})
@@ -262,7 +264,7 @@ def _write(dataset: str, imp: Imported, sessions_dst: Path, samples_dst: Path, p
         for split in SPLITS:
             shards += write_split(a_tmp, split, imp.samples[split].rechunk(), params.augment.rows_per_shard)
         write_json(a_tmp / MANIFEST, {
-            **head, "shards": shards, "sessions_manifest": sha256_file(s_tmp / MANIFEST),
+            **head, "kind": "samples", "shards": shards, "sessions_manifest": sha256_file(s_tmp / MANIFEST),
             "params": {**imp.params, "augment": to_dict(params.augment), "max_len_applied": imp.max_len},
             "max_len": max(_longest(imp.samples[s]) for s in SPLITS),
             "splits": {s: {**_sample_counts(imp.samples[s]), "sessions": imp.sessions[s].height,

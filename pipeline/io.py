@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from .errors import DataError
 from .lazy import lazy
@@ -63,15 +63,67 @@ def _publish_mode(path: Path, directory: bool) -> None:
         os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
 
 
+def _temp_prefix(dst: Path) -> str:
+    """`.NAME.p<pid>.`: the temporary entries of a write to `dst` carry the writer's pid, so a
+    later run can tell a dead run's leftovers from a live one's work (`sweep_leftovers`)."""
+    return f".{dst.name}.p{os.getpid()}."
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:      # someone else's process: alive
+        return True
+    except OSError:
+        return False
+    return True
+
+
+LEFTOVER_SUFFIXES = (".tmp", ".old", ".gen")
+
+
+def sweep_leftovers(dst: str | Path) -> int:
+    """Remove what killed runs left next to `dst`: `.NAME.p<pid>.*.{tmp,old,gen}` entries whose
+    process is gone (and pid-less `.NAME.*.{tmp,old,gen}` ones, written before runs carried a pid).
+    A live run's entries (another process writing the same destination) are left alone.
+    Returns the number of entries removed."""
+    dst = Path(dst)
+    parent, head = dst.parent, f".{dst.name}."
+    if not parent.is_dir():
+        return 0
+    removed = 0
+    for entry in parent.iterdir():
+        name = entry.name
+        if not name.startswith(head) or not name.endswith(LEFTOVER_SUFFIXES):
+            continue
+        rest = name[len(head):]
+        tag = rest.split(".", 1)[0]
+        if tag.startswith("p") and tag[1:].isdigit():
+            pid = int(tag[1:])
+            if pid == os.getpid() or _pid_alive(pid):
+                continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        removed += 1
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_path(dst: str | Path) -> Iterator[Path]:
     """Yield a temporary file path next to `dst`; rename it onto `dst` on success.
 
-    On any exception the temporary file is removed and `dst` is left untouched.
+    On any exception the temporary file is removed and `dst` is left untouched. What a killed
+    earlier write left next to `dst` is swept first (`sweep_leftovers`).
     """
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    sweep_leftovers(dst)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -86,20 +138,39 @@ def atomic_path(dst: str | Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
+def scratch_dir(dst: str | Path, suffix: str = ".gen") -> Iterator[Path]:
+    """A temporary working folder next to `dst` (named like atomic_dir's, so a killed run's is
+    swept by the next run), removed afterwards whatever happens."""
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    sweep_leftovers(dst)
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=suffix, dir=dst.parent))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def atomic_dir(dst: str | Path) -> Iterator[Path]:
     """Yield an empty temporary folder next to `dst`; swap it in for `dst` on success.
 
     The previous content of `dst` (if any) is replaced only once the new one is
-    complete; on failure the temporary folder is removed and `dst` is untouched.
+    complete; on failure the temporary folder is removed and `dst` is untouched. Callers
+    check first that `dst` is theirs to replace (`claim_dir`): this only swaps folders.
+    What a killed earlier run left next to `dst` is swept first (`sweep_leftovers`).
     """
     dst = Path(dst)
+    if dst.exists() and not dst.is_dir():
+        raise DataError(f"{dst} is a file, not a folder", "pass a folder path (a file is never replaced)")
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
+    sweep_leftovers(dst)
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent))
     try:
         yield tmp
         old = None
         if dst.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".old", dir=dst.parent))
+            old = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".old", dir=dst.parent))
             os.rmdir(old)
             os.replace(dst, old)
         _publish_mode(tmp, directory=True)
@@ -110,6 +181,96 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# --------------------------------------------------------------------------- whose folder is it
+
+KINDS = ("raw", "sessions", "samples", "run")
+_WHAT = {"raw": "raw data (source.json)", "sessions": "sessions (manifest.json)",
+         "samples": "samples (manifest.json)", "run": "training run (run.json)"}
+_MAKER = {"raw": "download", "sessions": "preprocess", "samples": "augment", "run": "train"}
+
+
+def manifest_kind(manifest: dict) -> Optional[str]:
+    """"sessions" | "samples" for a manifest seqpe wrote (None when it says neither). Manifests carry
+    `kind`; older ones are read from their stage (import writes both: samples name their sessions)."""
+    kind = manifest.get("kind")
+    if kind in ("sessions", "samples"):
+        return kind
+    stage = manifest.get("stage")
+    if stage == "preprocess":
+        return "sessions"
+    if stage == "augment":
+        return "samples"
+    if stage == "import":
+        return "samples" if "sessions_manifest" in manifest else "sessions"
+    return None
+
+
+def _owner(folder: Path) -> tuple[Optional[str], Optional[str]]:
+    """(kind, dataset) of a folder seqpe wrote, from its source.json / manifest.json / run.json."""
+    for name, kind in (("source.json", "raw"), (MANIFEST, None), ("run.json", "run")):
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            rec = read_json(path)
+        except (DataError, OSError):
+            return None, None
+        if not isinstance(rec, dict):
+            return None, None
+        return (kind or manifest_kind(rec)), rec.get("dataset")
+    return None, None
+
+
+def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tuple[str, ...] = ()) -> None:
+    """Refuse to replace `dst` unless seqpe wrote it: a stage replaces only a folder that is missing,
+    empty, or holds its own `kind` output for `dataset` (source.json for raw, a manifest of that
+    kind, run.json for a run). Anything else (a user's files, the project root, another dataset's or
+    another stage's folder, a file) raises DataError and nothing is touched. `allow` names entries
+    that do not count (e.g. a resumable `.FILE.part` in a raw folder)."""
+    assert kind in KINDS, kind
+    dst = Path(dst)
+    if not dst.exists() and not dst.is_symlink():
+        return
+    if not dst.is_dir():
+        raise DataError(f"{dst} is a file, not a folder", "pass a folder path for the output (a file is never replaced)")
+    entries = [e.name for e in dst.iterdir() if e.name not in allow]
+    if not entries:
+        return
+    owner_kind, owner_dataset = _owner(dst)
+    if owner_kind == kind and (dataset is None or owner_dataset in (dataset, None)):
+        return
+    if owner_kind is not None:
+        whose = f"{owner_dataset}'s " if owner_dataset else ""
+        problem = f"{dst} holds {whose}{_WHAT[owner_kind]}, not the {kind} of '{dataset}'" if dataset else \
+            f"{dst} holds {whose}{_WHAT[owner_kind]}, not a {kind} folder"
+    else:
+        shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
+        problem = f"{dst} holds files seqpe did not write ({shown})"
+    raise DataError(f"{problem}; seqpe replaces only a missing or empty folder or its own {_WHAT[kind]} there",
+                    f"pass a new or empty folder for the output (or delete {dst} yourself if nothing in it is needed)")
+
+
+def require_kind(src: str | Path, kind: str, dataset: str, stage: str) -> dict:
+    """The manifest of `src`, which `stage` reads as a `kind` ("sessions" | "samples") folder; a
+    missing manifest or a folder of another kind is a DataError naming the folder to pass."""
+    src = Path(src)
+    right = f"data/{kind}/{dataset} (written by `seqpe {_MAKER[kind]} {dataset}`)"
+    if not (src / MANIFEST).is_file():
+        found, _ = _owner(src) if src.is_dir() else (None, None)
+        if found is None and src.is_dir() and any(src.glob("*/seed-*/run.json")):
+            found = "run"
+        if found is not None:
+            raise DataError(f"{src} holds {_WHAT[found]}, but `seqpe {stage}` reads {kind}", f"pass {right}")
+        raise DataError(f"no {MANIFEST} in {src}: it is not a {kind} folder seqpe prepared",
+                        f"run `seqpe {_MAKER[kind]} {dataset}` first (or `seqpe import`), or pass {right}")
+    manifest = read_json(src / MANIFEST)
+    found = manifest_kind(manifest) if isinstance(manifest, dict) else None
+    if found != kind:
+        raise DataError(f"{src} holds {found or 'an unknown kind of data'}, but `seqpe {stage}` reads {kind}",
+                        f"pass {right}")
+    return manifest
 
 
 def write_bytes(dst: str | Path, data: bytes) -> None:

@@ -27,6 +27,9 @@ SOURCE_JSON = "source.json"
 def read_source(dataset: str, src: Path) -> dict:
     """The raw folder's source.json reduced to what identifies the input (no paths, no times)."""
     path = Path(src) / SOURCE_JSON
+    if not path.is_file() and (Path(src) / io.MANIFEST).is_file():
+        raise DataError(f"{src} holds prepared data (manifest.json), but `seqpe preprocess` reads a raw folder",
+                        f"pass data/raw/{dataset} (written by `seqpe download {dataset}`)")
     if not path.is_file():
         raise DataError(f"no {SOURCE_JSON} in {src}: the raw data of '{dataset}' has not been downloaded",
                         f"run `seqpe download {dataset}` (or `seqpe download {dataset} --from PATH`) first")
@@ -65,7 +68,7 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
                         "the preprocess section of params.yaml")
     rows_per_shard = params.preprocess.rows_per_shard
     manifest = {
-        "stage": "preprocess", "dataset": dataset, "protocol": spec.protocol,
+        "stage": "preprocess", "kind": "sessions", "dataset": dataset, "protocol": spec.protocol,
         "params": {"preprocess": to_dict(params.preprocess), "options": dict(spec.options)},
         "source": source, "steps": result.steps, "n_items": int(result.n_items),
         "max_len": _max_len(result), "augment": dict(result.augment), "splits": {}, "shards": [],
@@ -96,6 +99,7 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     """Preprocess `dataset` from its raw folder `src` into the sessions folder `dst`."""
     spec = get(dataset)
     src, dst = Path(src), Path(dst)
+    io.claim_dir(dst, dataset, "sessions")
     source = read_source(dataset, src)
     try:
         result = build_protocol(spec, src, params)

@@ -42,7 +42,7 @@ from typing import Iterable, Optional
 from . import presets
 from .batches import Samples, batches, load_samples, load_sequences, load_sessions
 from .errors import DataError, ParamsError, unknown
-from .io import SPLITS, atomic_dir, dumps_json, read_json, write_bytes, write_json
+from .io import SPLITS, atomic_dir, claim_dir, dumps_json, require_kind, write_bytes, write_json
 from .params import EvaluateParams, Params, TrainParams, from_dict, to_dict
 from .report import config_name
 
@@ -55,10 +55,7 @@ OBJECTIVES = ("prefixes", "sequence")
 
 def samples_manifest(dataset: str, samples_dir: Path) -> dict:
     path = Path(samples_dir) / "manifest.json"
-    if not path.is_file():
-        raise DataError(f"no samples manifest in {samples_dir}",
-                        f"run `seqpe augment {dataset}` first (or `seqpe import`)")
-    manifest = read_json(path)
+    manifest = require_kind(samples_dir, "samples", dataset, "train")
     modes = set((manifest.get("augment") or {}).values())
     if "rows" in modes:
         raise DataError(f"{samples_dir} holds CTR rows, not next-item samples",
@@ -477,6 +474,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     results = []
     for seed in (seeds or tp.seeds):
         run_dir = Path(runs_dir) / config_name(name, enc_name, tag) / f"seed-{seed}"
+        claim_dir(run_dir, None, "run")
         resume = run_dir.parent / f".seed-{seed}.{fingerprint(tp, params, manifest, seed)}.resume.pt"
         for old in sorted(run_dir.parent.glob(f".seed-{seed}.*.resume.pt")):
             if old != resume:    # left by a killed run with other inputs: cannot be continued

@@ -125,7 +125,8 @@ def test_srgnn_ignores_max_len(tmp_path):
 
 def test_rows_mode_copies(tmp_path):
     frame = pl.DataFrame({"label": [1, 0], "user": [3, 4]})
-    manifest = {"protocol": "ctr", "n_items": 2, "augment": {s: "rows" for s in io.SPLITS}, "shards": []}
+    manifest = {"stage": "preprocess", "protocol": "ctr", "n_items": 2, "augment": {s: "rows" for s in io.SPLITS},
+                "shards": []}
     with io.atomic_dir(tmp_path / "sess") as tmp:
         for split in io.SPLITS:
             manifest["shards"] += io.write_split(tmp, split, frame)

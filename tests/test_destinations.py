@@ -1,0 +1,168 @@
+"""Outputs never destroy a user's files (issue 13.1), inputs are the kind of folder a stage needs
+(13.2), and a killed run's leftovers are swept by the next run of the stage (13.4).
+
+Every command here is the one the hardening report reproduced the problem with."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import io
+from pipeline.errors import DataError
+from test_cli import ROOT, assert_one_line_error, seqpe
+
+SMALL = ["--set", "preprocess.sample.sessions=300", "--set", "preprocess.sample.items=100"]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    """raw / sessions / samples of a small `sample` under one folder."""
+    d = tmp_path_factory.mktemp("prepared")
+    for argv in (["download", "sample", str(d / "raw")],
+                 ["preprocess", "sample", str(d / "raw"), str(d / "sessions")],
+                 ["augment", "sample", str(d / "sessions"), str(d / "samples")]):
+        proc = seqpe(*argv, "--quiet", *SMALL)
+        assert proc.returncode == 0, proc.stderr
+    return d
+
+
+def user_folder(path: Path) -> Path:
+    path.mkdir()
+    (path / "paper.tex").write_text("draft")
+    return path
+
+
+def test_augment_into_a_users_folder_is_refused_and_touches_nothing(prepared, tmp_path):
+    mywork = user_folder(tmp_path / "mywork")
+    proc = seqpe("augment", "sample", str(prepared / "sessions"), str(mywork), "--quiet")
+    assert_one_line_error(proc, "mywork holds files seqpe did not write (paper.tex)", "Fix:")
+    assert sorted(p.name for p in mywork.iterdir()) == ["paper.tex"]
+    assert (mywork / "paper.tex").read_text() == "draft"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_the_working_directory_is_never_replaced(prepared, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    proc = seqpe("augment", "sample", str(prepared / "sessions"), str(project), "--quiet", cwd=project)
+    assert_one_line_error(proc, "params.yaml")
+    assert (project / "params.yaml").read_text() == (ROOT / "params.yaml").read_text()
+
+
+@pytest.mark.parametrize("stage", ["download", "preprocess", "augment", "import"])
+def test_every_writing_stage_refuses_a_users_folder_and_a_file(stage, prepared, tmp_path):
+    dst = user_folder(tmp_path / "dst")
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    for target, fragment in ((dst, "paper.tex"), (afile, "is a file")):
+        if stage == "download":
+            argv = ["download", "sample", str(target), *SMALL]
+        elif stage == "preprocess":
+            argv = ["preprocess", "sample", str(prepared / "raw"), str(target)]
+        elif stage == "augment":
+            argv = ["augment", "sample", str(prepared / "sessions"), str(target)]
+        else:
+            srgnn = tmp_path / "srgnn"
+            if not srgnn.exists():
+                assert seqpe("export", "sample", str(srgnn), "--sessions", str(prepared / "sessions")).returncode == 0
+            argv = ["import", "again", str(srgnn), "--sessions", str(target), "--samples", str(tmp_path / "a2")]
+        assert_one_line_error(seqpe(*argv, "--quiet"), fragment)
+    assert (dst / "paper.tex").read_text() == "draft" and sorted(p.name for p in dst.iterdir()) == ["paper.tex"]
+    assert afile.read_text() == "keep me"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")], "no hidden .old / .tmp left"
+
+
+def test_a_stage_replaces_its_own_output_and_an_empty_folder(prepared, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert seqpe("augment", "sample", str(prepared / "sessions"), str(empty), "--quiet").returncode == 0
+    first = (empty / "manifest.json").read_bytes()
+    assert seqpe("augment", "sample", str(prepared / "sessions"), str(empty), "--quiet").returncode == 0
+    assert (empty / "manifest.json").read_bytes() == first
+
+
+def test_another_stages_or_datasets_folder_is_not_replaced(prepared, tmp_path):
+    # the samples stage would overwrite the sessions it reads
+    proc = seqpe("augment", "sample", str(prepared / "sessions"), str(prepared / "sessions"), "--quiet")
+    assert_one_line_error(proc, "holds sample's sessions", "not the samples of 'sample'")
+    # another dataset's raw folder
+    other = tmp_path / "raw_other"
+    other.mkdir()
+    (other / "source.json").write_text(json.dumps({"dataset": "diginetica", "files": {}}))
+    assert_one_line_error(seqpe("download", "sample", str(other), "--quiet", *SMALL), "diginetica's raw data")
+    assert json.loads((other / "source.json").read_text())["dataset"] == "diginetica"
+
+
+def test_train_on_a_sessions_folder_names_the_samples_folder(prepared, tmp_path):
+    proc = seqpe("train", "sample", str(prepared / "sessions"), str(tmp_path / "runs"), "--model", "pop", "--quiet")
+    assert_one_line_error(proc, "holds sessions, but `seqpe train` reads samples", "data/samples/sample")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["augment", "sample", "{samples}", "{out}"], "holds samples, but `seqpe augment` reads sessions"),
+    (["augment", "sample", "{raw}", "{out}"], "holds raw data (source.json), but `seqpe augment` reads sessions"),
+    (["preprocess", "sample", "{sessions}", "{out}"], "`seqpe preprocess` reads a raw folder"),
+    (["train", "sample", "{raw}", "{out}", "--model", "pop"], "holds raw data (source.json), but `seqpe train`"),
+])
+def test_inputs_of_the_wrong_kind_are_named(argv, fragment, prepared, tmp_path):
+    paths = {"samples": prepared / "samples", "sessions": prepared / "sessions", "raw": prepared / "raw",
+             "out": tmp_path / "out"}
+    proc = seqpe(*[a.format(**{k: str(v) for k, v in paths.items()}) for a in argv], "--quiet")
+    assert_one_line_error(proc, fragment)
+    assert not (tmp_path / "out").exists()
+
+
+def test_claim_dir_unit_rules(tmp_path):
+    io.claim_dir(tmp_path / "missing", "x", "samples")
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / ".a.zip.part").write_bytes(b"12")
+    io.claim_dir(tmp_path / "raw", "x", "raw", allow=(".a.zip.part",))
+    with pytest.raises(DataError, match="did not write"):
+        io.claim_dir(tmp_path / "raw", "x", "raw")
+    run = tmp_path / "seed-1"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    io.claim_dir(run, None, "run")
+    with pytest.raises(DataError, match="training run"):
+        io.claim_dir(run, "x", "samples")
+
+
+# --------------------------------------------------------------------------- leftovers of killed runs
+
+KILL_INSIDE = """
+import os, signal, sys
+from pathlib import Path
+from pipeline import io
+with io.atomic_dir(Path(sys.argv[1])) as tmp:
+    (tmp / "part-00000.parquet").write_bytes(b"x" * 1000)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_runs_temporary_folder_is_swept_by_the_next_run(prepared, tmp_path):
+    dst = tmp_path / "samples"
+    proc = subprocess.run([sys.executable, "-c", KILL_INSIDE, str(dst)], cwd=ROOT)
+    assert proc.returncode == -signal.SIGKILL
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".samples.")]
+    assert len(left) == 1 and left[0].name.endswith(".tmp") and not dst.exists()
+    assert seqpe("augment", "sample", str(prepared / "sessions"), str(dst), "--quiet").returncode == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["samples"]
+
+
+def test_a_live_runs_temporary_folder_is_left_alone(tmp_path):
+    live = tmp_path / f".out.p{os.getppid()}.abc.tmp"      # the test runner's parent: alive
+    live.mkdir()
+    legacy = tmp_path / ".out.xyz123.old"                  # written before runs carried a pid
+    legacy.mkdir()
+    dead = tmp_path / ".out.p999999999.q.gen"
+    dead.mkdir()
+    assert io.sweep_leftovers(tmp_path / "out") == 2
+    assert live.is_dir() and not legacy.exists() and not dead.exists()
