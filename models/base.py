@@ -57,11 +57,20 @@ class Recommender(nn.Module):
     def fit(self, items: torch.Tensor, session: torch.Tensor) -> None:  # only fitted models (ModelSpec.fitted):
         raise NotImplementedError          # the train clicks (T,) and their session index (T,)
 
+    def training_loss(self, seqs: torch.Tensor, targets: torch.Tensor, generator: torch.Generator):
+        """A backbone's own training objective, or None for the trainer's (train.loss). seqs (B, L);
+        targets (B,) next items, or (B, L) with 0 where none (train.objective: sequence). Returns a
+        scalar loss averaged over the batch's predictions (e.g. GRU4Rec's BPR-max / TOP1-max, BPR-MF's
+        pairwise loss); `generator` draws any negatives, so a seed fixes them."""
+        return None
+
 
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
-    build: Callable[..., Recommender]   # build(n_items=, max_len=, train=TrainParams, options=dict, encoding=module|None)
+    build: Callable[..., torch.nn.Module]  # next_item: build(n_items=, max_len=, train=TrainParams, options=dict,
+                                         #   encoding=module|None) -> Recommender; ctr: build(schema=CTRSchema,
+                                         #   train=, options=, encoding=) -> models.ctr.base.CTRModel
     description: str
     paper: str = ""
     uses_encoding: bool = True           # False: the model ignores --encoding (e.g. GRU4Rec, POP)
@@ -70,6 +79,8 @@ class ModelSpec:
                                          # trains on whole sequences (train.objective: sequence)
     presets: Optional[dict] = None       # name -> {"train", "models", "encodings", "datasets"} (e.g. "paper");
                                          # a flat dict = TrainParams overrides; see pipeline/presets.py
+    task: str = "next_item"              # next_item: Recommender ranking all items (srgnn, leave_one_out data) |
+                                         # ctr: models.ctr.base.CTRModel scoring (user, target) pairs (ctr data)
 
 
 MODELS: dict[str, ModelSpec] = {}
