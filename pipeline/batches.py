@@ -188,8 +188,11 @@ def batch_order(lengths: np.ndarray, batch_size: int, *, shuffle: bool = False, 
 
 
 def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generator=None,
-            device=None, trim: bool = True, bucket: int = 0, by_length: bool = False) -> Iterator[tuple]:
-    """Yield (seqs (B, L') long, targets (B,) or (B, L') long) on `device`, in `batch_order`'s order.
+            device=None, trim: bool = True, bucket: int = 0, by_length: bool = False,
+            with_index: bool = False) -> Iterator[tuple]:
+    """Yield (seqs (B, L') long, targets (B,) or (B, L') long) on `device`, in `batch_order`'s order
+    (with `with_index`, also the rows' indices (B,) long on the CPU, to put per-row results back in
+    file order).
 
     With `trim`, columns that are padding in every row of the batch are dropped (L' = the
     batch's longest kept prefix): session prefixes are short (Diginetica: 4 items on average
@@ -210,7 +213,8 @@ def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generat
             s = s[:, width - max(int(ln.max()), 1):]                 # (B, L') most recent columns
             if t.dim() == 2:
                 t = t[:, -s.size(1):]                                # (B, L') next item per column
-        yield s.to(device=device, dtype=torch.long), t.to(device=device, dtype=torch.long)
+        out = (s.to(device=device, dtype=torch.long), t.to(device=device, dtype=torch.long))
+        yield (*out, idx) if with_index else out
 
 
 def n_batches(samples: Samples, batch_size: int) -> int:

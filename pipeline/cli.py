@@ -177,21 +177,29 @@ def export(dataset: str,
 def train(dataset: str,
           samples: Annotated[Optional[Path], typer.Argument(help="samples folder")] = None,
           runs: Annotated[Optional[Path], typer.Argument(help="runs folder")] = None,
-          model: Annotated[Optional[str], typer.Option(help="model name (default train.model)")] = None,
-          encoding: Annotated[Optional[str], typer.Option(help="encoding name (default train.encoding)")] = None,
-          seed: Annotated[Optional[list[int]], typer.Option(help="seed(s) (default train.seeds)")] = None,
+          model: Annotated[Optional[str], typer.Option(help="model name (default: the study grid's first for "
+                                                             "this dataset's task)")] = None,
+          encoding: Annotated[Optional[str], typer.Option(help="encoding name (default: the grid's first, or the "
+                                                                "preset's)")] = None,
+          seed: Annotated[Optional[list[int]], typer.Option(help="seed(s) (default study.seeds)")] = None,
           preset: Annotated[Optional[str], typer.Option(
               help="model's named settings, e.g. paper (train + model/encoding options, per-dataset "
                    "variants; --set train.KEY and params.yaml models:/encodings: win over it)")] = None,
           tag: Annotated[Optional[str], typer.Option(
               help="name a variant (ablation, option sweep): runs go to MODEL-ENCODING-TAG/ and report "
                    "as their own row")] = None,
+          metrics: Annotated[Optional[Path], typer.Option(
+              "--metrics", help="also write the configuration's metrics (means over seeds, stable keys "
+                                "test.*/valid.*) to this JSON file (a DVC metrics file)")] = None,
+          live: Annotated[Optional[Path], typer.Option(
+              "--live", help="also log per-epoch curves with dvclive under this folder (DVC plots)")] = None,
           params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
-    """Train a model (best epoch chosen on valid) and score it once on test."""
+    """Train a model (best epoch chosen on valid) and score it once on test, for every seed."""
     from . import train as stage
     results = stage.run(dataset, _default("samples", dataset, samples), _default("runs", dataset, runs),
                         _params(params, overrides), model=model, encoding=encoding, seeds=seed,
-                        preset=preset, progress=not quiet, overrides=overrides, tag=tag)
+                        preset=preset, progress=not quiet, overrides=overrides, tag=tag,
+                        metrics_path=metrics, live_dir=live)
     if not quiet:
         _print_runs(results)
 
@@ -199,13 +207,15 @@ def train(dataset: str,
 @app.command()
 def evaluate(dataset: str,
              runs: Annotated[Optional[Path], typer.Argument(help="runs folder")] = None,
-             out: Annotated[Optional[Path], typer.Argument(help="reports folder (metrics.json)")] = None,
+             out: Annotated[Optional[Path], typer.Argument(help="reports folder")] = None,
+             all_runs: Annotated[bool, typer.Option("--all", help="report every configuration under RUNS, not "
+                                                                  "only the study grid's")] = False,
              params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
-    """Collect the runs' test metrics into metrics.json (DVC metrics) with mean, std and 95% CI."""
+    """Report the study grid's runs of DATASET: mean, std and 95% CI over seeds, tables and a figure."""
     from . import evaluate as stage
     from .report import rich_table
     summary = stage.run(dataset, _default("runs", dataset, runs), _default("reports", dataset, out),
-                        _params(params, overrides))
+                        _params(params, overrides), all_runs=all_runs)
     if not quiet:
         _print_runs(summary.get("runs", []))
         console.print(rich_table(summary["configs"]))

@@ -31,6 +31,14 @@ class DownloadError(SeqpeError):
     """Fetching, verifying or unpacking a raw source failed."""
 
 
+class TrainingError(SeqpeError):
+    """Training produced a number that cannot be trusted (a NaN or infinite loss)."""
+
+
+class NonFiniteScores(SeqpeError):
+    """A model scored items with NaN or infinity (a diverged model): never turned into a metric."""
+
+
 class UnknownNameError(SeqpeError):
     """An unknown dataset / model / encoding name."""
 

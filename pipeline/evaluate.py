@@ -1,32 +1,63 @@
-"""The evaluate stage: the runs' test metrics -> reports with mean, std and 95% CI over seeds.
+"""The evaluate stage: a dataset's runs -> reports with mean, std and 95% CI over seeds, and a figure.
 
-Every run was scored once on test, with its best-on-valid weights, by the train stage
-(run.json). This stage only aggregates, so it is cheap and deterministic:
+Every run was scored once on test, with its best-on-valid weights, by the train stage (run.json and
+test_samples.parquet). This stage only aggregates, so it is cheap and deterministic. For a dataset
+of the study grid it reports exactly the grid's configurations (every model x encoding, then the
+baselines) over `study.seeds`, in grid order, and refuses a grid with runs missing; hand runs of
+other configurations in the same runs folder are left out (`seqpe report` shows everything, and
+`--all` here too). The per-configuration DVC metrics files are written by the train stage.
 
-    <reports>/metrics.json   DVC metrics, flat: {"<model>-<encoding>[-<tag>]": {"hr@10": mean, ..., "seeds": n}}
-    <reports>/summary.json   per configuration: seeds, mean/std/ci95 of every metric; the runs table
-    <reports>/report.md      the Markdown table (x100) that `seqpe report` also writes
-    <reports>/report.csv     the same numbers, raw
+    <reports>/summary.json     per configuration: seeds, mean/std/ci95 of every metric; the runs table
+    <reports>/report.md        the Markdown table (x100) that `seqpe report` also writes
+    <reports>/report.csv       the same numbers, raw
+    <reports>/comparison.png   each configuration's test metric with its 95% CI (pipeline/figures.py)
+    <reports>/comparison.csv   the same, for `dvc plots show` (bar_horizontal)
 
-Each file is written atomically; nothing else in <reports> is touched (plots may live there).
+Each file is written atomically; nothing else in <reports> is touched.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
-from . import report
+from . import figures, report
 from .errors import DataError
 from .io import write_bytes, write_json
 from .params import Params
 
 
-def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params) -> dict:
+def study_configs(params: Params, dataset: str) -> Optional[tuple[str, list[str]]]:
+    """(task, configuration names in grid order) when `dataset` is in a study grid, else None."""
+    for task in ("next_item", "ctr"):
+        grid = getattr(params.study, task)
+        if dataset in grid.datasets:
+            configs = [report.config_name(m, e) for m in grid.models for e in grid.encodings]
+            return task, configs + [report.config_name(b, "none") for b in grid.baselines]
+    return None
+
+
+def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_runs: bool = False) -> dict:
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     if not runs_dir.is_dir():
         raise DataError(f"runs folder {runs_dir} does not exist", f"run `seqpe train {dataset}` first")
     records = [r for r in report.find_runs([runs_dir]) if r.get("dataset") in (dataset, None)]
     if not records:
         raise DataError(f"no runs of dataset '{dataset}' under {runs_dir}", f"run `seqpe train {dataset}` first")
+    grid = None if all_runs else study_configs(params, dataset)
+    if grid is not None:
+        task, configs = grid
+        seeds = set(params.study.seeds)
+        records = [r for r in records if r.get("name") in configs and r["seed"] in seeds]
+        have = {(r["name"], r["seed"]) for r in records}
+        missing = [f"{c}/seed-{s}" for c in configs for s in sorted(seeds) if (c, s) not in have]
+        if missing:
+            raise DataError(f"the study grid of '{dataset}' has no runs for {', '.join(missing[:4])}"
+                            + (f" and {len(missing) - 4} more" if len(missing) > 4 else ""),
+                            f"run `dvc repro` (or `seqpe train {dataset} --model M --encoding E`) first")
+        order = {c: i for i, c in enumerate(configs)}
+    else:
+        task = "ctr" if any(r.get("task") == "ctr" or r.get("protocol") == "ctr" for r in records) else "next_item"
+        order = {}
     ks = {str(k) for k in params.evaluate.ks}
     for r in records:   # keep the cut-offs asked for (metrics without a cut-off, e.g. auc, stay)
         r["test"] = {k: v for k, v in r["test"].items() if "@" not in k or k.split("@")[1] in ks}
@@ -35,15 +66,23 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params) -> dict
     if len(set(names)) != len(names):
         raise DataError(f"{runs_dir} mixes protocols for one configuration",
                         "keep one dataset's runs per runs folder")
-    metrics = {row["name"]: {**{k: s["mean"] for k, s in row["metrics"].items()}, "seeds": len(row["seeds"])}
-               for row in rows}
+    rows.sort(key=lambda row: (order.get(row["name"], len(order)), row["name"]))
+    reference = params.study.reference or (rows[0]["name"] if rows else None)
     runs = [{"name": f"{r['name']}/seed-{r['seed']}", "config": r["name"], "seed": r["seed"],
              "best_epoch": r.get("best_epoch"), "valid": r.get("valid", {}), "test": r["test"]}
-            for r in sorted(records, key=lambda r: (r["name"], r["seed"]))]
-    summary = {"dataset": dataset, "configs": rows, "runs": runs}
+            for r in sorted(records, key=lambda r: (order.get(r["name"], len(order)), r["name"], r["seed"]))]
+    summary = {"dataset": dataset, "task": task, "reference": reference, "configs": rows, "runs": runs}
+    per_seed: dict[str, dict[str, list[float]]] = {}
+    for r in records:
+        for k, v in r["test"].items():
+            per_seed.setdefault(r["name"], {}).setdefault(k, []).append(v)
+    panels = figures.panel_metrics(task, rows)
     reports_dir.mkdir(parents=True, exist_ok=True)
-    write_json(reports_dir / "metrics.json", metrics)
     write_json(reports_dir / "summary.json", summary)
     write_bytes(reports_dir / "report.md", report.to_markdown(rows).encode("utf-8"))
     write_bytes(reports_dir / "report.csv", report.to_csv(rows).encode("utf-8"))
-    return {**summary, "metrics": metrics}
+    write_bytes(reports_dir / "comparison.csv", figures.comparison_csv(rows, panels).encode("utf-8"))
+    seeds = sorted({s for row in rows for s in row["seeds"]})
+    title = f"{dataset}: {len(rows)} configurations, seeds {', '.join(map(str, seeds))}"
+    write_bytes(reports_dir / "comparison.png", figures.comparison_png(rows, panels, title, reference, per_seed))
+    return summary

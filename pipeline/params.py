@@ -29,6 +29,11 @@ class DownloadParams:
     timeout_s: float = 60.0           # socket timeout per request
     backoff_s: float = 1.0            # first retry delay
 
+    def validate(self, key: str) -> None:
+        _min(f"{key}.retries", self.retries, 1)
+        _min(f"{key}.timeout_s", self.timeout_s, 0, strict=True)
+        _min(f"{key}.backoff_s", self.backoff_s, 0)
+
 
 @dataclass(frozen=True)
 class SampleParams:
@@ -37,6 +42,12 @@ class SampleParams:
     items: int = 1500                 # catalogue size before filtering
     days: int = 120                   # date range covered
     seed: int = 20160101              # generator seed
+
+    def validate(self, key: str) -> None:
+        _min(f"{key}.sessions", self.sessions, 1)
+        _min(f"{key}.items", self.items, 2)
+        _min(f"{key}.days", self.days, 2)
+        _min(f"{key}.seed", self.seed, 0)
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,14 @@ class PreprocessParams:
     rows_per_shard: int = 1_000_000   # rows per Parquet shard
     sample: SampleParams = field(default_factory=SampleParams)
 
+    def validate(self, key: str) -> None:
+        if not 0.0 <= self.valid_fraction < 1.0:
+            raise _bad(f"{key}.valid_fraction", self.valid_fraction, "in [0, 1)", "use e.g. 0.1")
+        _min(f"{key}.min_item_count", self.min_item_count, 1)
+        _min(f"{key}.k_core", self.k_core, 1)
+        _min(f"{key}.max_history", self.max_history, 0, fix="use 0 to keep whole histories")
+        _min(f"{key}.rows_per_shard", self.rows_per_shard, 1)
+
 
 @dataclass(frozen=True)
 class AugmentParams:
@@ -55,12 +74,18 @@ class AugmentParams:
                                       # (srgnn keeps whole prefixes, as its protocol says; 0 = keep all)
     rows_per_shard: int = 1_000_000
 
+    def validate(self, key: str) -> None:
+        _min(f"{key}.max_len", self.max_len, 0, fix="use 0 to keep whole prefixes")
+        _min(f"{key}.rows_per_shard", self.rows_per_shard, 1)
+
+
+RUN_ONLY = {"run_only": True}   # field metadata: set per run (CLI / study grid), never in params.yaml
+
 
 @dataclass(frozen=True)
 class TrainParams:
-    model: str = "sasrec"             # a key of models.MODELS
-    encoding: str = "lpe"             # a key of models.encodings.ENCODINGS
-    seeds: list[int] = field(default_factory=lambda: [1])
+    model: str = field(default="", metadata=RUN_ONLY)     # a key of models.MODELS (--model / the study grid)
+    encoding: str = field(default="", metadata=RUN_ONLY)  # a key of models.encodings.ENCODINGS (--encoding / grid)
     epochs: int = 5
     batch_size: int = 256
     lr: float = 1e-3
@@ -71,7 +96,8 @@ class TrainParams:
     dropout: float = 0.2
     max_len: int = 50                 # model input length (most recent items)
     patience: int = 3                 # early stopping on valid (epochs without improvement)
-    select_metric: str = "ndcg@10"    # metric on valid used to pick the best epoch
+    select_metric: str = "auto"       # metric on valid used to pick the best epoch (auto: ndcg@10 for next-item
+                                      # data, auc for CTR data)
     device: str = "auto"              # auto | cpu | cuda | cuda:N
     loss: str = "ce"                  # ce: softmax over all items | sampled: softmax over target + `negatives` items
     negatives: int = 100              # sampled softmax: uniform negatives per batch (shared by its rows)
@@ -89,6 +115,23 @@ class TrainParams:
     time_limit: float = 0.0           # minutes of training per seed: stop after the epoch that reaches it and
                                       # test the best epoch so far (0 = none; such a run depends on the machine)
 
+    def validate(self, key: str) -> None:
+        for name in ("epochs", "batch_size", "dim", "heads", "max_len", "negatives", "lr_step"):
+            _min(f"{key}.{name}", getattr(self, name), 1)
+        for name in ("layers", "patience", "threads", "bucket", "time_limit", "weight_decay"):
+            _min(f"{key}.{name}", getattr(self, name), 0)
+        _min(f"{key}.lr", self.lr, 0, strict=True, fix="use e.g. 0.001")
+        if not 0.0 <= self.dropout < 1.0:
+            raise _bad(f"{key}.dropout", self.dropout, "in [0, 1)", "use e.g. 0.2")
+        if not 0.0 < self.lr_gamma <= 1.0:
+            raise _bad(f"{key}.lr_gamma", self.lr_gamma, "in (0, 1]", "use e.g. 0.1")
+        _choice(f"{key}.loss", self.loss, LOSSES)
+        _choice(f"{key}.lr_schedule", self.lr_schedule, SCHEDULES)
+        _choice(f"{key}.objective", self.objective, OBJECTIVES)
+        if self.dim % self.heads:
+            raise ParamsError(f"params key '{key}.dim' ({self.dim}) must be divisible by '{key}.heads' "
+                              f"({self.heads})", f"change {key}.dim or {key}.heads")
+
 
 @dataclass(frozen=True)
 class EvaluateParams:
@@ -96,6 +139,49 @@ class EvaluateParams:
     batch_size: int = 512
     mask_history: bool = False        # rank only items outside the sample's input (its most recent max_len
                                       # items); PROTOCOLS.md §5 ranks all items: off by default
+
+    def validate(self, key: str) -> None:
+        if not self.ks:
+            raise _bad(f"{key}.ks", self.ks, "a non-empty list of cut-offs", "use e.g. [5, 10, 20]")
+        for i, k in enumerate(self.ks):
+            _min(f"{key}.ks[{i}]", k, 1, fix="cut-offs are positive, e.g. [5, 10, 20]")
+        _min(f"{key}.batch_size", self.batch_size, 1)
+
+
+@dataclass(frozen=True)
+class GridParams:
+    """One task's (dataset x model x encoding) grid: `dvc repro` trains every cell as its own DVC stage
+    (dvc.yaml `matrix:`), each with every seed of `study.seeds`."""
+    datasets: list[str] = field(default_factory=list)    # datasets of this task (each also under `datasets:`)
+    models: list[str] = field(default_factory=list)      # backbones that take an encoding
+    encodings: list[str] = field(default_factory=list)   # every model runs with every encoding
+    baselines: list[str] = field(default_factory=list)   # models trained once, without an encoding (pop, gru4rec)
+
+
+@dataclass(frozen=True)
+class StudyParams:
+    """The encoding study `dvc repro` runs (issue: encoding studies as tracked DVC experiments)."""
+    seeds: list[int] = field(default_factory=lambda: [1, 2])   # every configuration runs with each seed
+    reference: Optional[str] = None   # configuration the report compares the others with, e.g. sasrec-none
+                                      # (null: the grid's first model with its first encoding)
+    next_item: GridParams = field(default_factory=lambda: GridParams(
+        datasets=["sample"], models=["sasrec"], encodings=["none", "lpe", "rope"], baselines=["pop"]))
+    ctr: GridParams = field(default_factory=GridParams)
+
+    def validate(self, key: str) -> None:
+        if not self.seeds:
+            raise _bad(f"{key}.seeds", self.seeds, "a non-empty list of seeds", "use e.g. [1, 2, 3]")
+        _names(f"{key}.seeds", self.seeds, set(self.seeds), "seed")
+        from models.encodings import ENCODINGS       # torch-free metadata
+        for task in ("next_item", "ctr"):
+            grid = getattr(self, task)
+            for part in ("datasets", "models", "baselines"):
+                values = getattr(grid, part)
+                _names(f"{key}.{task}.{part}", values, set(values), part[:-1])
+            _names(f"{key}.{task}.encodings", grid.encodings, ENCODINGS, "encoding")
+            if bool(grid.models) != bool(grid.encodings):
+                raise ParamsError(f"params key '{key}.{task}': models and encodings must both be listed or "
+                                  "both be empty", f"list the encodings to run the models with in {key}.{task}")
 
 
 @dataclass(frozen=True)
@@ -106,10 +192,75 @@ class Params:
     augment: AugmentParams = field(default_factory=AugmentParams)
     train: TrainParams = field(default_factory=TrainParams)
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
+    study: StudyParams = field(default_factory=StudyParams)
     # Per-name options, checked against each model's / encoding's own config dataclass
     # (see models/config.py) when the run is built: e.g. `encodings: {rmha: {clip: 4}}`.
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)
-    encodings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    models: dict[str, dict[str, Any]] = field(default_factory=lambda: {"sasrec": {}, "pop": {}})
+    encodings: dict[str, dict[str, Any]] = field(default_factory=lambda: {"none": {}, "lpe": {}, "rope": {}})
+
+    def validate(self, key: str = "") -> None:
+        """Cross-section rules: the study grids train exactly the datasets dvc repro prepares, each in
+        the grid of its task (a CTR dataset in study.ctr, a next-item one in study.next_item)."""
+        from .datasets import all_datasets
+        known = all_datasets()
+        _names("datasets", self.datasets, known, "dataset")
+        where: dict[str, str] = {}
+        for task in ("next_item", "ctr"):
+            for name in getattr(self.study, task).datasets:
+                if name not in self.datasets:
+                    raise ParamsError(f"study.{task}.datasets lists '{name}', which is not under datasets:",
+                                      f"add {name} to datasets: (dvc repro prepares only those)")
+                is_ctr = known[name].protocol == "ctr"
+                if is_ctr != (task == "ctr"):
+                    right = "ctr" if is_ctr else "next_item"
+                    raise ParamsError(f"'{name}' is a {'CTR' if is_ctr else 'next-item'} dataset but is listed under "
+                                      f"study.{task}.datasets", f"move it to study.{right}.datasets")
+                where[name] = task
+        for task in ("next_item", "ctr"):
+            grid = getattr(self.study, task)
+            for section, names in (("models", grid.models + grid.baselines), ("encodings", grid.encodings)):
+                table = getattr(self, section)
+                for name in names:
+                    if name not in table:
+                        raise ParamsError(f"study.{task} runs {section[:-1]} '{name}' but {section}: has no entry for it "
+                                          "(DVC tracks each configuration's options there)",
+                                          f"add `{name}: {{}}` under {section}: in params.yaml")
+        for name in self.datasets:
+            if name not in where:
+                raise ParamsError(f"dataset '{name}' is under datasets: but no study grid trains it",
+                                  f"add it to study.{'ctr' if known[name].protocol == 'ctr' else 'next_item'}.datasets")
+
+# --------------------------------------------------------------------------- value ranges
+
+def _bad(key: str, value: Any, want: str, fix: Optional[str] = None) -> ParamsError:
+    return ParamsError(f"params key '{key}' must be {want}, got {value!r}",
+                       fix or f"give {key} a value {want} (in params.yaml, or --set {key}=...)")
+
+
+def _min(key: str, value: float, low: float, *, strict: bool = False, fix: Optional[str] = None) -> None:
+    if value < low or (strict and value == low):
+        raise _bad(key, value, f"{'>' if strict else '>='} {low:g}", fix)
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise _bad(key, value, f"one of {', '.join(choices)}")
+
+
+def _names(key: str, values: list[str], known, kind: str) -> None:
+    for i, name in enumerate(values):
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"use one of: {', '.join(sorted(known))}"
+            raise ParamsError(f"params key '{key}[{i}]': unknown {kind} '{name}'", hint)
+    dup = sorted({v for v in values if values.count(v) > 1})
+    if dup:
+        raise ParamsError(f"params key '{key}' lists {', '.join(map(str, dup))} twice", "list each once")
+
+
+LOSSES = ("ce", "sampled")
+SCHEDULES = ("none", "step", "plateau")
+OBJECTIVES = ("prefixes", "sequence")
 
 
 # --------------------------------------------------------------------------- loading
@@ -171,25 +322,35 @@ def _coerce(value: Any, tp: Any, key: str, strict: bool = False) -> Any:
                       "fix the value in params.yaml")
 
 
-def from_dict(cls: type, data: dict, prefix: str = "", strict: bool = False) -> Any:
+def from_dict(cls: type, data: dict, prefix: str = "", strict: bool = False, run: bool = False) -> Any:
     """Build dataclass `cls` from `data`, rejecting unknown and mistyped keys; with `strict`, also
-    every key that is missing (a params file must spell out every setting; see load_params)."""
+    every key that is missing (a params file must spell out every setting; see load_params). Values
+    are range-checked (each section's `validate`). Fields marked RUN_ONLY (a run's model and encoding)
+    are set per run: accepted only with `run=True`, never read from a params file."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
+        dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in fields:
-            dotted = f"{prefix}.{key}" if prefix else str(key)
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             fix = f"did you mean '{close[0]}'?" if close else f"known keys here: {', '.join(fields)}"
             raise ParamsError(f"unknown params key '{dotted}'", fix)
+        if fields[key].metadata.get("run_only") and not run:
+            raise ParamsError(f"'{dotted}' is not a params key: each run's {key} comes from the study grid "
+                              f"(study.*.{key}s) or the command line (--{key})", f"remove {dotted} from params.yaml")
     kwargs = {}
     for name, f in fields.items():
         dotted = f"{prefix}.{name}" if prefix else name
         if name in data:
             kwargs[name] = _coerce(data[name], hints[name], dotted, strict)
+        elif f.metadata.get("run_only"):
+            continue
         elif strict or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
             raise ParamsError(f"missing params key '{dotted}'", f"add it to params.yaml{_default_hint(f)}")
-    return cls(**kwargs)
+    obj = cls(**kwargs)
+    if hasattr(obj, "validate"):
+        obj.validate(prefix)
+    return obj
 
 
 def _default_hint(f: dataclasses.Field) -> str:

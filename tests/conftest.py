@@ -12,3 +12,12 @@ try:  # torch is optional for data-only test runs
     torch.set_num_threads(1)
 except ImportError:  # pragma: no cover
     pass
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _own_state_root(tmp_path_factory, monkeypatch):
+    """Each test keeps seqpe's resume/finished-seed state (SEQPE_STATE) to itself (and out of the repo)."""
+    monkeypatch.setenv("SEQPE_STATE", str(tmp_path_factory.mktemp("seqpe-state")))

@@ -378,8 +378,10 @@ def test_cli_error_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
     from pipeline import cli
     dataset(url=closed_port_url("data.zip"))
     shipped = (Path(__file__).resolve().parents[1] / "params.yaml").read_text()
-    (tmp_path / "params.yaml").write_text(shipped.replace("  retries: 5", "  retries: 1")
-                                          .replace("  backoff_s: 1.0", "  backoff_s: 0.01"))
+    (tmp_path / "params.yaml").write_text(shipped.replace("  retries: 5", "  retries: 1")     # only `toy` is known:
+                                          .replace("  backoff_s: 1.0", "  backoff_s: 0.01")   # no datasets to list
+                                          .replace("datasets:\n  - sample\n", "datasets: []\n")
+                                          .replace("    datasets: [sample]\n", "    datasets: []\n"))
     monkeypatch.setattr(sys, "argv", ["seqpe", "download", "toy", str(tmp_path / "raw"), "--quiet"])
     with pytest.raises(SystemExit) as exit_:
         cli.main()

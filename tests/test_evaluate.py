@@ -1,4 +1,4 @@
-"""pipeline/evaluate.py: runs' test metrics -> metrics.json (DVC) + summary with std and 95% CI."""
+"""pipeline/evaluate.py: the study grid's runs -> summary with std and 95% CI, tables and a figure."""
 from __future__ import annotations
 
 import json
@@ -22,11 +22,14 @@ def write_run(root: Path, model: str, enc: str, seed: int, test: dict, dataset: 
         "seed": seed, "best_epoch": 2, "valid": {}, "test": test}))
 
 
-def params(ks=(5, 10)) -> Params:
-    return from_dict(Params, {"evaluate": {"ks": list(ks)}})
+def params(ks=(5, 10), grid: bool = False) -> Params:
+    study = {"seeds": [1, 2, 3], "next_item": {"datasets": ["sample"], "models": ["sasrec"], "encodings": ["lpe"],
+                                               "baselines": ["pop"]}}
+    return from_dict(Params, {"evaluate": {"ks": list(ks)}, "study": study,
+                              "datasets": ["sample"] if grid else []} if grid else {"evaluate": {"ks": list(ks)}})
 
 
-def test_aggregation_math_and_flat_dvc_metrics(tmp_path):
+def test_aggregation_math_summary_tables_and_figure(tmp_path):
     runs = tmp_path / "runs"
     for seed, (hr, nd) in zip((1, 2, 3), ((0.30, 0.10), (0.34, 0.14), (0.38, 0.12))):
         write_run(runs, "sasrec", "lpe", seed, {"hr@10": hr, "ndcg@10": nd, "hr@20": 0.9})
@@ -34,9 +37,7 @@ def test_aggregation_math_and_flat_dvc_metrics(tmp_path):
     (runs / ".sasrec-lpe.abc.tmp" / "seed-9").mkdir(parents=True)          # a run being written: ignored
     (runs / ".sasrec-lpe.abc.tmp" / "seed-9" / "run.json").write_text("{}")
     out = stage.run("toyset", runs, tmp_path / "reports", params())
-    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
-    assert metrics == {"pop-none": {"hr@10": 0.05, "ndcg@10": 0.01, "seeds": 1},
-                       "sasrec-lpe": {"hr@10": pytest.approx(0.34), "ndcg@10": pytest.approx(0.12), "seeds": 3}}
+    assert not (tmp_path / "reports" / "metrics.json").exists()      # per-configuration files come from train
     summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
     [pop, sas] = summary["configs"]
     assert sas["seeds"] == [1, 2, 3] and set(sas["metrics"]) == {"hr@10", "ndcg@10"}   # hr@20 not in ks
@@ -56,7 +57,7 @@ def test_output_is_deterministic(tmp_path):
         write_run(runs, "sasrec", "rope", seed, {"hr@10": 0.1 * seed})
     stage.run("toyset", runs, tmp_path / "a", params())
     stage.run("toyset", runs, tmp_path / "b", params())
-    for name in ("metrics.json", "summary.json", "report.md", "report.csv"):
+    for name in ("summary.json", "report.md", "report.csv", "comparison.png", "comparison.csv"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
@@ -67,3 +68,23 @@ def test_missing_runs_are_errors(tmp_path):
     with pytest.raises(DataError, match="no runs of dataset 'toyset'"):
         stage.run("toyset", tmp_path / "runs", tmp_path / "reports", params())
     assert not (tmp_path / "reports").exists()
+
+
+def test_the_study_grid_is_reported_in_grid_order_without_hand_runs(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        write_run(runs, "sasrec", "lpe", seed, {"hr@10": 0.3 + seed / 100, "ndcg@10": 0.1}, dataset="sample")
+        write_run(runs, "pop", "none", seed, {"hr@10": 0.05, "ndcg@10": 0.01}, dataset="sample")
+    write_run(runs, "sasrec", "alibi", 1, {"hr@10": 0.9, "ndcg@10": 0.9}, dataset="sample")   # a hand run
+    summary = stage.run("sample", runs, tmp_path / "reports", params(grid=True))
+    assert [c["name"] for c in summary["configs"]] == ["sasrec-lpe", "pop-none"]
+    assert summary["reference"] == "sasrec-lpe" and summary["task"] == "next_item"
+    csv_text = (tmp_path / "reports" / "comparison.csv").read_text().splitlines()
+    assert csv_text[0] == "configuration,metric,mean,ci_low,ci_high,seeds" and len(csv_text) == 1 + 2 * 2
+    png = (tmp_path / "reports" / "comparison.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    every = stage.run("sample", runs, tmp_path / "all", params(grid=True), all_runs=True)
+    assert sorted(c["name"] for c in every["configs"]) == ["pop-none", "sasrec-alibi", "sasrec-lpe"]
+    (runs / "pop-none" / "seed-3" / "run.json").unlink()
+    with pytest.raises(DataError, match="the study grid of 'sample' has no runs for pop-none/seed-3"):
+        stage.run("sample", runs, tmp_path / "r2", params(grid=True))

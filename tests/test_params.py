@@ -42,8 +42,8 @@ def test_unknown_section_is_rejected(tmp_path):
 @pytest.mark.parametrize("text, key", [
     ("train:\n  epochs: three\n", "train.epochs"),
     ("train:\n  epochs: 2.5\n", "train.epochs"),
-    ("train:\n  seeds: 1\n", "train.seeds"),
-    ("train:\n  seeds: [1, x]\n", "train.seeds[1]"),
+    ("study:\n  seeds: 1\n", "study.seeds"),
+    ("study:\n  seeds: [1, x]\n", "study.seeds[1]"),
     ("datasets: sample\n", "datasets"),
     ("preprocess:\n  sample: 3\n", "preprocess.sample"),
     ("train:\n  dropout: true\n", "train.dropout"),
@@ -60,7 +60,7 @@ def test_ints_are_accepted_for_floats_and_scientific_strings(tmp_path):
 
 def test_overrides_apply_and_are_checked(tmp_path):
     path = write(tmp_path, "train:\n  epochs: 3\n")
-    assert load_params(path, ["train.epochs=7", "train.seeds=[1,2]"], strict=False).train.seeds == [1, 2]
+    assert load_params(path, ["train.epochs=7", "study.seeds=[1,2]"], strict=False).study.seeds == [1, 2]
     with pytest.raises(ParamsError, match="unknown params key 'train.epoch'"):
         load_params(path, ["train.epoch=7"], strict=False)
     with pytest.raises(ParamsError, match="not KEY=VALUE"):
@@ -97,7 +97,7 @@ def test_a_key_missing_from_the_file_is_an_error_naming_it_and_its_default(tmp_p
 def test_a_missing_section_is_an_error_and_no_file_means_defaults(tmp_path):
     text = (ROOT / "params.yaml").read_text()
     start = text.index("evaluate:")
-    cut = text[:start] + text[text.index("models:"):]
+    cut = text[:start] + text[text.index("\nstudy:") + 1:]
     with pytest.raises(ParamsError, match="missing params key 'evaluate'. Fix: add it"):
         load_params(write(tmp_path, cut))
     assert load_params(tmp_path / "absent.yaml") == Params()          # no file: the built-in defaults

@@ -18,6 +18,9 @@ from models import MODELS
 from models.base import ModelSpec, Recommender
 from models.encodings.base import PositionalEncoding, Positions
 from pipeline import train as stage
+from pipeline.train import runs as run_files
+from pipeline.train import setup as train_setup
+from pipeline.train import tasks as train_tasks
 from pipeline.errors import DataError, ParamsError, UnknownNameError
 from pipeline.batches import load_samples
 from pipeline.io import write_json, write_split
@@ -97,8 +100,8 @@ def toy_registry(monkeypatch):
 
     monkeypatch.setitem(encodings.ENCODINGS, "toy_lpe", Spec())
     if hasattr(encodings, "build_encoding"):
-        monkeypatch.setattr(stage, "build_encoding",
-                            lambda name, tp, options: ToyEncoding(tp.dim, tp.max_len) if name == "toy_lpe"
+        monkeypatch.setattr(train_setup, "build_encoding",
+                            lambda name, tp, options, dim=None: ToyEncoding(tp.dim, tp.max_len) if name == "toy_lpe"
                             else encodings.build_encoding(name, dim=tp.dim, max_len=tp.max_len, heads=tp.heads,
                                                           layers=tp.layers, options=options))
 
@@ -109,11 +112,15 @@ def toy_registry(monkeypatch):
                                                  presets={"quick": {"epochs": 1, "lr": 0.05}}))
 
 
-def params(**train) -> Params:
-    base = dict(model="toy", encoding="toy_lpe", seeds=[1], epochs=8, batch_size=32, lr=0.02, dim=16,
-                layers=1, heads=1, dropout=0.0, max_len=8, patience=3, select_metric="ndcg@5", device="cpu")
+def params(model: str = "toy", encoding: str = "toy_lpe", seeds=(1,), **train) -> Params:
+    """Params for a hand run: `model` x `encoding` is the study grid (the run's default), seeds study.seeds."""
+    base = dict(epochs=8, batch_size=32, lr=0.02, dim=16, layers=1, heads=1, dropout=0.0, max_len=8, patience=3,
+                select_metric="ndcg@5", device="cpu")
     base.update(train)
-    return from_dict(Params, {"train": base, "evaluate": {"ks": [1, 5], "batch_size": 64}})
+    return from_dict(Params, {"datasets": [], "train": base, "evaluate": {"ks": [1, 5], "batch_size": 64},
+                              "study": {"seeds": list(seeds),
+                                        "next_item": {"models": [model], "encodings": [encoding]}},
+                              "models": {model: {}}, "encodings": {encoding: {}}})
 
 
 # --------------------------------------------------------------------------- training
@@ -125,7 +132,7 @@ def test_toy_model_learns_and_run_folder_is_complete(tmp_path, toy_registry):
     assert res["name"] == "toy-toy_lpe/seed-1" and res["config"] == "toy-toy_lpe"
     assert res["test"]["hr@1"] > 0.95
     run_dir = runs / "toy-toy_lpe" / "seed-1"
-    assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "run.json", "timing.json"]
+    assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "run.json", "test_samples.parquet", "timing.json"]
     assert [p.name for p in runs.rglob("*") if "tmp" in p.name or p.name.startswith(".")] == []
     record = json.loads((run_dir / "run.json").read_text())
     assert record["dataset"] == "toyset" and record["protocol"] == "srgnn" and record["n_items"] == 12
@@ -159,12 +166,13 @@ def test_best_epoch_is_chosen_on_valid_and_test_is_scored_once_with_its_weights(
     scripted = iter([0.1, 0.5, 0.3, 0.2, 0.9])          # patience 2: stops after epoch 4, best = 2
     seen: dict[str, list] = {"valid": [], "test": []}
 
-    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False):
+    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False, per_sample=False):
         seen[split].append({k: v.clone() for k, v in net.state_dict().items()})
         value = next(scripted) if split == "valid" else 0.25
-        return {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
+        out = {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
+        return (out, pl.DataFrame({"greater": [0], "ties": [0]})) if per_sample else out
 
-    monkeypatch.setattr(stage, "score", fake_score)
+    monkeypatch.setattr(train_tasks, "score", fake_score)
     [res] = stage.run("toyset", samples, tmp_path / "runs", params(patience=2), progress=False)
     assert res["best_epoch"] == 2 and res["valid"]["ndcg@5"] == 0.5
     assert len(seen["valid"]) == 4 and len(seen["test"]) == 1
@@ -177,21 +185,27 @@ def test_best_epoch_is_chosen_on_valid_and_test_is_scored_once_with_its_weights(
     assert [h["epoch"] for h in record["history"]] == [1, 2, 3, 4] and record["test"]["hr@1"] == 0.25
 
 
+def state_files(kind: str) -> list[str]:
+    root = run_files.state_root() / kind
+    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+
 def test_failed_run_leaves_no_partial_folder(tmp_path, toy_registry, monkeypatch):
     samples = make_samples(tmp_path / "samples")
-    monkeypatch.setattr(stage, "write_json", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(run_files, "write_json", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError):
         stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
-    left = [p.name for p in (tmp_path / "runs").rglob("*") if p.is_file()]
-    assert len(left) == 1 and left[0].startswith(".seed-1.") and left[0].endswith(".resume.pt")   # resumable
+    assert [p.name for p in (tmp_path / "runs").rglob("*") if p.is_file()] == []
     assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()
+    [kept] = state_files("resume")                       # resumable, outside the runs folder
+    assert kept.endswith(".pt")
 
 
 def test_killed_run_resumes_to_the_same_weights(tmp_path, toy_registry, monkeypatch):
     samples = make_samples(tmp_path / "samples")
     p = params(epochs=4, patience=0, lr_schedule="step", lr_step=1, lr_gamma=0.5, dropout=0.1)
     stage.run("toyset", samples, tmp_path / "full", p, progress=False)
-    real_score, calls = stage.score, []
+    real_score, calls = train_tasks.score, []
 
     def crash_in_epoch_3(net, data, split, *args, **kwargs):
         calls.append(split)
@@ -199,15 +213,17 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, toy_registry, monkeypa
             raise KeyboardInterrupt
         return real_score(net, data, split, *args, **kwargs)
 
-    monkeypatch.setattr(stage, "score", crash_in_epoch_3)
+    monkeypatch.setattr(train_tasks, "score", crash_in_epoch_3)
     with pytest.raises(KeyboardInterrupt):
         stage.run("toyset", samples, tmp_path / "cut", p, progress=False)
-    monkeypatch.setattr(stage, "score", real_score)
+    assert len(state_files("resume")) == 1
+    monkeypatch.setattr(train_tasks, "score", real_score)
     stage.run("toyset", samples, tmp_path / "cut", p, progress=False)
     rel = Path("toy-toy_lpe/seed-1")
     for name in ("checkpoint.pt", "run.json"):
         assert (tmp_path / "full" / rel / name).read_bytes() == (tmp_path / "cut" / rel / name).read_bytes()
-    assert [f.name for f in (tmp_path / "cut" / "toy-toy_lpe").iterdir()] == ["seed-1"]   # resume file gone
+    assert [f.name for f in (tmp_path / "cut" / "toy-toy_lpe").iterdir()] == ["seed-1"]
+    assert state_files("resume") == [] and state_files("done") == []              # state dropped when finished
 
 
 def test_time_limit_tests_the_best_epoch_so_far_and_a_rerun_without_it_goes_on(tmp_path, toy_registry):
@@ -220,13 +236,13 @@ def test_time_limit_tests_the_best_epoch_so_far_and_a_rerun_without_it_goes_on(t
     record = json.loads((tmp_path / "cut" / rel / "run.json").read_text())
     assert record["stopped"] == "time_limit" and record["epochs_run"] == 1 and res["best_epoch"] == 1
     assert 0 <= record["test"]["hr@1"] <= 1 and record["train"]["time_limit"] == 1e-9
-    kept = [f.name for f in (tmp_path / "cut" / "toy-toy_lpe").iterdir()]
-    assert len(kept) == 2 and any(n.endswith(".resume.pt") for n in kept)     # continuable
+    assert [f.name for f in (tmp_path / "cut" / "toy-toy_lpe").iterdir()] == ["seed-1"]
+    assert len(state_files("resume")) == 1                                     # continuable
     stage.run("toyset", samples, tmp_path / "cut", p, progress=False)          # no limit: epochs 2..4
     for name in ("checkpoint.pt", "run.json"):
         assert (tmp_path / "full" / rel / name).read_bytes() == (tmp_path / "cut" / rel / name).read_bytes()
     assert json.loads((tmp_path / "full" / rel / "run.json").read_text())["stopped"] == "epochs"
-    assert [f.name for f in (tmp_path / "cut" / "toy-toy_lpe").iterdir()] == ["seed-1"]
+    assert state_files("resume") == []
 
 
 def test_sampled_softmax_and_step_schedule(tmp_path, toy_registry):
@@ -242,11 +258,12 @@ def test_plateau_schedule_decays_after_lr_step_epochs_without_improvement(tmp_pa
     samples = make_samples(tmp_path / "samples")
     scripted = iter([0.1, 0.2, 0.2, 0.2, 0.3, 0.3, 0.3])      # stalls after epochs 2 and 5
 
-    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False):
+    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False, per_sample=False):
         value = next(scripted) if split == "valid" else 0.25
-        return {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
+        out = {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
+        return (out, pl.DataFrame({"greater": [0], "ties": [0]})) if per_sample else out
 
-    monkeypatch.setattr(stage, "score", fake_score)
+    monkeypatch.setattr(train_tasks, "score", fake_score)
     p = params(lr_schedule="plateau", lr_step=1, lr_gamma=0.5, epochs=7, patience=0)
     stage.run("toyset", samples, tmp_path / "runs", p, progress=False)
     record = json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
@@ -284,9 +301,9 @@ def test_preset_overrides_and_unknown_names(tmp_path, toy_registry):
         stage.run("toyset", samples, tmp_path / "runs", params(), encoding="nope", progress=False)
     with pytest.raises(ParamsError, match="select_metric 'ndcg@10' is not computed"):
         stage.run("toyset", samples, tmp_path / "runs", params(select_metric="ndcg@10"), progress=False)
-    with pytest.raises(ParamsError, match="train.loss must be one of ce, sampled"):
+    with pytest.raises(ParamsError, match="'train.loss' must be one of ce, sampled"):
         stage.run("toyset", samples, tmp_path / "runs", params(loss="bpr"), progress=False)
-    with pytest.raises(ParamsError, match="train.bucket must be >= 0"):
+    with pytest.raises(ParamsError, match="'train.bucket' must be >= 0"):
         stage.run("toyset", samples, tmp_path / "runs", params(bucket=-1), progress=False)
 
 
@@ -484,7 +501,8 @@ def _shifted_toy(tmp_path, users=150, seed=3):
         first, n = int(rng.integers(1, 11)), int(rng.integers(4, 12))
         lines.append(" ".join(map(str, [user] + [(first - 1 + i) % 10 + 1 for i in range(n)])))
     (tmp_path / "toy.txt").write_text("\n".join(lines) + "\n")
-    formats.import_dataset("toy", tmp_path / "toy.txt", "sasrec", tmp_path / "s", tmp_path / "a", params())
+    formats.import_dataset("toy", tmp_path / "toy.txt", "sasrec", tmp_path / "s", tmp_path / "a",
+                           params("sasrec", "lpe"))
     return tmp_path / "a"
 
 

@@ -1,0 +1,194 @@
+"""Epochs with model selection on valid, early stopping, a time limit and resume: task-agnostic.
+
+The loop asks the task (tasks.py) for shuffled batches, a loss and valid metrics. After every epoch
+the valid metrics are computed, the best epoch's weights (on the select metric, in the task's
+direction) are kept, training stops after `patience` epochs without improvement (or `epochs`, or
+the epoch that reaches `time_limit` minutes), and the best weights are left in the model for the
+one test scoring.
+
+Numbers that cannot be trusted stop the run: a NaN or infinite training loss raises TrainingError
+naming the epoch and batch; NaN or infinite scores raise NonFiniteScores (models/metrics.py) with
+the epoch and split added. Nothing is written for such a seed.
+
+Resume: after every epoch the whole loop state (weights, optimiser, schedule, RNG states, history)
+goes to the resume file, so a killed run restarted with the same inputs continues where it stopped
+and ends with the same weights as an uninterrupted one. `time_limit` counts the train + valid
+seconds of every epoch run so far, resumed ones included.
+"""
+from __future__ import annotations
+
+import io
+import math
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..errors import NonFiniteScores, TrainingError
+from ..io import write_bytes
+from ..params import TrainParams
+
+
+def _make_scheduler(opt, tp: TrainParams, maximise: bool):
+    import torch
+    if tp.lr_schedule == "step":
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=tp.lr_step, gamma=tp.lr_gamma)
+    if tp.lr_schedule == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max" if maximise else "min",
+                                                          factor=tp.lr_gamma, patience=tp.lr_step)
+    return None
+
+
+class _Bar:
+    """A rich progress bar for one epoch on stderr (or nothing when progress is off)."""
+
+    def __init__(self, progress, label: str, total: int):
+        self.progress, self.task = progress, progress.add_task(label, total=total, loss=float("nan"))
+
+    def advance(self, n: int, loss: float) -> None:
+        self.progress.update(self.task, advance=n, loss=loss)
+
+
+def _progress():
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn(), transient=True,
+                    console=Console(stderr=True))
+
+
+def train_epoch(net, opt, task, generator, epoch: int, label: str, bar=None) -> float:
+    """One pass over the task's shuffled train batches; returns the mean loss per prediction."""
+    net.train()
+    total, count = 0.0, 0
+    for b, batch in enumerate(task.batches(generator), start=1):
+        opt.zero_grad(set_to_none=True)
+        loss, n = task.loss(net, batch, generator)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise TrainingError(f"{label}: the training loss is {value} at epoch {epoch}, batch {b} (the model "
+                                "diverged); nothing was written for this seed",
+                                "lower train.lr or raise train.weight_decay, then run again")
+        loss.backward()
+        opt.step()
+        total += value * n
+        count += n
+        if bar is not None:
+            bar.advance(n, total / count)
+    return total / max(count, 1)
+
+
+def checked(evaluate: Callable[[], dict], where: str) -> dict:
+    """Run `evaluate`; a NonFiniteScores from it names `where` (epoch and split)."""
+    try:
+        return evaluate()
+    except NonFiniteScores as e:
+        raise NonFiniteScores(f"{e.problem} ({where})", e.fix) from None
+
+
+def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, generator, device, progress: bool,
+               history: list, timing: list, resume_path: Optional[Path],
+               on_epoch: Optional[Callable[[list], None]] = None) -> tuple[int, str, int]:
+    """Train `net` on `task`; leaves the best weights in `net`. Returns (best epoch, why training
+    stopped: "epochs" | "patience" | "time_limit", the epoch a resumed run went on from or 0).
+    `on_epoch(history)` is called after each epoch (curves), also for the epochs a resumed run restored."""
+    import torch
+    maximise = task.higher_is_better(select)
+    opt = torch.optim.Adam(net.parameters(), lr=tp.lr, weight_decay=tp.weight_decay)
+    sched = _make_scheduler(opt, tp, maximise)
+    sign = 1.0 if maximise else -1.0
+    loop = {"epoch": 0, "best_epoch": 0, "best_value": float("-inf"), "best_state": None, "stale": 0}
+    resumed = 0
+    saved = _load_resume(resume_path)
+    if saved is not None:
+        net.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        if sched is not None:
+            sched.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["torch_rng"])
+        generator.set_state(saved["generator"])
+        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+        loop.update(saved["loop"])
+        resumed = loop["epoch"]
+        history += saved["history"]
+        timing += saved["timing"]
+        if on_epoch is not None and history:
+            on_epoch(history)
+    prog = _progress() if progress else None
+    if prog is not None:
+        prog.start()
+
+    def stop_reason() -> Optional[str]:
+        if tp.patience > 0 and loop["stale"] >= tp.patience:
+            return "patience"
+        spent = sum(t["train_s"] + t["valid_s"] for t in timing)
+        if tp.time_limit > 0 and spent >= 60 * tp.time_limit and loop["epoch"] < tp.epochs:
+            return "time_limit"
+        return None
+
+    stopped = "epochs"
+    try:
+        for epoch in range(loop["epoch"] + 1, tp.epochs + 1):
+            if (why := stop_reason()) is not None:                       # stopped before a restart
+                stopped = why
+                break
+            lr = opt.param_groups[0]["lr"]
+            bar = _Bar(prog, f"{label} epoch {epoch}/{tp.epochs}", task.n_train) if prog is not None else None
+            t0 = time.perf_counter()
+            loss = train_epoch(net, opt, task, generator, epoch, label, bar)
+            train_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            valid = checked(lambda: task.evaluate(net, "valid"), f"{label}, epoch {epoch}, valid split")
+            history.append({"epoch": epoch, "loss": loss, "lr": lr, "valid": valid})
+            timing.append({"epoch": epoch, "train_s": train_s, "valid_s": time.perf_counter() - t0,
+                           "samples_per_s": task.n_train / max(train_s, 1e-9)})
+            value = sign * valid[select]
+            loop["epoch"] = epoch
+            if value > loop["best_value"] or loop["best_state"] is None:
+                loop.update(best_epoch=epoch, best_value=value, stale=0,
+                            best_state={k: v.detach().to("cpu", copy=True) for k, v in net.state_dict().items()})
+            else:
+                loop["stale"] += 1
+            if prog is not None:
+                prog.console.print(f"{label} epoch {epoch}: loss {loss:.4f}, valid {select} {valid[select]:.4f}, "
+                                   f"best epoch {loop['best_epoch']}, {timing[-1]['samples_per_s']:,.0f} samples/s",
+                                   highlight=False)
+            if tp.lr_schedule == "plateau":
+                sched.step(valid[select])
+            elif sched is not None:
+                sched.step()
+            if resume_path is not None:
+                _save_resume(resume_path, {
+                    "model": net.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict() if sched is not None else None,
+                    "torch_rng": torch.get_rng_state(), "generator": generator.get_state(),
+                    "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
+                    "loop": loop, "history": history, "timing": timing})
+            if on_epoch is not None:
+                on_epoch(history)
+            if (why := stop_reason()) is not None:
+                stopped = why
+                break
+    finally:
+        if prog is not None:
+            prog.stop()
+    net.load_state_dict(loop["best_state"])
+    return loop["best_epoch"], stopped, resumed
+
+
+def _load_resume(path: Optional[Path]) -> Optional[dict]:
+    import torch
+    if path is None or not path.is_file():
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:            # a damaged resume file (the disk filled up): start the seed afresh
+        path.unlink(missing_ok=True)
+        return None
+
+
+def _save_resume(path: Path, state: dict) -> None:
+    import torch
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    write_bytes(path, buf.getvalue())

@@ -1,0 +1,164 @@
+"""Run folders and the state kept outside them.
+
+    <runs>/<model>-<encoding>[-<tag>]/seed-<n>/      one seed's run (a DVC output per configuration)
+        checkpoint.pt        {"model": state_dict (best epoch), "config": {...}, "epoch": best epoch}
+        run.json             deterministic record: params, versions, fingerprint, valid history per epoch,
+                             best epoch, valid and test metrics, device (same inputs + seed -> same bytes)
+        test_samples.parquet per test sample, in the test split's order: (greater, ties) counts for
+                             next-item runs, the logit for CTR runs (pipeline.significance reads them)
+        timing.json          wall-clock figures (seconds per epoch, samples/s); listed in .dvcignore, so
+                             DVC neither hashes nor caches it and `dvc.lock` stays reproducible
+
+State that must survive DVC (which deletes a stage's outputs before it runs the stage again) lives
+under the state root, `.seqpe/` in the working directory (env SEQPE_STATE overrides), ignored by git
+and DVC:
+
+    .seqpe/resume/<fingerprint>.pt   the loop state after the last finished epoch of an unfinished seed
+    .seqpe/done/<fingerprint>/       a finished seed's run folder, until every seed of its configuration
+                                     is finished (a crash in seed 2 does not retrain seed 1)
+
+The fingerprint hashes everything a seed's result depends on (train params but time_limit, the
+model's and encoding's options, evaluate params, the samples' shard hashes, the seed and the
+versions), so state is reused only by the same inputs.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from ..io import atomic_dir, dumps_json, read_json, write_bytes, write_json
+from ..params import Params, TrainParams, to_dict
+from ..versions import versions
+
+STATE_ENV = "SEQPE_STATE"
+FILES = ("checkpoint.pt", "run.json", "test_samples.parquet", "timing.json")
+
+
+def state_root() -> Path:
+    return Path(os.environ.get(STATE_ENV) or ".seqpe")
+
+
+def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int) -> str:
+    """Hash of everything a run depends on: a resume file or a finished seed is used only by the same inputs."""
+    train = {k: v for k, v in to_dict(tp).items() if k != "time_limit"}    # a longer limit continues it
+    key = {"train": train, "model": params.models.get(tp.model, {}), "seed": seed,
+           "encoding": params.encodings.get(tp.encoding, {}), "evaluate": to_dict(params.evaluate),
+           "n_items": manifest.get("n_items"), "shards": manifest.get("shards"), "versions": versions()}
+    return hashlib.sha256(dumps_json(key).encode("utf-8")).hexdigest()[:20]
+
+
+def resume_path(fp: str) -> Path:
+    return state_root() / "resume" / f"{fp}.pt"
+
+
+def done_path(fp: str) -> Path:
+    return state_root() / "done" / fp
+
+
+def save_run(run_dir: Path, net, record: dict, timing: dict, per_sample) -> None:
+    """checkpoint.pt, run.json, test_samples.parquet and timing.json, swapped into place together (atomic
+    folder); a copy (hard links) goes to the state root until the configuration is finished."""
+    import torch
+    from ..io import write_parquet
+    config = {k: record[k] for k in ("dataset", "model", "encoding", "n_items", "max_len", "train",
+                                     "options", "encoding_options", "seed") if k in record}
+    buf = io.BytesIO()   # saved in memory: torch.save would embed the temporary file name
+    torch.save({"model": net.state_dict(), "config": config, "epoch": record["best_epoch"]}, buf)
+    with atomic_dir(run_dir) as tmp:
+        write_bytes(tmp / "checkpoint.pt", buf.getvalue())
+        write_bytes(tmp / "run.json", dumps_json(record).encode("utf-8"))
+        write_parquet(tmp / "test_samples.parquet", per_sample)
+        write_json(tmp / "timing.json", timing)
+    _copy_tree(run_dir, done_path(record["fingerprint"]))
+
+
+def finished(run_dir: Path, fp: str) -> Optional[dict]:
+    """The record of seed `fp` if it is already finished: in `run_dir` (a hand re-run, or a DVC output
+    left in place), or in the state root (DVC deleted the output after a crash in a later seed), which
+    is then put back in `run_dir`. A run stopped by train.time_limit is not finished."""
+    for where in (run_dir, done_path(fp)):
+        rec = _record(where)
+        if rec is not None and rec.get("fingerprint") == fp and rec.get("stopped") != "time_limit" \
+                and all((where / f).is_file() for f in FILES[:3]):
+            if where != run_dir:
+                _copy_tree(where, run_dir, atomic=True)
+            return rec
+    return None
+
+
+def forget(fps: list[str]) -> None:
+    """Drop the state of a finished configuration (its seeds' resume files and finished copies)."""
+    for fp in fps:
+        resume_path(fp).unlink(missing_ok=True)
+        shutil.rmtree(done_path(fp), ignore_errors=True)
+
+
+def _record(folder: Path) -> Optional[dict]:
+    path = folder / "run.json"
+    if not path.is_file():
+        return None
+    try:
+        rec = read_json(path)
+    except Exception:
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def _copy_tree(src: Path, dst: Path, atomic: bool = False) -> None:
+    """Hard-link (or copy, across file systems) the files of run folder `src` into `dst`."""
+    def fill(target: Path) -> None:
+        for name in FILES:
+            if (src / name).is_file():
+                try:
+                    os.link(src / name, target / name)
+                except OSError:
+                    shutil.copy2(src / name, target / name)
+    if atomic:
+        with atomic_dir(dst) as tmp:
+            fill(tmp)
+        return
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    staging = dst.with_name(dst.name + f".p{os.getpid()}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    fill(staging)
+    os.replace(staging, dst)
+
+
+# --------------------------------------------------------------------------- per-configuration outputs
+
+def write_config_metrics(path: Path, records: list[dict]) -> dict:
+    """The configuration's DVC metrics file, stable keys: {"test": {metric: mean over seeds}, "valid":
+    {...}, "seeds": n} (`dvc metrics diff` / `dvc exp show --sort-by test.ndcg@10` compare them)."""
+    import math
+    def mean(split: str) -> dict:
+        keys = sorted({k for r in records for k in r[split]})
+        return {k: math.fsum(r[split][k] for r in records) / len(records) for k in keys}
+    out = {"test": mean("test"), "valid": mean("valid"), "seeds": len(records)}
+    write_json(path, out)
+    return out
+
+
+def write_curves(live_dir: Path, seed: int, history: list) -> None:
+    """Per-epoch train loss and valid metrics of one seed, through dvclive (DVC plots read its TSVs):
+    <live>/seed-<n>/plots/metrics/{train/loss,valid/<metric>}.tsv. Rewritten from the whole history each
+    time, so a resumed run's curves are those of an uninterrupted one. dvclive's own summary
+    (metrics.json) is dropped: the configuration's DVC metrics file holds the final numbers, and DVC
+    would read a JSON file inside a plots folder as one more plot."""
+    from dvclive import Live
+    out = Path(live_dir) / f"seed-{seed}"
+    if out.exists():
+        shutil.rmtree(out)
+    with Live(str(out), save_dvc_exp=False, dvcyaml=None, report=None, monitor_system=False) as live:
+        for h in history:
+            live.step = h["epoch"]
+            if h.get("loss") is not None:
+                live.log_metric("train/loss", h["loss"])
+            for k, v in h["valid"].items():
+                live.log_metric(f"valid/{k}", v)
+    (out / "metrics.json").unlink(missing_ok=True)

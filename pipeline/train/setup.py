@@ -1,0 +1,125 @@
+"""What one run is: the model, the encoding, the resolved TrainParams and options, the device.
+
+Precedence of the settings (pipeline/presets.py): params.yaml `train:` < the model's preset (and its
+dataset variant) < `--set train.KEY=...` < `--model` / `--encoding`. A run's model and encoding come
+from the command line or the study grid (`study.<task>.models / encodings`): a hand run without
+`--model` trains the grid's first model, without `--encoding` its first encoding (a preset's
+paper encoding when `--preset` is given). An encoding given explicitly to a model that takes none
+(GRU4Rec, POP) is an error, as is a model of the other task (a CTR backbone on next-item data).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Iterable, Optional
+
+from .. import presets
+from ..errors import ParamsError, unknown
+from ..params import Params, TrainParams, from_dict, to_dict
+
+TASKS = {"next_item": "next-item", "ctr": "CTR"}
+
+
+def task_of(manifest: dict) -> str:
+    """The task a samples folder is for: "ctr" for the ctr protocol, else "next_item"."""
+    return "ctr" if manifest.get("protocol") == "ctr" else "next_item"
+
+
+def pick_model(name: Optional[str], task: str, params: Params, models: dict):
+    """The ModelSpec for `name` (default: the study grid's first model of `task`), checked to fit the task."""
+    grid = getattr(params.study, task)
+    name = name or (grid.models[0] if grid.models else (grid.baselines[0] if grid.baselines else None))
+    fitting = sorted(n for n, s in models.items() if s.task == task)
+    if name is None:
+        raise ParamsError(f"no model given and study.{task}.models is empty", f"pass --model (one of: {', '.join(fitting)})")
+    if name not in models:
+        raise unknown("model", name, models)
+    spec = models[name]
+    if spec.task != task:
+        raise ParamsError(f"model '{name}' is a {TASKS[spec.task]} model, but these samples are {TASKS[task]} data",
+                          f"use one of: {', '.join(fitting)}")
+    return spec
+
+
+def pick_encoding(spec, encoding: Optional[str], task: str, params: Params, preset_encoding: Optional[str]) -> str:
+    """The run's encoding name: 'none' for models that take none (an explicit other one is an error)."""
+    import models.encodings as enc
+    if encoding is not None and encoding not in enc.ENCODINGS:
+        raise unknown("encoding", encoding, enc.ENCODINGS)
+    if not spec.uses_encoding:
+        if encoding not in (None, "none"):
+            raise ParamsError(f"model '{spec.name}' takes no positional encoding, so --encoding {encoding} would be "
+                              "ignored", f"drop --encoding (its runs are saved as {spec.name}-none)")
+        return "none"
+    if encoding is not None:
+        return encoding
+    if preset_encoding is not None:
+        return preset_encoding
+    grid = getattr(params.study, task)
+    return grid.encodings[0] if grid.encodings else "none"
+
+
+def resolve_train(train: TrainParams, spec, preset: Optional[str], model: str, encoding: Optional[str],
+                  dataset: str = "", explicit: Iterable[str] = ()) -> TrainParams:
+    """TrainParams after the model's preset (and its variant for `dataset`), the `explicit` keys of
+    `train` (given by --set, kept over the preset) and the command-line model/encoding."""
+    res = presets.resolve(spec.presets, preset, model, dataset)
+    return _train_params(train, res.train, model, encoding, explicit)
+
+
+def resolve_run(params: Params, spec, preset: Optional[str], model: str, encoding: Optional[str], dataset: str,
+                explicit: Iterable[str] = ()) -> tuple[TrainParams, Params, presets.Resolved]:
+    """(TrainParams, Params with the preset's model/encoding options merged under the explicit ones,
+    the preset applied); precedence in pipeline/presets.py."""
+    res = presets.resolve(spec.presets, preset, model, dataset)
+    tp = _train_params(params.train, res.train, model, encoding, explicit)
+    params = dataclasses.replace(params, train=tp, models=presets.merge_options(res.models, params.models),
+                                 encodings=presets.merge_options(res.encodings, params.encodings))
+    return tp, params, res
+
+
+def _train_params(train: TrainParams, preset_train: dict, model: str, encoding: Optional[str],
+                  explicit: Iterable[str]) -> TrainParams:
+    data = to_dict(train)
+    data.update(preset_train)
+    data.update({k: getattr(train, k) for k in explicit if hasattr(train, k)})
+    data["model"] = model
+    if encoding is not None:
+        data["encoding"] = encoding
+    return from_dict(TrainParams, data, "train", run=True)
+
+
+def select_metric(tp: TrainParams, task) -> str:
+    """train.select_metric, with `auto` resolved to the task's default; checked to be computed."""
+    name = task.default_select if tp.select_metric == "auto" else tp.select_metric
+    keys = task.metric_keys
+    if name not in keys:
+        raise ParamsError(f"train.select_metric '{name}' is not computed for {TASKS[task.kind]} data",
+                          f"use auto or one of: {', '.join(keys)}" + (" (or add its K to evaluate.ks)"
+                                                                     if task.kind == "next_item" else ""))
+    return name
+
+
+def pick_device(name: str):
+    import torch
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ParamsError(f"train.device is '{name}' but no CUDA device is available", "set train.device: auto")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ParamsError(f"train.device '{name}' is not a device", "use auto, cpu, cuda or cuda:N") from None
+
+
+def build_encoding(name: str, tp: TrainParams, options: dict, dim: Optional[int] = None):
+    """The encoding object for `name` (models.encodings registry) at width `dim` (default train.dim)."""
+    import models.encodings as enc
+    return enc.build_encoding(name, dim=dim or tp.dim, max_len=tp.max_len, heads=tp.heads,
+                              layers=tp.layers, options=options)
+
+
+def check_tag(tag: Optional[str]) -> None:
+    if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.=+]*", tag):
+        raise ParamsError(f"run tag {tag!r} is not a folder-safe name",
+                          "use letters, digits and _ . = + (e.g. --tag anc or --tag lambda2=0.5)")

@@ -1,0 +1,139 @@
+"""`seqpe train`: every seed of one (model, encoding[, tag]) configuration on one samples folder."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+from .. import presets
+from ..errors import ParamsError
+from ..io import claim_dir, require_kind
+from ..params import Params, to_dict
+from ..report import config_name
+from ..versions import versions
+from . import runs, setup
+from .loop import checked, fit_epochs
+from .tasks import make_task
+
+
+def samples_manifest(dataset: str, samples_dir: Path) -> dict:
+    """The samples folder's manifest (a samples folder, or a one-line error naming the right one)."""
+    from ..errors import DataError
+    manifest = require_kind(samples_dir, "samples", dataset, "train")
+    if setup.task_of(manifest) == "next_item" and (not isinstance(manifest.get("n_items"), int)
+                                                    or manifest["n_items"] < 1):
+        raise DataError(f"{Path(samples_dir) / 'manifest.json'} has no positive integer n_items",
+                        "re-run `seqpe augment` for this dataset")
+    return manifest
+
+
+def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, model: Optional[str] = None,
+        encoding: Optional[str] = None, seeds: Optional[list[int]] = None, preset: Optional[str] = None,
+        progress: bool = True, overrides: Optional[list[str]] = None, tag: Optional[str] = None,
+        metrics_path: Optional[Path] = None, live_dir: Optional[Path] = None) -> list[dict]:
+    """Train every seed of one configuration; return one summary per run.
+
+    Only the samples manifest describes the data (task, n_items or the CTR schema): `dataset` need not
+    be a registered name (`seqpe import diginetica_srgnn ...` then `seqpe train diginetica_srgnn`); it
+    picks the preset's dataset variant. `overrides` are the command line's --set strings: their
+    `train.*` keys win over the preset. `metrics_path` / `live_dir`: the configuration's DVC metrics
+    file and dvclive curves (the study grid's stages pass them)."""
+    import torch
+    from models import MODELS
+
+    setup.check_tag(tag)
+    manifest = samples_manifest(dataset, Path(samples_dir))
+    kind = setup.task_of(manifest)
+    spec = setup.pick_model(model, kind, params, MODELS)
+    res = presets.resolve(spec.presets, preset, spec.name, dataset)
+    enc_name = setup.pick_encoding(spec, encoding, kind, params, res.train.get("encoding"))
+    tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset,
+                                            presets.explicit_train_keys(overrides))
+    if tp.objective == "sequence" and not spec.causal:
+        causal = sorted(n for n, sp in MODELS.items() if sp.causal)
+        raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",
+                          f"use one of: {', '.join(causal)}; or train.objective: prefixes")
+    seeds = list(seeds or params.study.seeds)
+    config = config_name(spec.name, enc_name, tag)
+    run_dirs = {seed: Path(runs_dir) / config / f"seed-{seed}" for seed in seeds}
+    for run_dir in run_dirs.values():
+        claim_dir(run_dir, None, "run")
+    device = setup.pick_device(tp.device)
+    if tp.threads > 0:
+        torch.set_num_threads(tp.threads)
+    task = make_task(kind, samples_dir, manifest, tp, params, spec, device)
+    select = setup.select_metric(tp, task)
+    results, records, fps = [], [], []
+    for seed in seeds:
+        fp = runs.fingerprint(tp, params, manifest, seed)
+        fps.append(fp)
+        record = runs.finished(run_dirs[seed], fp)
+        if record is None:
+            label = f"{dataset} {config} seed {seed}"
+            curves = (lambda h, s=seed: runs.write_curves(live_dir, s, h)) if live_dir is not None else None
+            net, record, timing, per_sample = train_one(spec, task, tp, params, manifest, select, seed, device,
+                                                        progress, runs.resume_path(fp), label, curves)
+            record.update(name=config, tag=tag, preset=applied.record(), fingerprint=fp)
+            runs.save_run(run_dirs[seed], net, record, timing, per_sample)
+            if record["stopped"] != "time_limit":        # kept: the same command with a longer limit goes on
+                runs.resume_path(fp).unlink(missing_ok=True)
+        elif live_dir is not None:
+            runs.write_curves(live_dir, seed, record["history"])
+        records.append(record)
+        results.append({"name": f"{config}/seed-{seed}", "config": config, "seed": seed,
+                        "best_epoch": record["best_epoch"], "valid": record["valid"], "test": record["test"],
+                        "epochs_run": record["epochs_run"], "stopped": record["stopped"],
+                        "run_dir": str(run_dirs[seed])})
+    if metrics_path is not None:
+        runs.write_config_metrics(Path(metrics_path), records)
+    if all(r["stopped"] != "time_limit" for r in records):
+        runs.forget(fps)
+    return results
+
+
+def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed: int, device, progress: bool,
+              resume_path: Optional[Path], label: str, on_epoch=None) -> tuple:
+    """Train (or fit) one seed; return (net with the best weights, record, timing, per-sample test frame)."""
+    import torch
+
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)                      # batch order + negatives
+    enc_options = params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {}
+    encoding = setup.build_encoding(tp.encoding, tp, enc_options) if spec.uses_encoding else None
+    net = task.build(params, encoding).to(device)
+    history, timing = [], []
+    t_start = time.perf_counter()
+    if spec.fitted:
+        t0 = time.perf_counter()
+        task.fit(net)
+        fit_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        valid = checked(lambda: task.evaluate(net, "valid"), f"{label}, valid split")
+        history.append({"epoch": 0, "loss": None, "lr": None, "valid": valid})
+        timing.append({"epoch": 0, "train_s": fit_s, "valid_s": time.perf_counter() - t0,
+                       "samples_per_s": task.n_train / max(fit_s, 1e-9)})
+        best_epoch, stopped, resumed = 0, "fitted", 0
+        if on_epoch is not None:
+            on_epoch(history)
+    else:
+        best_epoch, stopped, resumed = fit_epochs(net, task, tp, select, seed, label, generator, device, progress,
+                                                  history, timing, resume_path, on_epoch)
+    t0 = time.perf_counter()
+    test, per_sample = checked(lambda: task.test(net), f"{label}, test split, best epoch {best_epoch}")
+    test_s = time.perf_counter() - t0
+    best = next(h for h in history if h["epoch"] == best_epoch)
+    record = {
+        "dataset": manifest.get("dataset"), "protocol": manifest.get("protocol"), "task": task.kind,
+        "model": tp.model, "encoding": tp.encoding, "seed": seed, "n_items": manifest.get("n_items"),
+        "max_len": tp.max_len, "train": to_dict(tp), "options": params.models.get(tp.model, {}),
+        "encoding_options": params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {},
+        "evaluate": to_dict(params.evaluate), "samples": task.sizes, "device": device.type,
+        "parameters": sum(p.numel() for p in net.parameters()), "versions": versions(),
+        "history": history, "epochs_run": 0 if spec.fitted else len(history),
+        "best_epoch": best_epoch, "stopped": stopped,
+        "select_metric": select, "valid": best["valid"], "test": test,
+    }
+    timing_rec = {"device": str(device), "threads": torch.get_num_threads(), "epochs": timing,
+                  "resumed_from_epoch": resumed, "test_s": test_s, "total_s": time.perf_counter() - t_start}
+    return net, record, timing_rec, per_sample
+

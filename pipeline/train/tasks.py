@@ -1,0 +1,251 @@
+"""Tasks: what the training loop trains on and how a model is scored. The loop (loop.py) never asks
+which task it runs; it asks the task for batches, a loss and metrics.
+
+    task.kind                 "next_item" | "ctr"
+    task.sizes                predictions per split (run.json "samples")
+    task.n_train              predictions per train epoch (progress, samples/s)
+    task.metric_keys          metrics `evaluate` returns; task.default_select (train.select_metric: auto)
+    task.higher_is_better(m)  direction of a metric for model selection
+    task.build(params, encoding_fn) -> model        the backbone for the samples' vocabulary
+    task.batches(generator)   shuffled train batches on the device (seeded by `generator`)
+    task.loss(net, batch, generator) -> (loss, predictions in the batch)
+    task.evaluate(net, split) -> metrics            valid / test metrics
+    task.test(net) -> (metrics, per-sample frame)   the one test scoring (significance tests read the frame)
+
+NextItemTask (srgnn / leave_one_out data): softmax cross-entropy over all items (`loss: ce`, FPARec
+003 §3.3 / SASRec with full softmax), or sampled softmax over the target and `negatives` uniformly
+drawn items shared by the batch (`loss: sampled`; uniform sampling needs no log-Q correction because
+it shifts every logit alike); a backbone may bring its own objective (`Recommender.training_loss`:
+GRU4Rec's BPR-max, BPR-MF). Objective `prefixes` trains on (prefix, next item) samples in
+length-bucketed shuffled batches; `sequence` has a causal backbone read a whole leave-one-out train
+sequence and predict the next item at every position (SASRec's training, 003 Eq. 11). Metrics:
+full-ranking HR / MRR / NDCG at evaluate.ks with the exact tie rule (models/metrics.py).
+
+CTRTask (ctr data, CAPE 001 §5): pointwise binary cross-entropy on the click label plus the
+backbone's auxiliary loss (DIEN, DMIN); metrics AUC, gAUC and logloss (models/metrics.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+import numpy as np
+
+from ..batches import Samples, batches, load_samples, load_sequences, load_sessions
+from ..errors import DataError
+from ..io import SPLITS
+from ..params import Params, TrainParams
+
+
+# --------------------------------------------------------------------------- next-item pieces
+
+def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: bool = True,
+          mask_history: bool = False, per_sample: bool = False):
+    """Full-ranking metrics of `net` on one split; scores stay on the device, batch by batch.
+    `mask_history` takes the items of each row's input out of the ranking (models.metrics.mask_seen).
+    With `per_sample`, also return a frame of each row's (greater, ties) counts in file order (the
+    counts the tie rule turns into any metric; pipeline.significance reads them).
+
+    Rows are served sorted by prefix length (every row once, so the metrics are those of any
+    order) so that trimmed batches carry little padding."""
+    import torch
+    from models.metrics import RankingMetrics, mask_seen
+    acc = RankingMetrics(ks)
+    n = len(samples)
+    greater = torch.zeros(n, dtype=torch.int32) if per_sample else None
+    ties = torch.zeros(n, dtype=torch.int32) if per_sample else None
+    net.eval()
+    with torch.inference_mode():
+        for seqs, targets, idx in batches(samples, batch_size, device=device, trim=trim, by_length=trim,
+                                          with_index=True):
+            scores = net(seqs)                                           # (B, N)
+            scores = mask_seen(scores, seqs) if mask_history else scores
+            acc.update(scores, targets)
+            if per_sample:
+                g, t = rank_counts(scores, targets)                      # (B,), (B,)
+                greater[idx], ties[idx] = g.to("cpu", torch.int32), t.to("cpu", torch.int32)
+    metrics = acc.compute()
+    if not per_sample:
+        return metrics
+    import polars as pl
+    return metrics, pl.DataFrame({"greater": greater.numpy(), "ties": ties.numpy()})
+
+
+def rank_counts(scores, targets):
+    """Per row: items (padding excluded) scored strictly above the target, and other items tied with it."""
+    items = scores[:, 1:]                                                 # (B, N-1)
+    target = scores.gather(1, targets.long()[:, None])                    # (B, 1)
+    return (items > target).sum(1), (items == target).sum(1) - 1         # (B,), (B,)
+
+
+def loss_fn(net, seqs, targets, tp: TrainParams, n_items: int, generator):
+    """Cross-entropy over all items, or sampled softmax over target + shared uniform negatives.
+
+    targets (B,): one next item per row (objective prefixes). targets (B, L): the next item of every
+    position, 0 where none (objective sequence): the causal backbone's hidden state at each real
+    position is scored against its own target, all positions of the batch weighted alike."""
+    import torch
+    import torch.nn.functional as F
+    if targets.dim() == 2:
+        where = targets != 0                                             # (B, L)
+        h, targets = net.hidden(seqs)[where], targets[where]             # (T, D), (T,)
+        if tp.loss == "ce":                                              # column 0 (padding) left out, as
+            return F.cross_entropy(h @ net.item_weights()[1:].t(), targets - 1)  # forward's -inf does
+    elif tp.loss == "ce":
+        return F.cross_entropy(net(seqs), targets)                       # (B, N) logits, col 0 = -inf
+    else:
+        h = net.encode(seqs)                                             # (B, D)
+    w = net.item_weights()                                               # (N, D)
+    neg = torch.randint(1, n_items + 1, (tp.negatives,), generator=generator).to(seqs.device)  # (M,)
+    pos = (h * w[targets]).sum(-1, keepdim=True)                         # (B, 1)
+    negs = h @ w[neg].t()                                                # (B, M)
+    negs = negs.masked_fill(neg[None, :] == targets[:, None], float("-inf"))  # accidental hits
+    logits = torch.cat([pos, negs], 1)                                   # (B, 1 + M)
+    return F.cross_entropy(logits, torch.zeros_like(targets))
+
+
+class NextItemTask:
+    kind = "next_item"
+
+    def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device):
+        self.tp, self.ev, self.spec, self.device = tp, params.evaluate, spec, device
+        self.n_items = int(manifest["n_items"])
+        self.data = {split: (load_sequences if split == "train" and tp.objective == "sequence" else load_samples)(
+            samples_dir, split, tp.max_len) for split in SPLITS}
+        for split in SPLITS:
+            d = self.data[split]
+            if len(d) == 0:
+                raise DataError(f"the {split} split of {samples_dir} has no samples", "check the dataset's protocol")
+            real = d.targets[d.targets != 0] if d.targets.ndim == 2 else d.targets
+            if int(max(d.seqs.max(), d.targets.max())) > self.n_items or int(real.min()) < 1:
+                raise DataError(f"{split} samples hold item ids outside 1..{self.n_items} (n_items)",
+                                "re-run `seqpe augment` so samples and manifest agree")
+        self.sessions = load_sessions(samples_dir, "train") if spec.fitted else None
+
+    # -- what the loop and the records read
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {s: self.data[s].n_targets for s in SPLITS}
+
+    @property
+    def n_train(self) -> int:
+        return self.data["train"].n_targets
+
+    @property
+    def metric_keys(self) -> list[str]:
+        from models.metrics import metric_keys
+        return metric_keys(self.ev.ks)
+
+    @property
+    def default_select(self) -> str:
+        return "ndcg@10" if 10 in self.ev.ks else f"ndcg@{max(self.ev.ks)}"
+
+    def higher_is_better(self, metric: str) -> bool:
+        return True
+
+    # -- model, batches, loss, metrics
+    def build(self, params: Params, encoding):
+        from models import build_model
+        return build_model(self.tp.model, n_items=self.n_items, max_len=self.tp.max_len, train=self.tp,
+                           options=params.models.get(self.tp.model, {}), encoding=encoding)
+
+    def fit(self, net) -> None:
+        """Fitted baselines (POP, S-POP, Item-KNN): one pass over the train sessions."""
+        import torch
+        items, session = self.sessions
+        net.fit(torch.from_numpy(items).to(self.device), torch.from_numpy(session).to(self.device))
+
+    def batches(self, generator):
+        tp = self.tp
+        return batches(self.data["train"], tp.batch_size, shuffle=True, generator=generator, device=self.device,
+                       trim=tp.trim_padding, bucket=tp.bucket if tp.trim_padding else 0)
+
+    def loss(self, net, batch, generator):
+        seqs, targets = batch
+        own = net.training_loss(seqs, targets, generator)
+        loss = own if own is not None else loss_fn(net, seqs, targets, self.tp, self.n_items, generator)
+        n = int((targets != 0).sum()) if targets.dim() == 2 else len(targets)   # predictions in the batch
+        return loss, n
+
+    def evaluate(self, net, split: str) -> dict[str, float]:
+        ev = self.ev
+        return score(net, self.data[split], split, ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
+                     mask_history=ev.mask_history)
+
+    def test(self, net):
+        ev = self.ev
+        return score(net, self.data["test"], "test", ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
+                     mask_history=ev.mask_history, per_sample=True)
+
+
+# --------------------------------------------------------------------------- CTR
+
+class CTRTask:
+    kind = "ctr"
+    METRICS = ("auc", "gauc", "logloss")
+
+    def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device):
+        from ..ctr_batches import ctr_schema, load_ctr
+        self.tp, self.ev, self.spec, self.device = tp, params.evaluate, spec, device
+        self.schema = ctr_schema(manifest, tp.max_len)
+        self.data = {split: load_ctr(samples_dir, split, tp.max_len) for split in SPLITS}
+        for split in SPLITS:
+            if len(self.data[split]) == 0:
+                raise DataError(f"the {split} split of {samples_dir} has no rows", "check the dataset's protocol")
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {s: len(self.data[s]) for s in SPLITS}
+
+    @property
+    def n_train(self) -> int:
+        return len(self.data["train"])
+
+    metric_keys = list(METRICS)
+    default_select = "auc"
+
+    def higher_is_better(self, metric: str) -> bool:
+        return metric != "logloss"
+
+    def build(self, params: Params, encoding):
+        from models import build_model
+        return build_model(self.tp.model, schema=self.schema, train=self.tp,
+                           options=params.models.get(self.tp.model, {}), encoding=encoding)
+
+    def batches(self, generator):
+        from ..ctr_batches import ctr_batches
+        return ctr_batches(self.data["train"], self.tp.batch_size, shuffle=True, generator=generator,
+                           device=self.device)
+
+    def loss(self, net, batch, generator):
+        import torch.nn.functional as F
+        out = net(batch)
+        loss = F.binary_cross_entropy_with_logits(out.logits, batch.label)
+        if out.aux_loss is not None:
+            loss = loss + out.aux_loss
+        return loss, len(batch)
+
+    def _score(self, net, split: str):
+        import torch
+        from models.metrics import CTRMetrics
+        from ..ctr_batches import ctr_batches
+        acc, logits = CTRMetrics(), []
+        net.eval()
+        with torch.inference_mode():
+            for batch in ctr_batches(self.data[split], self.ev.batch_size, device=self.device):
+                out = net(batch).logits.float()                          # (B,) metrics in fp32 or better
+                acc.update(out, batch.label, batch.group)
+                logits.append(out.to("cpu"))
+        return acc.compute(), torch.cat(logits)
+
+    def evaluate(self, net, split: str) -> dict[str, float]:
+        return self._score(net, split)[0]
+
+    def test(self, net):
+        import polars as pl
+        metrics, logits = self._score(net, "test")
+        return metrics, pl.DataFrame({"logit": logits.numpy().astype(np.float32)})
+
+
+def make_task(kind: str, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec,
+              device) -> "NextItemTask | CTRTask":
+    return (CTRTask if kind == "ctr" else NextItemTask)(Path(samples_dir), manifest, tp, params, spec, device)
+
