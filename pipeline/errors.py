@@ -31,6 +31,10 @@ class DownloadError(SeqpeError):
     """Fetching, verifying or unpacking a raw source failed."""
 
 
+class NonFiniteScores(SeqpeError):
+    """A model produced NaN or +-inf scores (it diverged): such a score has no rank."""
+
+
 class UnknownNameError(SeqpeError):
     """An unknown dataset / model / encoding name."""
 
