@@ -75,13 +75,16 @@ def greater_and_ties(scores: torch.Tensor, targets: torch.Tensor) -> tuple[torch
         f"scores {tuple(scores.shape)} and targets {tuple(targets.shape)} do not match"
     items = scores[:, 1:]                                           # (B, N-1) padding excluded
     targets = targets.long()
-    finite = torch.isfinite(items).all(1)                           # (B,)
+    # a NaN/inf item makes its row's sum non-finite: a cheap pass first, the exact test only then
+    # (a finite row can overflow the sum; float16 rows are summed in float32)
+    row_sums = items.sum(1, dtype=torch.promote_types(items.dtype, torch.float32))  # (B,)
     in_range = (targets >= 1) & (targets < scores.shape[1])         # (B,)
-    if not bool((finite & in_range).all()):                         # one host sync per batch
+    if not bool((torch.isfinite(row_sums) & in_range).all()):       # one host sync per batch
         assert bool(in_range.all()), f"targets must be item ids in 1..{scores.shape[1] - 1}"
-        bad = int((~finite).sum())
-        raise NonFiniteScores(f"scores are not finite (NaN or +-inf in {bad} of {scores.shape[0]} rows of a batch)",
-                              DIVERGED_FIX)
+        bad = int((~torch.isfinite(items).all(1)).sum())
+        if bad:
+            raise NonFiniteScores(f"scores are not finite (NaN or +-inf in {bad} of {scores.shape[0]} rows of a "
+                                  "batch)", DIVERGED_FIX)
     target_scores = scores.gather(1, targets[:, None])              # (B, 1)
     greater = (items > target_scores).sum(1)                        # (B,)
     ties = (items == target_scores).sum(1) - 1                      # (B,) the target itself left out

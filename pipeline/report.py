@@ -155,7 +155,8 @@ TIE_NOTE = ("Ranking metrics x100 (full ranking, PROTOCOLS.md §5). Ties: a targ
             "tied with it is credited the exact mean over ranks g+1..g+t+1 (HR@K = clamp((K-g)/(t+1), 0, 1)); "
             "NaN/inf scores are errors; AUC and gAUC count tied pairs one half. Cells: mean ± half-width of the "
             "95% confidence interval (Student t over seeds) (sd = sample std); one seed shows the mean only.")
-TESTS_NOTE = ("vs baseline: Δ = configuration − baseline (ranking metrics, RR and AUC x100, logloss raw). Seed test: "
+TESTS_NOTE = ("vs baseline: Δ = configuration − baseline (ranking metrics, RR and AUC x100, logloss raw). "
+              "Seed test: "
               "paired t-test over the common seeds (scipy.stats.ttest_rel), d_z = mean Δ / sd of the Δs, "
               "[95% CI of the mean Δ] (Student t); with fewer than 3 common seeds it concludes nothing and is "
               "left blank. Per-sample tests on the test rows, each configuration's seeds averaged first: "
@@ -208,10 +209,9 @@ def comparison_cells(row: dict, metrics: list[str]) -> list[str]:
     if sample is None:
         cells += [""] * 5
     else:
-        boot = sample["bootstrap"]
+        boot, statistic = sample["bootstrap"], significance.BOOTSTRAP_STATISTIC[comp["task"]]
         cells += [sample["quantity"], _delta(sample["diff"], _scale(sample["quantity"])), _num(sample["p"], ".3g"),
-                  _num(sample["r"], "+.3f"),
-                  f"{_delta(boot['diff'], 100.0, boot['lo'], boot['hi'])} ({significance.BOOTSTRAP_STATISTIC[comp['task']]})"]
+                  _num(sample["r"], "+.3f"), f"{_delta(boot['diff'], 100.0, boot['lo'], boot['hi'])} ({statistic})"]
     return cells + [comp["verdict"]]
 
 

@@ -20,7 +20,7 @@ over test samples (rows of the one test split, in its file order, from each seed
     paired bootstrap 95% CI (scipy.stats.bootstrap, percentile method, 2000 resamples, seed 0) of
     mean(d) (next-item) or of AUC(config) - AUC(baseline) (CTR: rows resampled jointly, each
     configuration's AUC the mean over its seeds). Bootstrap resamples at most MAX_BOOTSTRAP_ROWS
-    rows (a seeded random subset, said in the result): KuaiVideo's millions of test rows x 2000
+    (100,000) rows (a seeded random subset, said in the result): KuaiVideo's millions of test rows x 2000
     resamples would not fit. BCa is not used: its jackknife costs n^2.
 
 The resampled AUC is computed here from resampling weights (a row drawn k times counts k times)
@@ -90,7 +90,11 @@ def read_test_samples(path: str | Path) -> dict[str, np.ndarray]:
 def read_test_labels(samples_dir: str | Path) -> np.ndarray:
     """The `label` column of a CTR samples folder's test split, in file order (S,) int64."""
     from .io import scan_split
-    df = scan_split(samples_dir, "test").select("label").collect()
+    try:
+        df = scan_split(samples_dir, "test").select("label").collect()
+    except pl.exceptions.ColumnNotFoundError:
+        raise DataError(f"the test split of {samples_dir} has no label column",
+                        "pass the samples folder of the CTR dataset the runs were trained on") from None
     return df["label"].to_numpy().astype(np.int64)
 
 

@@ -138,6 +138,13 @@ def test_non_finite_item_scores_are_an_error(bad):
     assert [x.item() for x in greater_and_ties(padding, torch.tensor([2]))] == [1, 0]
 
 
+def test_huge_finite_scores_are_not_mistaken_for_a_divergence():
+    huge = torch.tensor([[0.0, 3e38, 3e38, -3e38, 2e38]])                 # row sum overflows float32
+    assert [x.item() for x in greater_and_ties(huge, torch.tensor([4]))] == [2, 0]
+    half = torch.tensor([[0.0, 60000.0, 60000.0, 1.0]], dtype=torch.float16)   # float16 sum overflows too
+    assert [x.item() for x in greater_and_ties(half, torch.tensor([3]))] == [2, 0]
+
+
 def test_mask_seen_takes_the_input_items_out_of_the_ranking():
     # items 1..5; row 0 saw items 2 and 4 (left padding 0), target 3; row 1 saw its own target 5
     scores = torch.tensor([[-INF, 0.1, 0.9, 0.5, 0.8, 0.2],

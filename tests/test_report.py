@@ -132,7 +132,8 @@ def test_report_compares_with_the_first_configuration(tmp_path):
     ref = stats.ttest_rel(NDCG["sasrec-lpe"], NDCG["pop-none"])
     d = np.subtract(NDCG["sasrec-lpe"], NDCG["pop-none"])
     t_nd = comp["seed_tests"]["ndcg@10"]
-    assert t_nd["n"] == 3 and t_nd["p"] == pytest.approx(ref.pvalue) and t_nd["dz"] == pytest.approx(d.mean() / d.std(ddof=1))
+    assert t_nd["n"] == 3 and t_nd["p"] == pytest.approx(ref.pvalue)
+    assert t_nd["dz"] == pytest.approx(d.mean() / d.std(ddof=1))
     assert comp["seed_tests"]["mrr@10"]["p"] == pytest.approx(ref.pvalue)         # mrr = ndcg / 2
     # samples: expected RR per sample (tie rule), averaged over the 3 seeds, then Wilcoxon
     x = {n: np.mean([[rr(g, t) for g, t in zip(GREATER[n][i], TIES[n][i])] for i in range(3)], axis=0) for n in GREATER}
@@ -216,6 +217,9 @@ def test_ctr_report_uses_log_loss_and_auc_with_the_samples_labels(tmp_path):
     assert "Wilcoxon logloss (better)" in comp["verdict"] and "bootstrap auc (better)" in comp["verdict"]
     no_labels = report.run([runs], baseline="din-none")[0]["comparison"]
     assert no_labels["sample"] is None and "need the test labels" in no_labels["verdict"]
+    write_split(tmp_path / "other", "test", pl.DataFrame({"item": [1, 2]}))
+    with pytest.raises(DataError, match="has no label column"):
+        report.run([runs], samples=tmp_path / "other")
 
 
 def test_cli_report_with_baseline_prints_the_tests(tmp_path):
@@ -230,4 +234,5 @@ def test_cli_report_with_baseline_prints_the_tests(tmp_path):
     assert "wilcoxon_p" in out.read_text().splitlines()[0]
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(runs), "--baseline", "x"],
                           cwd=ROOT, capture_output=True, text=True, env=env)
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "baseline 'x' is not a configuration" in proc.stderr
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "baseline 'x' is not a configuration" in proc.stderr

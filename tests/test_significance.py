@@ -117,7 +117,8 @@ def test_bootstrap_auc_diff_point_estimate_and_interval():
 def test_test_samples_round_trip_and_format_errors(tmp_path):
     sig.write_test_samples(tmp_path / "a.parquet", greater=[0, 4, 2], ties=[1, 0, 0])
     got = sig.read_test_samples(tmp_path / "a.parquet")
-    assert set(got) == {"greater", "ties"} and got["greater"].tolist() == [0, 4, 2] and got["ties"].tolist() == [1, 0, 0]
+    assert set(got) == {"greater", "ties"}
+    assert got["greater"].tolist() == [0, 4, 2] and got["ties"].tolist() == [1, 0, 0]
     assert pl.read_parquet(tmp_path / "a.parquet").schema == {"greater": pl.Int32, "ties": pl.Int32}
     pl.DataFrame({"logit": [0.5, -1.25]}, schema={"logit": pl.Float32}).write_parquet(tmp_path / "b.parquet")
     assert sig.read_test_samples(tmp_path / "b.parquet")["logit"].tolist() == [0.5, -1.25]
