@@ -8,9 +8,13 @@ They are fitted, not trained (ModelSpec.fitted): `fit(items, session)` sees ever
 click at once, as whole sessions: `items` (T,) the clicks in order and `session` (T,) a
 non-decreasing session index (pipeline.batches.load_sessions rebuilds them from the samples,
 so a prefix-augmented session counts once, not once per prefix). The state lives in fixed-size
-buffers so a checkpoint restores it. Scores are float64 and strictly ordered: every model breaks
-its ties by global popularity and then by item id (a lower id first), because the ranking metric
-counts only strictly greater scores and ties would otherwise flatter the target.
+buffers so a checkpoint restores it. Scores are float64.
+
+POP scores an item by its training clicks, nothing else: items with equal counts tie, and the
+ranking metric counts those ties exactly (models.metrics, PROTOCOLS.md §5: the target's rank is
+averaged over the tie run), so no arbitrary order (e.g. by item id) decides who is hit. S-POP
+orders by the count in the session, then by global clicks (its defined tie-break); items equal on
+both still tie. Item-KNN breaks its ties by global popularity and then by item id.
 """
 from __future__ import annotations
 
@@ -98,20 +102,28 @@ class _Fitted(Recommender):
 
 
 class Pop(_Fitted):
-    """POP: the same ranking for every session, by training click count."""
+    """POP: the same ranking for every session, by training click count (`pop` holds the counts;
+    equal counts tie)."""
+
+    def fit(self, items: torch.Tensor, session: torch.Tensor) -> None:
+        self.pop.copy_(item_counts(items, self.n_items))
 
     def forward(self, seqs: torch.Tensor) -> torch.Tensor:
         return self._finish(self.pop.expand(seqs.shape[0], -1).clone())  # (B, N)
 
 
-class SessionPop(_Fitted):
-    """S-POP: items of the current session by their count in it, then by global popularity."""
+class SessionPop(Pop):
+    """S-POP: items of the current session by their count in it, then by global click count.
+
+    score = count_in_session * (max_clicks + 1) + clicks: integers, exact in float64 (far below
+    2^53), so global clicks only break ties of the session count and equal pairs tie."""
 
     def forward(self, seqs: torch.Tensor) -> torch.Tensor:
         B = seqs.shape[0]
         in_session = torch.zeros(B, self.n_items + 1, dtype=torch.float64, device=seqs.device)
         in_session.scatter_add_(1, seqs, (seqs != 0).double())          # (B, N)
-        return self._finish(in_session + self.pop[None, :])             # pop in (0, 1]: only breaks ties
+        scale = self.pop.max() + 1                                      # () > every click count
+        return self._finish(in_session * scale + self.pop[None, :])     # (B, N)
 
 
 class ItemKNN(_Fitted):

@@ -224,12 +224,21 @@ def evaluate(dataset: str,
 @app.command()
 def report(runs: Annotated[Optional[list[Path]], typer.Argument(help="runs folders (default data/runs)")] = None,
            out: Annotated[Optional[Path], typer.Option("--out", help="also write FILE.md or FILE.csv")] = None,
+           baseline: Annotated[Optional[str], typer.Option(
+               "--baseline", help="configuration the others are tested against, e.g. sasrec-lpe "
+                                  "(default: each dataset's first in sorted order)")] = None,
+           samples: Annotated[Optional[Path], typer.Option(
+               "--samples", help="CTR runs: the samples folder whose test labels the per-sample tests need")] = None,
            quiet: QuietOpt = False):
-    """Aggregate runs over seeds: mean, std and 95% CI of every test metric, per configuration."""
+    """Aggregate runs over seeds (mean, std and 95% CI of every test metric) and test each
+    configuration against a baseline (paired t-test over seeds, Wilcoxon and bootstrap over samples)."""
     from . import report as stage
-    rows = stage.run(runs or [Path("data") / "runs"], out)
+    rows = stage.run(runs or [Path("data") / "runs"], out, baseline=baseline, samples=samples)
     if not quiet:
         console.print(stage.rich_table(rows))
+        table = stage.comparison_table(rows)
+        if table is not None:
+            console.print(table)
         if out is not None:
             console.print(f"wrote {out}")
 

@@ -36,7 +36,7 @@ class TrainingError(SeqpeError):
 
 
 class NonFiniteScores(SeqpeError):
-    """A model scored items with NaN or infinity (a diverged model): never turned into a metric."""
+    """A model produced NaN or +-inf scores (it diverged): such a score has no rank, never a metric."""
 
 
 class UnknownNameError(SeqpeError):

@@ -1,16 +1,16 @@
-"""Aggregate runs over seeds: mean, sample std and 95% confidence interval per metric.
+"""Aggregate runs over seeds (mean, sample std, 95% CI per metric) and compare configurations.
 
 A configuration is (dataset, protocol, model, encoding); its seeds are the runs under
 `<runs>/<model>-<encoding>/seed-<n>/run.json`. For n seeds with values x_1..x_n:
 
     mean = sum(x) / n
     std  = sqrt(sum((x - mean)^2) / (n - 1))            (sample std, ddof = 1)
-    ci95 = t_{0.975, n-1} * std / sqrt(n)               (half-width of the 95% CI, Student t)
+    ci95 = t_{0.975, n-1} * std / sqrt(n)               (half-width of the 95% CI, Student t: scipy.stats.t)
 
 std and ci95 are None for a single seed (the PE study 004 reports all three because single
-runs mislead). The t quantile is computed here without scipy: the two-sided t CDF has a
-closed form for integer degrees of freedom (Abramowitz & Stegun 26.7.3-4), inverted by
-bisection.
+runs mislead). `run` also compares every configuration of a dataset with a baseline
+configuration (pipeline.significance: paired t-test over seeds, Wilcoxon signed-rank and a
+paired bootstrap over test samples) and attaches the result to the row as "comparison".
 
 Outputs: a rich table (CLI), Markdown (values x100, as the papers print them) and CSV
 (raw values in [0, 1]). Torch-free.
@@ -24,6 +24,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Optional
 
+from scipy import stats
+
+from . import significance
 from .errors import DataError, ParamsError
 from .io import read_json, write_bytes
 
@@ -32,40 +35,10 @@ _FAMILY = {"hr": 0, "recall": 0, "mrr": 1, "ndcg": 2, "auc": 3, "gauc": 4, "logl
 
 # --------------------------------------------------------------------------- statistics
 
-def t_two_sided_cdf(t: float, df: int) -> float:
-    """P(|T| <= t) for Student's t with integer df >= 1 (A&S 26.7.3 odd df, 26.7.4 even df)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    theta = math.atan(abs(t) / math.sqrt(df))
-    c2, s = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2 == 1:
-        total, term = 0.0, math.cos(theta)
-        for j in range(1, df - 1, 2):           # cos^1 .. cos^(df-2)
-            total += term
-            term *= (j + 1) / (j + 2) * c2
-        return (2 / math.pi) * (theta + s * total)
-    total, term = 0.0, 1.0
-    for j in range(0, df - 1, 2):               # cos^0 .. cos^(df-2)
-        total += term
-        term *= (j + 1) / (j + 2) * c2
-    return s * total
-
-
 @lru_cache(maxsize=None)
 def t_quantile(df: int, level: float = 0.95) -> float:
     """t such that P(|T| <= t) = level (e.g. 12.706 for df=1, 2.262 for df=9 at 95%)."""
-    lo, hi = 0.0, 1.0
-    while t_two_sided_cdf(hi, df) < level:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if t_two_sided_cdf(mid, df) < level:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12:
-            break
-    return (lo + hi) / 2
+    return float(stats.t.ppf((1 + level) / 2, df))
 
 
 def summarize(values: list[float]) -> dict:
@@ -110,12 +83,20 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
     return records
 
 
-def aggregate(records: list[dict]) -> list[dict]:
-    """Group runs by (dataset, protocol, model, encoding, tag); summarise every test metric over seeds."""
+def _config_key(rec: dict) -> tuple:
+    return str(rec.get("dataset")), str(rec.get("protocol")), rec["model"], rec["encoding"], rec.get("tag") or ""
+
+
+def _by_config(records: list[dict]) -> dict[tuple, list[dict]]:
     groups: dict[tuple, list[dict]] = {}
     for rec in records:
-        key = (str(rec.get("dataset")), str(rec.get("protocol")), rec["model"], rec["encoding"], rec.get("tag") or "")
-        groups.setdefault(key, []).append(rec)
+        groups.setdefault(_config_key(rec), []).append(rec)
+    return groups
+
+
+def aggregate(records: list[dict]) -> list[dict]:
+    """Group runs by (dataset, protocol, model, encoding, tag); summarise every test metric over seeds."""
+    groups = _by_config(records)
     rows = []
     for (dataset, protocol, model, encoding, tag), recs in sorted(groups.items()):
         recs = sorted(recs, key=lambda r: r["seed"])
@@ -133,6 +114,28 @@ def metric_keys(rows: list[dict]) -> list[str]:
     return sorted({k for row in rows for k in row["metrics"]}, key=metric_order)
 
 
+def compare(records: list[dict], rows: list[dict], baseline: Optional[str] = None, labels=None) -> list[dict]:
+    """Attach `row["comparison"]` (pipeline.significance.compare) to every row of a dataset that is
+    not its baseline (None on the baseline row). baseline: a configuration name, by default the
+    first in sorted order of each (dataset, protocol). Returns the rows."""
+    configs: dict[tuple, dict[str, list[dict]]] = {}
+    for (dataset, protocol, model, encoding, tag), recs in sorted(_by_config(records).items()):
+        configs.setdefault((dataset, protocol), {})[config_name(model, encoding, tag or None)] = recs
+    names = sorted({name for group in configs.values() for name in group})
+    if baseline is not None and baseline not in names:
+        raise ParamsError(f"baseline '{baseline}' is not a configuration of these runs",
+                          f"use one of: {', '.join(names)}")
+    results: dict[tuple, dict] = {}
+    for key, group in configs.items():
+        base = baseline if baseline is not None else next(iter(group))   # the table's first row
+        if base in group and len(group) > 1:
+            for comp in significance.compare(group, base, labels):
+                results[(*key, comp["name"])] = comp
+    for row in rows:
+        row["comparison"] = results.get((row["dataset"], row["protocol"], row["name"]))
+    return rows
+
+
 # --------------------------------------------------------------------------- rendering
 
 def _cell(stat: Optional[dict], scale: float = 100.0) -> str:
@@ -148,6 +151,70 @@ def _scale(key: str) -> float:
     return 1.0 if key.startswith("logloss") else 100.0
 
 
+TIE_NOTE = ("Ranking metrics x100 (full ranking, PROTOCOLS.md §5). Ties: a target with g items above it and t "
+            "tied with it is credited the exact mean over ranks g+1..g+t+1 (HR@K = clamp((K-g)/(t+1), 0, 1)); "
+            "NaN/inf scores are errors; AUC and gAUC count tied pairs one half. Cells: mean ± half-width of the "
+            "95% confidence interval (Student t over seeds) (sd = sample std); one seed shows the mean only.")
+TESTS_NOTE = ("vs baseline: Δ = configuration − baseline (ranking metrics, RR and AUC x100, logloss raw). "
+              "Seed test: "
+              "paired t-test over the common seeds (scipy.stats.ttest_rel), d_z = mean Δ / sd of the Δs, "
+              "[95% CI of the mean Δ] (Student t); with fewer than 3 common seeds it concludes nothing and is "
+              "left blank. Per-sample tests on the test rows, each configuration's seeds averaged first: "
+              "Wilcoxon signed-rank (scipy.stats.wilcoxon, zero differences dropped) on the expected reciprocal "
+              "rank under the tie rule (next-item) or the per-sample log loss (CTR), effect = matched-pairs "
+              "rank-biserial r; paired bootstrap (scipy.stats.bootstrap, percentile, "
+              f"{significance.N_RESAMPLES} resamples, seed {significance.BOOTSTRAP_SEED}, at most "
+              f"{significance.MAX_BOOTSTRAP_ROWS:,} rows) 95% CI of the mean RR difference (next-item) or the AUC "
+              f"difference (CTR). A test rejects equality when p < {significance.ALPHA} (bootstrap: CI excludes 0).")
+
+
+def _compared(rows: list[dict]) -> list[dict]:
+    return [row for row in rows if row.get("comparison")]
+
+
+def _seed_metrics(rows: list[dict]) -> list[str]:
+    return sorted({m for row in _compared(rows) for m in row["comparison"]["seed_tests"]}, key=metric_order)
+
+
+def _num(x: Optional[float], fmt: str) -> str:
+    return "" if x is None else format(x, fmt)
+
+
+def _delta(value: Optional[float], scale: float, lo: Optional[float] = None, hi: Optional[float] = None) -> str:
+    if value is None:
+        return ""
+    fmt = "+.2f" if scale == 100.0 else "+.4f"
+    text = format(scale * value, fmt)
+    return text if lo is None else f"{text} [{format(scale * lo, fmt)}, {format(scale * hi, fmt)}]"
+
+
+def _common_seeds(comp: dict) -> str:
+    return str(min((t["n"] for t in comp["seed_tests"].values()), default=0))
+
+
+def comparison_header(rows: list[dict]) -> list[str]:
+    head = ["dataset", "configuration", "baseline", "common seeds"]
+    for m in _seed_metrics(rows):
+        head += [f"Δ {m} [95% CI]", f"p t-test {m}", f"d_z {m}"]
+    return head + ["per-sample", "Δ per-sample", "p Wilcoxon", "r rank-biserial", "bootstrap Δ [95% CI]", "verdict"]
+
+
+def comparison_cells(row: dict, metrics: list[str]) -> list[str]:
+    comp = row["comparison"]
+    cells = [row["dataset"], row["name"], comp["baseline"], _common_seeds(comp)]
+    for m in metrics:
+        t = comp["seed_tests"].get(m) or {"diff": None, "ci_lo": None, "ci_hi": None, "p": None, "dz": None}
+        cells += [_delta(t["diff"], _scale(m), t["ci_lo"], t["ci_hi"]), _num(t["p"], ".3g"), _num(t["dz"], ".2f")]
+    sample = comp["sample"]
+    if sample is None:
+        cells += [""] * 5
+    else:
+        boot, statistic = sample["bootstrap"], significance.BOOTSTRAP_STATISTIC[comp["task"]]
+        cells += [sample["quantity"], _delta(sample["diff"], _scale(sample["quantity"])), _num(sample["p"], ".3g"),
+                  _num(sample["r"], "+.3f"), f"{_delta(boot['diff'], 100.0, boot['lo'], boot['hi'])} ({statistic})"]
+    return cells + [comp["verdict"]]
+
+
 def to_markdown(rows: list[dict]) -> str:
     keys = metric_keys(rows)
     head = ["dataset", "protocol", "model", "encoding", "tag", "seeds", *keys]
@@ -157,23 +224,57 @@ def to_markdown(rows: list[dict]) -> str:
                  str(len(row["seeds"]))]
         cells += [_cell(row["metrics"].get(k), _scale(k)) for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
-    note = ("\nRanking metrics x100 (full ranking, PROTOCOLS.md §5). Cells: mean ± half-width of the 95% "
-            "confidence interval (Student t over seeds) (sd = sample std); one seed shows the mean only.\n")
-    return "\n".join(lines) + "\n" + note
+    notes = [TIE_NOTE]
+    compared = _compared(rows)
+    if compared:
+        head, metrics = comparison_header(rows), _seed_metrics(rows)
+        lines += ["", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        lines += ["| " + " | ".join(comparison_cells(row, metrics)) + " |" for row in compared]
+        notes.append(TESTS_NOTE)
+    return "\n".join(lines) + "\n\n" + "\n\n".join(notes) + "\n"
+
+
+def _csv_comparison(row: dict, metrics: list[str]) -> list:
+    comp = row.get("comparison")
+    if not comp:
+        return [""] * (2 + 5 * len(metrics) + 11)
+    raw = lambda x: "" if x is None else repr(x)  # noqa: E731
+    out = [comp["baseline"], _common_seeds(comp)]
+    for m in metrics:
+        t = comp["seed_tests"].get(m) or {}
+        out += [raw(t.get(k)) for k in ("diff", "ci_lo", "ci_hi", "p", "dz")]
+    sample = comp["sample"]
+    if sample is None:
+        out += [""] * 10
+    else:
+        boot = sample["bootstrap"]
+        out += [sample["quantity"], sample["n"], raw(sample["diff"]), raw(sample["p"]), raw(sample["r"]),
+                significance.BOOTSTRAP_STATISTIC[comp["task"]], raw(boot["diff"]), raw(boot["lo"]), raw(boot["hi"]),
+                boot["rows"]]
+    return out + [comp["verdict"]]
 
 
 def to_csv(rows: list[dict]) -> str:
     keys = metric_keys(rows)
+    metrics = _seed_metrics(rows)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["dataset", "protocol", "model", "encoding", "tag", "n_seeds", "seeds",
-                *[f"{k}_{s}" for k in keys for s in ("mean", "std", "ci95")]])
+    head = ["dataset", "protocol", "model", "encoding", "tag", "n_seeds", "seeds",
+            *[f"{k}_{s}" for k in keys for s in ("mean", "std", "ci95")]]
+    if _compared(rows):
+        head += ["baseline", "common_seeds",
+                 *[f"{m}_{s}" for m in metrics for s in ("diff", "diff_ci95_lo", "diff_ci95_hi", "t_p", "dz")],
+                 "sample_quantity", "sample_rows", "sample_diff", "wilcoxon_p", "rank_biserial", "bootstrap_statistic",
+                 "bootstrap_diff", "bootstrap_ci95_lo", "bootstrap_ci95_hi", "bootstrap_rows", "verdict"]
+    w.writerow(head)
     for row in rows:
         out = [row["dataset"], row["protocol"], row["model"], row["encoding"], row.get("tag") or "", len(row["seeds"]),
                " ".join(str(s) for s in row["seeds"])]
         for k in keys:
             stat = row["metrics"].get(k) or {"mean": None, "std": None, "ci95": None}
             out += ["" if stat[s] is None else repr(stat[s]) for s in ("mean", "std", "ci95")]
+        if _compared(rows):
+            out += _csv_comparison(row, metrics)
         w.writerow(out)
     return buf.getvalue()
 
@@ -191,6 +292,22 @@ def rich_table(rows: list[dict], title: str = "test metrics over seeds (×100, m
     return t
 
 
+def comparison_table(rows: list[dict]):
+    """The significance table (rich), or None when no row was compared."""
+    from rich.table import Table
+    compared = _compared(rows)
+    if not compared:
+        return None
+    t = Table(title="vs baseline (Δ = configuration − baseline, ×100 but logloss; tests at 0.05)")
+    head, metrics = comparison_header(rows), _seed_metrics(rows)
+    for col in head:
+        t.add_column(col, justify="left" if col in ("dataset", "configuration", "baseline", "verdict", "per-sample")
+                     else "right")
+    for row in compared:
+        t.add_row(*comparison_cells(row, metrics))
+    return t
+
+
 def write_report(rows: list[dict], out: str | Path) -> Path:
     out = Path(out)
     if out.suffix.lower() == ".md":
@@ -203,14 +320,19 @@ def write_report(rows: list[dict], out: str | Path) -> Path:
     return out
 
 
-def run(roots: list[str | Path], out: Optional[str | Path] = None) -> list[dict]:
-    """Aggregate every run under `roots`; write `out` (.md or .csv) when given; return the rows."""
+def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Optional[str] = None,
+        samples: Optional[str | Path] = None) -> list[dict]:
+    """Aggregate every run under `roots`, compare each configuration with `baseline` (default: each
+    dataset's first), write `out` (.md or .csv) when given; return the rows. `samples`: the samples
+    folder of a CTR dataset, whose test labels the per-sample CTR tests need."""
     if out is not None and Path(out).suffix.lower() not in (".md", ".csv"):
         write_report([], out)   # raises the suffix error before any work
     records = find_runs(roots)
     if not records:
         raise DataError(f"no run.json under {', '.join(str(r) for r in roots)}", "run `seqpe train DATASET` first")
     rows = aggregate(records)
+    labels = significance.read_test_labels(samples) if samples is not None else None
+    compare(records, rows, baseline, labels)
     if out is not None:
         write_report(rows, out)
     return rows

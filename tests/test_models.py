@@ -175,17 +175,18 @@ def _fitted(name, options=None):
     return m
 
 
-def test_pop_ranks_by_clicks_then_id():
-    # clicks: 1: 2, 2: 4, 3: 4, 4: 1, 5: 0 -> order 2, 3 (tie: lower id), 1, 4, 5
+def test_pop_scores_are_click_counts_and_equal_counts_tie():
+    # clicks: 1: 2, 2: 4, 3: 4, 4: 1, 5: 0 -> items 2 and 3 tie (no order by id)
     scores = _fitted("pop")(torch.tensor([[0, 0, 5]]))
-    assert scores[0, 1:].argsort(descending=True).add(1).tolist() == [2, 3, 1, 4, 5]
-    assert torch.isinf(scores[0, 0]) and len(set(scores[0, 1:].tolist())) == 5   # strictly ordered
+    assert torch.isinf(scores[0, 0]) and scores[0, 1:].tolist() == [2.0, 4.0, 4.0, 1.0, 0.0]
 
 
-def test_spop_puts_session_items_first():
-    # session [5, 4, 5]: 5 twice, 4 once, then global popularity 2, 3, 1
-    scores = _fitted("spop")(torch.tensor([[5, 4, 5]]))
-    assert scores[0, 1:].argsort(descending=True).add(1).tolist() == [5, 4, 2, 3, 1]
+def test_spop_puts_session_items_first_then_global_clicks():
+    # session [5, 4, 5]: 5 twice, 4 once, then global clicks 2 = 3 (tied), 1
+    scores = _fitted("spop")(torch.tensor([[5, 4, 5]]))[0, 1:].tolist()
+    assert scores[4] > scores[3] > scores[1] == scores[2] > scores[0]
+    session_3 = _fitted("spop")(torch.tensor([[0, 3, 1]]))[0, 1:].tolist()   # 3 and 1 in session: 3 first
+    assert session_3[2] > session_3[0] > session_3[1] > session_3[3] > session_3[4]
 
 
 def test_itemknn_is_the_cosine_of_binary_session_vectors():
@@ -203,10 +204,10 @@ def test_itemknn_is_the_cosine_of_binary_session_vectors():
 
 def test_a_session_counts_once_not_once_per_prefix():
     """The samples of one session [1..5] are 4 prefixes; fitted on the session, every item has one
-    click (POP falls back to ids) and Item-KNN links every pair both ways with similarity 1."""
+    click (POP ties them all) and Item-KNN links every pair both ways with similarity 1."""
     pop = _fitted("pop")
     pop.fit(*sessions_from_padded(torch.tensor([[1, 2, 3, 4, 5]])))
-    assert pop(torch.tensor([[1]]))[0, 1:].argsort(descending=True).add(1).tolist() == [1, 2, 3, 4, 5]
+    assert pop(torch.tensor([[1]]))[0, 1:].tolist() == [1.0] * 5
     knn = _fitted("itemknn", {"neighbours": 4})
     knn.fit(*sessions_from_padded(torch.tensor([[1, 2, 3, 4, 5]])))
     assert knn.nbr[5].tolist() == [1, 2, 3, 4] and knn.nbr[1].tolist() == [2, 3, 4, 5]

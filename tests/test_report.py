@@ -1,4 +1,5 @@
-"""pipeline/report.py: t quantiles, mean/std/95% CI over seeds, Markdown/CSV, `seqpe report`."""
+"""pipeline/report.py: t quantiles, mean/std/95% CI over seeds, significance vs a baseline,
+Markdown/CSV, `seqpe report`."""
 from __future__ import annotations
 
 import math
@@ -7,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import polars as pl
 import pytest
+from scipy import stats
 
-from pipeline import report
+from pipeline import report, significance
 from pipeline.errors import DataError, ParamsError
-from pipeline.io import write_json
+from pipeline.io import write_json, write_split
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,11 +38,9 @@ def test_t_quantile_matches_reference_values(df, expected):
     assert report.t_quantile(df) == pytest.approx(expected, abs=1e-9)
 
 
-def test_t_cdf_limits_and_symmetry():
-    assert report.t_two_sided_cdf(0.0, 5) == 0.0
-    assert report.t_two_sided_cdf(1e9, 6) == pytest.approx(1.0)
-    assert report.t_two_sided_cdf(-2.0, 3) == report.t_two_sided_cdf(2.0, 3)
-    assert report.t_quantile(100_000) == pytest.approx(1.959963984540054, abs=1e-4)   # -> normal
+def test_t_quantile_tends_to_the_normal_quantile():
+    assert report.t_quantile(100_000) == pytest.approx(stats.norm.ppf(0.975), abs=1e-4)
+    assert report.t_quantile(4, 0.99) == pytest.approx(4.604094871415897, abs=1e-9)
 
 
 def test_summarize_mean_sample_std_and_ci():
@@ -64,12 +66,12 @@ def test_markdown_and_csv_tables(tmp_path):
                      f"| 10.00 ± {ci / 2:.2f} (sd 5.00) |")
     assert md[4] == "| toyset | srgnn | sasrec | lpe | anc | 1 | 40.00 | 30.00 |"
     csv_lines = report.to_csv(rows).splitlines()
-    assert csv_lines[0] == ("dataset,protocol,model,encoding,tag,n_seeds,seeds,hr@10_mean,hr@10_std,hr@10_ci95,"
-                            "ndcg@10_mean,ndcg@10_std,ndcg@10_ci95")
-    assert csv_lines[1] == "toyset,srgnn,pop,none,,1,1,0.05,,,0.02,,"
+    assert csv_lines[0].startswith("dataset,protocol,model,encoding,tag,n_seeds,seeds,hr@10_mean,hr@10_std,"
+                                   "hr@10_ci95,ndcg@10_mean,ndcg@10_std,ndcg@10_ci95,baseline,common_seeds,")
+    assert csv_lines[1].startswith("toyset,srgnn,pop,none,,1,1,0.05,,,0.02,,,")   # the baseline: no test
     cells = csv_lines[2].split(",")
     assert cells[:7] == ["toyset", "srgnn", "sasrec", "lpe", "", "3", "1 2 3"]
-    assert [float(c) for c in cells[7:]] == pytest.approx([0.2, 0.1, ci / 100, 0.1, 0.05, ci / 200])
+    assert [float(c) for c in cells[7:13]] == pytest.approx([0.2, 0.1, ci / 100, 0.1, 0.05, ci / 200])
     assert csv_lines[3].startswith("toyset,srgnn,sasrec,lpe,anc,1,1,0.4,")
     out = report.write_report(rows, tmp_path / "r.csv")
     assert out.read_text() == report.to_csv(rows)
@@ -94,3 +96,143 @@ def test_cli_report_writes_markdown(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "sasrec" in proc.stdout and "rope" in proc.stdout and "30.00" in proc.stdout
     assert out.read_text().splitlines()[2].startswith("| toyset | srgnn | sasrec | rope |  | 2 | 30.00 ± ")
+
+
+# --------------------------------------------------------------------------- significance vs a baseline
+
+GREATER = {"pop-none": [[5, 0, 9, 2, 30, 1, 0, 4], [5, 1, 9, 2, 28, 1, 0, 4], [6, 0, 8, 2, 31, 1, 0, 3]],
+           "sasrec-lpe": [[1, 0, 2, 0, 12, 1, 0, 4], [0, 0, 3, 1, 10, 0, 1, 5], [1, 0, 2, 0, 11, 2, 0, 4]]}
+TIES = {"pop-none": [[3, 0, 0, 1, 0, 2, 5, 0]] * 3, "sasrec-lpe": [[0, 1, 0, 0, 2, 0, 0, 0]] * 3}
+NDCG = {"pop-none": [0.100, 0.110, 0.105], "sasrec-lpe": [0.150, 0.140, 0.160]}
+
+
+def write_ranked_runs(root: Path, seeds=(1, 2, 3)):
+    """Two next-item configurations x seeds: run.json + test_samples.parquet (8 test samples)."""
+    for name in ("pop-none", "sasrec-lpe"):
+        model, enc = name.split("-")
+        for i, seed in enumerate(seeds):
+            write_run(root, model, enc, seed, {"hr@10": 2 * NDCG[name][i], "mrr@10": NDCG[name][i] / 2,
+                                               "ndcg@10": NDCG[name][i]})
+            pl.DataFrame({"greater": GREATER[name][i], "ties": TIES[name][i]},
+                         schema={"greater": pl.Int32, "ties": pl.Int32}).write_parquet(
+                root / name / f"seed-{seed}" / "test_samples.parquet")
+
+
+def rr(g, t) -> float:
+    return sum(1 / r for r in range(g + 1, g + t + 2)) / (t + 1)
+
+
+def test_report_compares_with_the_first_configuration(tmp_path):
+    write_ranked_runs(tmp_path)
+    rows = report.run([tmp_path])
+    pop, sas = rows
+    assert pop["comparison"] is None and sas["comparison"]["baseline"] == "pop-none"
+    comp = sas["comparison"]
+    # seeds: paired t-test on ndcg@10 and mrr@10 over seeds 1..3
+    ref = stats.ttest_rel(NDCG["sasrec-lpe"], NDCG["pop-none"])
+    d = np.subtract(NDCG["sasrec-lpe"], NDCG["pop-none"])
+    t_nd = comp["seed_tests"]["ndcg@10"]
+    assert t_nd["n"] == 3 and t_nd["p"] == pytest.approx(ref.pvalue)
+    assert t_nd["dz"] == pytest.approx(d.mean() / d.std(ddof=1))
+    assert comp["seed_tests"]["mrr@10"]["p"] == pytest.approx(ref.pvalue)         # mrr = ndcg / 2
+    # samples: expected RR per sample (tie rule), averaged over the 3 seeds, then Wilcoxon
+    x = {n: np.mean([[rr(g, t) for g, t in zip(GREATER[n][i], TIES[n][i])] for i in range(3)], axis=0) for n in GREATER}
+    sample = comp["sample"]
+    assert sample["quantity"] == "rr" and sample["n"] == 8
+    assert sample["p"] == pytest.approx(stats.wilcoxon(x["sasrec-lpe"] - x["pop-none"]).pvalue)
+    diff = (x["sasrec-lpe"] - x["pop-none"])[x["sasrec-lpe"] != x["pop-none"]]
+    ranks = stats.rankdata(np.abs(diff))
+    assert sample["r"] == pytest.approx((ranks[diff > 0].sum() - ranks[diff < 0].sum()) / ranks.sum())
+    assert sample["p"] == pytest.approx(0.0546875)                                  # 8 pairs: not below 0.05
+    boot = sample["bootstrap"]
+    assert boot["diff"] == pytest.approx(np.mean(x["sasrec-lpe"] - x["pop-none"])) and boot["lo"] > 0
+    assert comp["verdict"] == ("rejects equality at 0.05: t-test ndcg@10 (better), t-test mrr@10 (better), "
+                               "bootstrap mean rr (better)")
+    md = report.to_markdown(rows)
+    head = ("| dataset | configuration | baseline | common seeds | Δ mrr@10 [95% CI] | p t-test mrr@10 | d_z mrr@10 "
+            "| Δ ndcg@10 [95% CI] | p t-test ndcg@10 | d_z ndcg@10 | per-sample | Δ per-sample | p Wilcoxon "
+            "| r rank-biserial | bootstrap Δ [95% CI] | verdict |")
+    assert head in md.splitlines()
+    line = next(ln for ln in md.splitlines() if ln.startswith("| toyset | sasrec-lpe | pop-none | 3 | "))
+    assert f"| {100 * d.mean():+.2f} [" in line and f"| {ref.pvalue:.3g} |" in line and "| rr |" in line
+    assert "exact mean over ranks g+1..g+t+1" in md and "scipy.stats.wilcoxon" in md and "rank-biserial" in md
+    csv_rows = list(__import__("csv").DictReader(report.to_csv(rows).splitlines()))
+    assert csv_rows[0]["baseline"] == "" and csv_rows[1]["baseline"] == "pop-none"
+    assert float(csv_rows[1]["ndcg@10_t_p"]) == pytest.approx(ref.pvalue)
+    assert float(csv_rows[1]["wilcoxon_p"]) == pytest.approx(sample["p"])
+    assert csv_rows[1]["bootstrap_statistic"] == "mean rr" and csv_rows[1]["bootstrap_rows"] == "8"
+    assert csv_rows[1]["verdict"] == comp["verdict"]
+    from rich.console import Console
+    console = Console(width=400, record=True)
+    console.print(report.comparison_table(rows))
+    text = console.export_text()
+    assert "sasrec-lpe" in text and "verdict" in text and "0.0276" in text
+
+
+def test_report_with_two_seeds_says_the_seed_test_cannot_conclude(tmp_path):
+    write_ranked_runs(tmp_path, seeds=(1, 2))
+    [_, sas] = report.run([tmp_path])
+    comp = sas["comparison"]
+    assert comp["seed_tests"]["ndcg@10"]["p"] is None and comp["seed_tests"]["ndcg@10"]["diff"] is not None
+    assert comp["verdict"].startswith("2 common seeds: the seed t-test cannot conclude anything (needs >= 3)")
+
+
+def test_named_baseline_and_runs_without_per_sample_files(tmp_path):
+    write_ranked_runs(tmp_path)
+    for path in (tmp_path / "pop-none").rglob("test_samples.parquet"):
+        path.unlink()
+    rows = report.run([tmp_path], baseline="sasrec-lpe")
+    pop, sas = rows
+    assert sas["comparison"] is None and pop["comparison"]["baseline"] == "sasrec-lpe"
+    assert pop["comparison"]["sample"] is None
+    assert pop["comparison"]["verdict"].startswith("pop-none: no test_samples.parquet, per-sample tests skipped")
+    with pytest.raises(ParamsError, match="baseline 'nope' is not a configuration.*use one of: pop-none, sasrec-lpe"):
+        report.run([tmp_path], baseline="nope")
+
+
+def test_ctr_report_uses_log_loss_and_auc_with_the_samples_labels(tmp_path):
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 120)
+    samples = tmp_path / "samples"
+    write_split(samples, "test", pl.DataFrame({"label": labels.astype(np.int8), "user": np.arange(120) % 7}))
+    runs = tmp_path / "runs"
+    logits = {}
+    for name, strength in (("din-none", 0.2), ("din-cape", 2.0)):
+        model, enc = name.split("-")
+        for seed in (1, 2, 3):
+            x = (rng.normal(size=120) + strength * labels).astype(np.float32)
+            logits[name, seed] = x
+            write_run(runs, model, enc, seed, {"auc": 0.6 + strength / 10 + seed / 1000, "gauc": 0.6, "logloss": 0.6},
+                      dataset="kuai", protocol="ctr")
+            significance.write_test_samples(runs / name / f"seed-{seed}" / "test_samples.parquet", logit=x)
+    [cape, none] = report.run([runs], baseline="din-none", samples=samples)
+    comp = cape["comparison"]
+    assert none["comparison"] is None and comp["task"] == "ctr" and list(comp["seed_tests"]) == ["auc"]
+    assert comp["seed_tests"]["auc"]["diff"] == pytest.approx(0.18)
+    loss = {n: np.mean([np.logaddexp(0, -(2 * labels - 1) * logits[n, s].astype(float)) for s in (1, 2, 3)], axis=0)
+            for n in ("din-none", "din-cape")}
+    assert comp["sample"]["quantity"] == "logloss"
+    assert comp["sample"]["p"] == pytest.approx(stats.wilcoxon(loss["din-cape"] - loss["din-none"]).pvalue)
+    assert comp["sample"]["bootstrap"]["lo"] > 0
+    assert "Wilcoxon logloss (better)" in comp["verdict"] and "bootstrap auc (better)" in comp["verdict"]
+    no_labels = report.run([runs], baseline="din-none")[0]["comparison"]
+    assert no_labels["sample"] is None and "need the test labels" in no_labels["verdict"]
+    write_split(tmp_path / "other", "test", pl.DataFrame({"item": [1, 2]}))
+    with pytest.raises(DataError, match="has no label column"):
+        report.run([runs], samples=tmp_path / "other")
+
+
+def test_cli_report_with_baseline_prints_the_tests(tmp_path):
+    runs = tmp_path / "runs"
+    write_ranked_runs(runs)
+    out = tmp_path / "r.csv"
+    env = dict(os.environ, COLUMNS="300")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(runs), "--baseline", "pop-none",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "vs baseline" in proc.stdout and "rejects equality" in proc.stdout
+    assert "wilcoxon_p" in out.read_text().splitlines()[0]
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(runs), "--baseline", "x"],
+                          cwd=ROOT, capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "baseline 'x' is not a configuration" in proc.stderr
