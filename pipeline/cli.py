@@ -210,15 +210,19 @@ def evaluate(dataset: str,
              out: Annotated[Optional[Path], typer.Argument(help="reports folder")] = None,
              all_runs: Annotated[bool, typer.Option("--all", help="report every configuration under RUNS, not "
                                                                   "only the study grid's")] = False,
+             samples: Annotated[Optional[Path], typer.Option(
+                 "--samples", help="the dataset's samples folder (CTR: test labels for the per-sample tests)")] = None,
              params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Report the study grid's runs of DATASET: mean, std and 95% CI over seeds, tables and a figure."""
     from . import evaluate as stage
-    from .report import rich_table
+    from .report import comparison_table, rich_table
     summary = stage.run(dataset, _default("runs", dataset, runs), _default("reports", dataset, out),
-                        _params(params, overrides), all_runs=all_runs)
+                        _params(params, overrides), all_runs=all_runs, samples_dir=samples)
     if not quiet:
         _print_runs(summary.get("runs", []))
         console.print(rich_table(summary["configs"]))
+        if any(row.get("comparison") for row in summary["configs"]):
+            console.print(comparison_table(summary["configs"]))
 
 
 @app.command()

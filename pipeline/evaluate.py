@@ -36,7 +36,10 @@ def study_configs(params: Params, dataset: str) -> Optional[tuple[str, list[str]
     return None
 
 
-def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_runs: bool = False) -> dict:
+def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_runs: bool = False,
+        samples_dir: Optional[Path] = None) -> dict:
+    """Report `dataset`'s runs; `samples_dir` (its samples folder) gives the CTR test labels that the
+    per-sample significance tests need."""
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     if not runs_dir.is_dir():
         raise DataError(f"runs folder {runs_dir} does not exist", f"run `seqpe train {dataset}` first")
@@ -68,6 +71,11 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
                         "keep one dataset's runs per runs folder")
     rows.sort(key=lambda row: (order.get(row["name"], len(order)), row["name"]))
     reference = params.study.reference or (rows[0]["name"] if rows else None)
+    labels = None
+    if task == "ctr" and samples_dir is not None:
+        from .significance import read_test_labels
+        labels = read_test_labels(samples_dir)
+    report.compare(records, rows, reference, labels)
     runs = [{"name": f"{r['name']}/seed-{r['seed']}", "config": r["name"], "seed": r["seed"],
              "best_epoch": r.get("best_epoch"), "valid": r.get("valid", {}), "test": r["test"]}
             for r in sorted(records, key=lambda r: (order.get(r["name"], len(order)), r["name"], r["seed"]))]

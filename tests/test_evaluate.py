@@ -47,7 +47,7 @@ def test_aggregation_math_summary_tables_and_figure(tmp_path):
     assert pop["metrics"]["hr@10"] == {"mean": 0.05, "std": None, "ci95": None, "n": 1}
     assert [r["name"] for r in out["runs"]] == ["pop-none/seed-1", "sasrec-lpe/seed-1", "sasrec-lpe/seed-2",
                                                  "sasrec-lpe/seed-3"]
-    assert (tmp_path / "reports" / "report.md").read_text().count("\n| toyset |") == 2
+    assert (tmp_path / "reports" / "report.md").read_text().count("\n| toyset |") == 2 + 1   # + the comparison row
     assert (tmp_path / "reports" / "report.csv").read_text().splitlines()[0].startswith("dataset,protocol")
 
 

@@ -58,22 +58,14 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
                                           with_index=True):
             scores = net(seqs)                                           # (B, N)
             scores = mask_seen(scores, seqs) if mask_history else scores
-            acc.update(scores, targets)
+            g, t = acc.update(scores, targets)                           # (B,), (B,): above / tied with target
             if per_sample:
-                g, t = rank_counts(scores, targets)                      # (B,), (B,)
                 greater[idx], ties[idx] = g.to("cpu", torch.int32), t.to("cpu", torch.int32)
     metrics = acc.compute()
     if not per_sample:
         return metrics
     import polars as pl
     return metrics, pl.DataFrame({"greater": greater.numpy(), "ties": ties.numpy()})
-
-
-def rank_counts(scores, targets):
-    """Per row: items (padding excluded) scored strictly above the target, and other items tied with it."""
-    items = scores[:, 1:]                                                 # (B, N-1)
-    target = scores.gather(1, targets.long()[:, None])                    # (B, 1)
-    return (items > target).sum(1), (items == target).sum(1) - 1         # (B,), (B,)
 
 
 def loss_fn(net, seqs, targets, tp: TrainParams, n_items: int, generator):
