@@ -176,6 +176,19 @@ class RankingMetrics:
         return {f"{m}@{k}": means[i][j] for i, m in enumerate(RANKING) for j, k in enumerate(self.ks)}
 
 
+def ranking_from_counts(greater: torch.Tensor, ties: torch.Tensor, ks: Iterable[int]) -> dict[str, float]:
+    """Exact HR / MRR / NDCG means from every sample's (g, t), independent of how the samples were
+    batched or split across processes: per-sample gains (tie rule) summed with math.fsum, which is
+    correctly rounded whatever the order, so one process and N processes give the same bits."""
+    ks = sorted(set(int(k) for k in ks))
+    if greater.numel() == 0:
+        return {key: 0.0 for key in metric_keys(ks)}
+    g, t = greater.to("cpu", torch.long), ties.to("cpu", torch.long)
+    gains = tie_gains(g, t, torch.tensor(ks, dtype=torch.long))     # (3, S, C)
+    n = g.numel()
+    return {f"{m}@{k}": math.fsum(gains[i, :, j].tolist()) / n for i, m in enumerate(RANKING) for j, k in enumerate(ks)}
+
+
 # --------------------------------------------------------------------------- CTR metrics
 
 def _segment_sums(x: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,11 @@ class Samples:
     def __len__(self) -> int:
         return int(self.targets.shape[0])
 
+    def take(self, rows) -> "Samples":
+        """The rows `rows` (an index array or LongTensor), in that order."""
+        rows = np.asarray(rows)
+        return Samples(seqs=self.seqs[rows], targets=self.targets[rows], lengths=self.lengths[rows])
+
     @property
     def n_targets(self) -> int:
         """(prefix, next item) pairs the rows hold: one per row, or one per real position."""
@@ -202,10 +207,11 @@ def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generat
     """
     import torch
 
-    seqs = torch.from_numpy(samples.seqs)                            # (S, L) int32, shared memory
-    targets = torch.from_numpy(samples.targets)                      # (S,)
+    seqs = torch.from_numpy(np.asarray(samples.seqs))                # (S, L) int32, shared memory (or a memmap)
+    targets = torch.from_numpy(np.asarray(samples.targets))          # (S,)
     lengths = torch.from_numpy(samples.lengths)                      # (S,)
     width = seqs.shape[1]
+    pin = device is not None and torch.device(device).type == "cuda"  # page-locked host copies: async transfers
     for idx in batch_order(samples.lengths, batch_size, shuffle=shuffle, generator=generator, bucket=bucket,
                            by_length=by_length):
         s, t, ln = seqs[idx], targets[idx], lengths[idx]             # (B, L), (B,) or (B, L), (B,)
@@ -213,7 +219,9 @@ def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generat
             s = s[:, width - max(int(ln.max()), 1):]                 # (B, L') most recent columns
             if t.dim() == 2:
                 t = t[:, -s.size(1):]                                # (B, L') next item per column
-        out = (s.to(device=device, dtype=torch.long), t.to(device=device, dtype=torch.long))
+        if pin:
+            s, t = s.pin_memory(), t.pin_memory()
+        out = (s.to(device=device, non_blocking=pin).long(), t.to(device=device, non_blocking=pin).long())
         yield (*out, idx) if with_index else out
 
 

@@ -30,6 +30,14 @@ SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="override a p
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars or tables")]
 
 
+@app.callback()
+def _root(ctx: typer.Context):
+    """seqpe: reproducible data pipeline and positional-encoding toolkit for sequential recommendation."""
+    if ctx.invoked_subcommand not in (None, "train"):
+        from .train.distributed import refuse
+        refuse(ctx.invoked_subcommand)
+
+
 def _params(path: Optional[Path], overrides: Optional[list[str]] = None):
     from .params import DEFAULT_PARAMS, load_params
     return load_params(path or DEFAULT_PARAMS, overrides or [], required=path is not None)

@@ -114,6 +114,9 @@ class TrainParams:
                                       # next item at every position (SASRec's training, 003 Eq. 11)
     time_limit: float = 0.0           # minutes of training per seed: stop after the epoch that reaches it and
                                       # test the best epoch so far (0 = none; such a run depends on the machine)
+    precision: str = "auto"           # auto (bf16 autocast on a CUDA device that supports it, else fp32) | fp32 |
+                                      # bf16 (autocast; the metrics are always computed in fp32 or better)
+    compile: bool = False             # torch.compile the training step (dynamic shapes; pays off on long GPU runs)
 
     def validate(self, key: str) -> None:
         for name in ("epochs", "batch_size", "dim", "heads", "max_len", "negatives", "lr_step"):
@@ -128,6 +131,7 @@ class TrainParams:
         _choice(f"{key}.loss", self.loss, LOSSES)
         _choice(f"{key}.lr_schedule", self.lr_schedule, SCHEDULES)
         _choice(f"{key}.objective", self.objective, OBJECTIVES)
+        _choice(f"{key}.precision", self.precision, PRECISIONS)
         if self.dim % self.heads:
             raise ParamsError(f"params key '{key}.dim' ({self.dim}) must be divisible by '{key}.heads' "
                               f"({self.heads})", f"change {key}.dim or {key}.heads")
@@ -261,6 +265,7 @@ def _names(key: str, values: list[str], known, kind: str) -> None:
 LOSSES = ("ce", "sampled")
 SCHEDULES = ("none", "step", "plateau")
 OBJECTIVES = ("prefixes", "sequence")
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 # --------------------------------------------------------------------------- loading

@@ -166,7 +166,8 @@ def test_best_epoch_is_chosen_on_valid_and_test_is_scored_once_with_its_weights(
     scripted = iter([0.1, 0.5, 0.3, 0.2, 0.9])          # patience 2: stops after epoch 4, best = 2
     seen: dict[str, list] = {"valid": [], "test": []}
 
-    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False, per_sample=False):
+    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False, per_sample=False,
+                   **kwargs):
         seen[split].append({k: v.clone() for k, v in net.state_dict().items()})
         value = next(scripted) if split == "valid" else 0.25
         out = {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
@@ -258,7 +259,8 @@ def test_plateau_schedule_decays_after_lr_step_epochs_without_improvement(tmp_pa
     samples = make_samples(tmp_path / "samples")
     scripted = iter([0.1, 0.2, 0.2, 0.2, 0.3, 0.3, 0.3])      # stalls after epochs 2 and 5
 
-    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False, per_sample=False):
+    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False, per_sample=False,
+                   **kwargs):
         value = next(scripted) if split == "valid" else 0.25
         out = {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
         return (out, pl.DataFrame({"greater": [0], "ties": [0]})) if per_sample else out

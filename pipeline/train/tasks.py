@@ -38,34 +38,45 @@ from ..params import Params, TrainParams
 # --------------------------------------------------------------------------- next-item pieces
 
 def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: bool = True,
-          mask_history: bool = False, per_sample: bool = False):
-    """Full-ranking metrics of `net` on one split; scores stay on the device, batch by batch.
-    `mask_history` takes the items of each row's input out of the ranking (models.metrics.mask_seen).
-    With `per_sample`, also return a frame of each row's (greater, ties) counts in file order (the
-    counts the tie rule turns into any metric; pipeline.significance reads them).
+          mask_history: bool = False, per_sample: bool = False, dist=None, amp=None):
+    """Full-ranking metrics of `net` on one split; scores stay on the device, batch by batch, and are
+    turned into every row's (greater, ties) counts; the metrics come from all rows' counts at once
+    (models.metrics.ranking_from_counts: exact, independent of batching and of the number of
+    processes). `mask_history` takes the items of each row's input out of the ranking
+    (models.metrics.mask_seen). With `per_sample`, also return a frame of the rows' counts in file
+    order (pipeline.significance reads them). `dist` (distributed.Dist): this process scores its
+    share of the rows and the counts of every process are gathered. `amp`: an autocast context
+    factory for the forward pass; scores are compared in fp32.
 
     Rows are served sorted by prefix length (every row once, so the metrics are those of any
     order) so that trimmed batches carry little padding."""
+    import contextlib
     import torch
-    from models.metrics import RankingMetrics, mask_seen
-    acc = RankingMetrics(ks)
+    from models.metrics import greater_and_ties, mask_seen, ranking_from_counts
     n = len(samples)
-    greater = torch.zeros(n, dtype=torch.int32) if per_sample else None
-    ties = torch.zeros(n, dtype=torch.int32) if per_sample else None
+    rows = dist.rows(n) if dist is not None else None
+    part = samples if rows is None else samples.take(rows.numpy())
+    greater = torch.zeros(len(part), dtype=torch.int64, device=device)
+    ties = torch.zeros(len(part), dtype=torch.int64, device=device)
     net.eval()
     with torch.inference_mode():
-        for seqs, targets, idx in batches(samples, batch_size, device=device, trim=trim, by_length=trim,
+        for seqs, targets, idx in batches(part, batch_size, device=device, trim=trim, by_length=trim,
                                           with_index=True):
-            scores = net(seqs)                                           # (B, N)
+            with (amp() if amp is not None else contextlib.nullcontext()):
+                scores = net(seqs)                                       # (B, N)
+            scores = scores.float()
             scores = mask_seen(scores, seqs) if mask_history else scores
-            g, t = acc.update(scores, targets)                           # (B,), (B,): above / tied with target
-            if per_sample:
-                greater[idx], ties[idx] = g.to("cpu", torch.int32), t.to("cpu", torch.int32)
-    metrics = acc.compute()
+            g, t = greater_and_ties(scores, targets)                     # (B,), (B,): above / tied with target
+            idx = idx.to(device)
+            greater[idx], ties[idx] = g, t
+    if dist is not None:
+        greater, ties = dist.gather_rows(greater, n), dist.gather_rows(ties, n)
+    metrics = ranking_from_counts(greater, ties, ks)
     if not per_sample:
         return metrics
     import polars as pl
-    return metrics, pl.DataFrame({"greater": greater.numpy(), "ties": ties.numpy()})
+    return metrics, pl.DataFrame({"greater": greater.to("cpu", torch.int32).numpy(),
+                                  "ties": ties.to("cpu", torch.int32).numpy()})
 
 
 def loss_fn(net, seqs, targets, tp: TrainParams, n_items: int, generator):
@@ -97,8 +108,8 @@ def loss_fn(net, seqs, targets, tp: TrainParams, n_items: int, generator):
 class NextItemTask:
     kind = "next_item"
 
-    def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device):
-        self.tp, self.ev, self.spec, self.device = tp, params.evaluate, spec, device
+    def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device, dist=None):
+        self.tp, self.ev, self.spec, self.device, self.dist = tp, params.evaluate, spec, device, dist
         self.n_items = int(manifest["n_items"])
         self.data = {split: (load_sequences if split == "train" and tp.objective == "sequence" else load_samples)(
             samples_dir, split, tp.max_len) for split in SPLITS}
@@ -157,15 +168,19 @@ class NextItemTask:
         n = int((targets != 0).sum()) if targets.dim() == 2 else len(targets)   # predictions in the batch
         return loss, n
 
+    def _amp(self):
+        from .setup import autocast
+        return autocast(self.tp, self.device)
+
     def evaluate(self, net, split: str) -> dict[str, float]:
         ev = self.ev
         return score(net, self.data[split], split, ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
-                     mask_history=ev.mask_history)
+                     mask_history=ev.mask_history, dist=self.dist, amp=self._amp)
 
     def test(self, net):
         ev = self.ev
         return score(net, self.data["test"], "test", ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
-                     mask_history=ev.mask_history, per_sample=True)
+                     mask_history=ev.mask_history, per_sample=True, dist=self.dist, amp=self._amp)
 
 
 # --------------------------------------------------------------------------- CTR
@@ -174,9 +189,9 @@ class CTRTask:
     kind = "ctr"
     METRICS = ("auc", "gauc", "logloss")
 
-    def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device):
+    def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device, dist=None):
         from ..ctr_batches import ctr_schema, load_ctr
-        self.tp, self.ev, self.spec, self.device = tp, params.evaluate, spec, device
+        self.tp, self.ev, self.spec, self.device, self.dist = tp, params.evaluate, spec, device, dist
         self.schema = ctr_schema(manifest, tp.max_len)
         self.data = {split: load_ctr(samples_dir, split, tp.max_len) for split in SPLITS}
         for split in SPLITS:
@@ -238,6 +253,6 @@ class CTRTask:
 
 
 def make_task(kind: str, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec,
-              device) -> "NextItemTask | CTRTask":
-    return (CTRTask if kind == "ctr" else NextItemTask)(Path(samples_dir), manifest, tp, params, spec, device)
+              device, dist=None) -> "NextItemTask | CTRTask":
+    return (CTRTask if kind == "ctr" else NextItemTask)(Path(samples_dir), manifest, tp, params, spec, device, dist)
 
