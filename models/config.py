@@ -39,7 +39,7 @@ class SinusoidConfig:
 class ConcatConfig:
     """Concatenated encodings (004 Eq. 6): [x ; PE] then a Linear layer back to d."""
     pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
-    base: float = 10000.0             # sinusoid base (abs_con, rotatory_con)
+    base: float = 10000.0             # sinusoid base
 
     def check(self, name: str) -> None:
         if self.pos_dim < 0:
@@ -53,6 +53,27 @@ class LearnedConcatConfig:
     pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
 
     def check(self, name: str) -> None:
+        if self.pos_dim < 0:
+            raise ParamsError(f"encodings.{name}.pos_dim must be >= 0, got {self.pos_dim}", "use 0 for the model dim")
+
+
+@dataclass(frozen=True)
+class RotatoryConfig:
+    """Rotatory (004 §3, the study's code): PE = [sin ; cos](2 pi Embed[l - 1 - pos] / scale)."""
+    scale: float = 10000.0            # divisor of the learned angles (the code's 10000.0)
+
+    def check(self, name: str) -> None:
+        if self.scale <= 0.0:
+            raise ParamsError(f"encodings.{name}.scale must be > 0, got {self.scale}", "use e.g. 10000 (the study's)")
+
+
+@dataclass(frozen=True)
+class RotatoryConConfig(RotatoryConfig):
+    """Rotatory + Con (004 §3 with Eq. 6): Linear([x ; rotatory PE]) back to d."""
+    pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
+
+    def check(self, name: str) -> None:
+        super().check(name)
         if self.pos_dim < 0:
             raise ParamsError(f"encodings.{name}.pos_dim must be >= 0, got {self.pos_dim}", "use 0 for the model dim")
 
