@@ -123,6 +123,9 @@ class SASRecConfig:
     """SASRec (Kang & McAuley 2018) options beyond the shared TrainParams sizes."""
     norm: str = "pre"                 # pre: LayerNorm before each sub-layer | post: after the residual
     ffn_dim: int = 0                  # hidden size of the position-wise FFN (0 = train.dim)
+    out_proj: bool = True             # output projection W_O after the heads (Vaswani et al.); Kang &
+                                      # McAuley's S = Attention(E W_Q, E W_K, E W_V) has none (003 Table 1:
+                                      # 3d^2 per layer): the `paper` preset sets False
 
     def check(self, name: str) -> None:
         if self.norm not in ("pre", "post"):
