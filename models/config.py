@@ -134,6 +134,17 @@ class SASRecConfig:
             raise ParamsError(f"models.{name}.ffn_dim must be >= 0, got {self.ffn_dim}", "use 0 for train.dim")
 
 
+@dataclass(frozen=True)
+class TokenMixingConfig:
+    """003's Token Mixing baseline: SASRec with its self-attention replaced by a causal MLP-Mixer
+    token-mixing MLP (models/token_mixing.py); the blocks keep SASRec's norm and FFN options."""
+    norm: str = "pre"                 # pre | post, as SASRecConfig
+    ffn_dim: int = 0                  # hidden size of the position-wise FFN (0 = train.dim)
+
+    def check(self, name: str) -> None:
+        SASRecConfig(norm=self.norm, ffn_dim=self.ffn_dim).check(name)
+
+
 def parse_options(cls: type, section: str, name: str, options: Optional[dict[str, Any]]) -> Any:
     """Validate `options` (params.yaml `<section>.<name>`) against `cls`; unknown keys fail."""
     cfg = from_dict(cls, dict(options or {}), f"{section}.{name}")

@@ -65,6 +65,20 @@ class SASRec(Recommender):
         return self.items.weight
 
 
+def require_input_stage(encoding: Optional[PositionalEncoding], model: str) -> None:
+    """Raise ParamsError unless `encoding` acts only at the input (`embed`): a SASRec variant whose
+    token mixer has no q.k logits (Linear Attention, Token Mixing) cannot apply rotary, bias,
+    value or attention-weight hooks."""
+    if encoding is None or encoding.name == "none":
+        return
+    hooks = ("rotate", "bias", "values", "weights")
+    acting = [h for h in hooks if getattr(type(encoding), h) is not getattr(PositionalEncoding, h)]
+    if acting or not encoding.needs_qk:
+        raise ParamsError(f"model '{model}' mixes tokens without softmax(q.k) logits, so encoding "
+                          f"'{encoding.name}' ({', '.join(acting) or 'attention weights'}) has nothing to act on",
+                          "pick an input-stage encoding (e.g. lrpe, lpe, ldpe, abs, rotatory) or none")
+
+
 def build(*, n_items: int, max_len: int, train, options: Optional[dict] = None,
           encoding: Optional[PositionalEncoding] = None) -> SASRec:
     """ModelSpec.build: sizes from TrainParams, extra options from params.yaml `models.sasrec`."""
