@@ -14,7 +14,8 @@ r_i is the score of a prediction's target, r_j those of its negatives (valid: j 
     top1_max   same paper: sum_j s_j (sigmoid(r_j - r_i) + sigmoid(r_j^2))
 
 The last terms are the papers' score regularisation (lambda = `bpreg` for BPR-max; TOP1-max's
-sigmoid(r_j^2) is built in). Each loss is averaged over the T predictions. Written here rather
+sigmoid(r_j^2) is built in). Each loss is averaged over the T predictions (one without any valid
+negative adds 0). Written here rather
 than taken from a library: torch has no sampled pairwise ranking losses, and the masking of
 accidental hits (a negative equal to the target) must follow the batch's own targets.
 
@@ -92,7 +93,8 @@ def bpr_max(pos: torch.Tensor, neg: torch.Tensor, valid: torch.Tensor, reg: floa
     """BPR-max with score regularisation: -log sum_j s_j sigmoid(r_i - r_j) + reg sum_j s_j r_j^2."""
     s = _softmax(neg, valid)                                            # (T, M)
     hit = (s * torch.sigmoid(pos[:, None] - neg)).sum(-1)               # (T,)
-    return (-torch.log(hit + 1e-24) + reg * (s * neg.pow(2)).sum(-1)).mean()
+    per_row = -torch.log(hit + 1e-24) + reg * (s * neg.pow(2)).sum(-1)  # (T,)
+    return (per_row * valid.any(-1)).mean()                             # a row without negatives adds 0
 
 
 def top1_max(pos: torch.Tensor, neg: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
