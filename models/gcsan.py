@@ -14,8 +14,10 @@ Notation used for tensor shapes:
        equations are written (RecBole's GCSAN swaps in a standard Transformer encoder instead)
     3. prediction (§3.4): S_f = w E^(k)_last + (1 - w) h_last (Eq. 9); score_j = S_f . v_j (Eq. 10)
 
-The attention runs over the whole session (no causal mask: Eq. 6 has none, and only the last
-position is read). GC-SAN has no positional encoding (uses_encoding False). `anchors: true` adds
+The paper is not among seqpe's stored copies (/work/shared/papers); the equations above are
+written from it and cross-read with RecBole's GCSAN. No `paper` preset: its training settings
+could not be checked here. The attention runs over the whole session (no causal mask: Eq. 6 has
+none, and only the last position is read). GC-SAN has no positional encoding (uses_encoding False). `anchors: true` adds
 PosRec's anchor-node edges to the GGNN (000 §5.4, Figs. 5-6, "GC-SAN+ANC").
 """
 from __future__ import annotations

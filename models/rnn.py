@@ -13,8 +13,7 @@ trainer's loss; GRU4Rec's later "XE" loss), the 2016 paper's pairwise `bpr` and 
 ranking-max losses of Hidasi & Karatzoglou 2018, `bpr_max` (with its score regularisation,
 `bpreg`) and `top1_max`, all over the other targets of the mini-batch plus `negatives` extra
 items (models/ranking_losses.py; negatives = 0 is the 2016 paper's mini-batch sampling), returned
-by `training_loss`.
-Scores are the plain dot products (the reference's optional final activations are not offered)
+by `training_loss`. Scores are the plain dot products (the reference's optional final activations are not offered)
 and the extra negatives are uniform, where the reference draws them ~ support^alpha.
 """
 from __future__ import annotations
@@ -74,7 +73,8 @@ class GRU4Rec(Recommender):
         return self.emb.weight                                          # (N, D)
 
     def training_loss(self, seqs: torch.Tensor, targets: torch.Tensor, generator: torch.Generator):
-        """BPR-max / TOP1-max over in-batch + extra negatives; None for `ce` (the trainer's loss)."""
+        """The configured ranking loss (bpr, top1, bpr_max, top1_max) over in-batch + extra negatives;
+        None for `ce` (the trainer's loss)."""
         if self.cfg.loss == "ce":
             return None
         h, t = predictions(self, seqs, targets)                         # (T, D), (T,)
