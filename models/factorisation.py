@@ -26,8 +26,8 @@ loses its first term; a click is a basket of one item, so B_{t-1} = {last item} 
 
     score(s, j) = < v^{L,I}_{last(s)} , v^{I,L}_j >
 
-a factorised first-order Markov chain of the transitions from the last item. Trained with S-BPR
-(Rendle et al. 2010 §5: BPR over (t-1 basket, positive, uniform negative)), or cross-entropy.
+a factorised first-order Markov chain of the transitions from the last item. Trained with the
+paper's S-BPR (BPR over (previous basket, next item, uniform negative) triples), or cross-entropy.
 
 Both are causal (the state after item t is the mean of items <= t, or item t's factor), so they
 also train on whole sequences (train.objective: sequence). Neither takes a positional encoding.
