@@ -132,6 +132,46 @@ def test_spe_values_are_equation_1():
     assert torch.allclose(dpe[3, D // 2], torch.tensor(0.0)) and torch.allclose(dpe[0, D // 2], torch.tensor(3.0).sin())
 
 
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_learnable_flag_says_whether_the_encoding_has_weights(name):
+    assert ENCODINGS[name].learnable == any(p.requires_grad for p in make(name).parameters()), name
+
+
+def test_rotatory_is_the_studys_learned_sin_cos_table_added_to_the_input():
+    """004 §3 as its released code builds it: learned angles a = Embed[l - 1 - pos] / 10000,
+    PE = (sin 2 pi a_0, cos 2 pi a_0, sin 2 pi a_1, ...), x + PE; reversed positions."""
+    enc = make("rotatory")
+    with torch.no_grad():
+        enc.angles.weight.copy_(torch.arange(MAX_LEN + 1, dtype=torch.float)[:, None] * 100
+                                + torch.arange(D // 2, dtype=torch.float)[None, :] * 2500)
+    pos = batch_positions((3,))
+    x = torch.zeros(1, 3, D)
+    with torch.no_grad():
+        pe = enc.embed(x, pos)[0]                                           # a zero input keeps position
+    assert torch.equal(pe, enc.table(pos)[0])
+    # the last item (backward position 0) reads row 0: angles 2 pi (0, 0.25, 0.5, 0.75, ...)
+    want = torch.tensor([[math.sin(2 * math.pi * k / 4), math.cos(2 * math.pi * k / 4)] for k in range(D // 2)])
+    assert torch.allclose(pe[2], want.flatten(), atol=1e-6)
+    # the first item of 3 (backward position 2): angles 2 pi (0.02, 0.27, ...)
+    a = 2 * math.pi * (200 + 2500 * torch.arange(D // 2, dtype=torch.float64)) / 10000
+    assert torch.allclose(pe[0], torch.stack((a.sin(), a.cos()), -1).flatten().float(), atol=1e-6)
+    assert enc.angles.weight.shape == (MAX_LEN + 1, D // 2)                 # only the angles that are used
+    con = make("rotatory_con")
+    y = torch.randn(1, 3, D, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(con.embed(y, pos), con.proj(torch.cat((y, con.table(pos)), -1)))
+        assert not torch.allclose(con.embed(x, pos)[0, 0], con.embed(x, pos)[0, 1])
+
+
+def test_rotatory_starts_nearly_flat_as_the_studys_initialisation():
+    """Angles N(0, 1) / 10000: at initialisation every position's PE is within 1e-2 of
+    (0, 1, 0, 1, ...) - the study's encoding learns its positions from almost nothing."""
+    table = make("rotatory").table(batch_positions((MAX_LEN,)))[0].detach()  # (n, D)
+    flat = torch.tensor([0.0, 1.0]).repeat(D // 2)
+    assert (table - flat).abs().max() < 1e-2
+    assert torch.unique(table[:, 0]).numel() == MAX_LEN                    # yet every position differs
+
+
 def test_unknown_name_and_bad_options():
     with pytest.raises(UnknownNameError) as e:
         build_encoding("ldpee", dim=D, max_len=MAX_LEN, options={})
