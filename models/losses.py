@@ -11,7 +11,8 @@ gets exactly zero gradient, as in the trainer's `ce` loss (pipeline/train.py sli
 `linear_cross_entropy(h, weight, targets, impl=...)` = mean_t -log softmax(h W^T)_t[target_t]:
 
     plain    F.cross_entropy(h @ weight[1:].T, targets - 1): the reference; builds (T, N - 1) logits,
-             their log-softmax and their gradient (the bulk of a CPU training step, issue 14)
+             their log-softmax and their gradient (half a CPU SASRec step on Beauty batches, 90% on
+             full-length ones: bench/results/train.md, Session 6)
     chunked  `chunked_cross_entropy`: the item axis in chunks of C items, log-sum-exp accumulated
              online (running max and sum per row: Milakov & Gimelshein 2018, the softmax of
              FlashAttention, Dao et al. 2022; Wijmans et al. 2024 (Cut Cross-Entropy) do the same in
@@ -44,13 +45,14 @@ import torch.nn.functional as F
 
 from pipeline.errors import ParamsError, unknown
 
-# Items per chunk, measured with bench/bench_loss.py (bench/results/train.md, "chunked loss"): on
-# the CPU, 128-256 items keep a (T, C) float32 block of ~1,000 predictions inside L2 and ran
-# fastest; larger chunks spill to L3/DRAM (4,096: 1.8x slower loss), smaller ones add per-call
-# overhead. On CUDA a chunk must be large enough to fill the GPU (launch overhead dominates small
-# GEMMs); 4,096 is a memory-bounded guess not measured here (no GPU in that session): on a GPU the
-# fused `cce` / `liger` kernels are the tuned path.
-CPU_CHUNK, CUDA_CHUNK = 256, 4096
+# Items per chunk, measured with bench/bench_loss.py (bench/results/train.md, "Session 6"): on the
+# CPU the loss time is flat between 128 and 256 items at T = 665 predictions (a Beauty batch) and
+# best at 64-128 for T = 6,400 (full-length batches), where 256 costs 9% and 1,024 22% more: the
+# (T, C) float32 block should stay near L2 size (128 x 665 x 4 B = 340 KB). 128 is within 3% of the
+# best at every T measured. On CUDA a chunk must be large enough to fill the GPU (launch overhead
+# dominates small GEMMs); 4,096 is a memory-bounded guess, not measured (no GPU in that session):
+# the fused `cce` / `liger` kernels are the tuned GPU path.
+CPU_CHUNK, CUDA_CHUNK = 128, 4096
 
 
 def default_chunk(device: torch.device) -> int:
@@ -197,7 +199,8 @@ IMPLS: dict[str, Callable[..., torch.Tensor]] = {
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, impl: str = "chunked",
                          *, chunk: Optional[int] = None) -> torch.Tensor:
     """Softmax cross-entropy of h (T, D) over items 1..N-1 of weight (N, D), targets (T,) in 1..N-1,
-    averaged over the T rows, by implementation `impl` (IMPLS); `chunk` only for 'chunked'."""
+    averaged over the T rows, by implementation `impl` (IMPLS); `chunk` only for 'chunked' (default:
+    `default_chunk` of the device). Unknown names and CUDA-only ones off CUDA raise SeqpeError."""
     if impl not in IMPLS:
         raise unknown("loss implementation", impl, IMPLS)
     if impl == "chunked":

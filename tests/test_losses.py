@@ -78,6 +78,19 @@ def test_every_column_when_padding_is_not_skipped():
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("impl, keeps_logits", [("plain", True), ("chunked", False)])
+def test_chunked_keeps_no_logits_for_backward(impl, keeps_logits):
+    """What autograd holds between forward and backward: plain a (T, N - 1) matrix, chunked only
+    h, the table, the targets and one log-sum-exp per row."""
+    h, w, targets = inputs(9)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        linear_cross_entropy(h.requires_grad_(), w.requires_grad_(), targets, impl, chunk=4)
+    assert ((9, N - 1) in saved) == keeps_logits
+    if not keeps_logits:
+        assert sorted(saved) == sorted([(9, D), (N, D), (9,), (9,)])
+
+
 def test_gradient_only_for_what_requires_it_and_targets_checked():
     h, w, targets = inputs(5)
     hh = h.clone().requires_grad_()
@@ -173,6 +186,10 @@ def test_sampled_bce_sequence_objective_skips_positions_without_target():
 # --------------------------------------------------------------------------- GPU
 
 PACKAGES = {"chunked": None, "cce": "cut_cross_entropy", "liger": "liger_kernel"}
+# largest error relative to the largest reference entry: chunked runs torch's float32 GEMMs (no TF32 by
+# default); the Triton kernels may multiply float32 in TF32; bf16 results are rounded to 8 bits
+TOLERANCE = {("chunked", torch.float32): 1e-5, ("cce", torch.float32): 5e-3, ("liger", torch.float32): 5e-3,
+             ("chunked", torch.bfloat16): 1e-2, ("cce", torch.bfloat16): 3e-2, ("liger", torch.bfloat16): 3e-2}
 
 
 @pytest.mark.cuda
@@ -190,7 +207,7 @@ def test_fused_impls_equal_plain_on_the_gpu(impl, dtype):
     targets = torch.randint(1, n, (T,), generator=g).cuda()
     ref = loss_and_grads(linear_cross_entropy, h.float(), w.float(), targets, impl="plain")
     got = loss_and_grads(linear_cross_entropy, h, w, targets, impl=impl)
-    tol = dict(rtol=1e-3, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-3)
-    assert got[0].float().item() == pytest.approx(ref[0].item(), rel=tol["rtol"])
-    assert torch.allclose(got[1].float(), ref[1], **tol) and torch.allclose(got[2].float(), ref[2], **tol)
-    assert torch.all(got[2][0] == 0)
+    tol = TOLERANCE[impl, dtype]
+    for a, b in zip(got, ref):
+        assert (a.float() - b).abs().max() <= tol * b.abs().max(), (impl, dtype)
+    assert got[1].dtype == got[2].dtype == dtype and torch.all(got[2][0] == 0)
