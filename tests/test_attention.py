@@ -192,7 +192,7 @@ class Biased(PositionalEncoding):
         self.calls.append("rotate")
         return q.flip(-1), k
 
-    def bias(self, q, k, pos, layer):
+    def bias(self, q, k, pos, layer, **hook_args):                         # any further hook arguments
         self.calls.append("bias")
         return torch.arange(L, dtype=q.dtype).repeat(q.size(2), 1)[None, None] * 0.7  # (1, 1, Lq, L)
 
