@@ -15,6 +15,9 @@ needs no flags (attention.py calls the attention hooks):
     values(probs, v, pos, layer)  extra value term added to the attention output (B, H, L, E), or None
     weights(probs, pos, layer)    replace / modify the attention probabilities (B, H, L, L) (PARec)
 
+An encoding that overrides `weights` or `values` declares `fusable = False`: attention then keeps
+its explicit softmax; the others run through torch's fused scaled_dot_product_attention.
+
 Attention hooks also serve TARGET attention (one query after the last item, Lq = 1):
 `query_positions` says where the queries sit, `allowed_keys` which keys each may see.
 `table(pos)` returns the per-item positional encoding P^l of PosRec Definitions 3.1/3.2
@@ -85,6 +88,8 @@ class PositionalEncoding(nn.Module):
 
     name: str = "none"
     needs_qk: bool = True   # False: the encoding's `weights` replace q.k attention (PARec), so no q/k projections
+    fusable: bool = True    # True: acts through rotate / bias only, so attention may run as one fused kernel
+                            # (torch SDPA, models/attention.py); False if it overrides `weights` or `values`
 
     def table(self, pos: Positions) -> Optional[torch.Tensor]:
         """(B, L, m) per-item positional encoding P^l (000 Defs. 3.1/3.2), or None."""

@@ -36,6 +36,8 @@ class RMHA(PositionalEncoding):
         logits_ij += q_i . a^K_ij / sqrt(E)      values: out_i += sum_j alpha_ij a^V_ij
     """
 
+    fusable = False         # overrides `values` (needs the attention probabilities)
+
     def __init__(self, dim, max_len, heads=1, layers=1, config=None):
         super().__init__()
         self.clip, head_dim = config.clip, dim // heads
