@@ -10,9 +10,13 @@ attending over the sequence; CAPE 001 §4). The encoding's hooks are called in o
 (models/encodings/base.py):
 
     q, k   = rotate(q, k, pos, layer)                 RoPE
-    logits = q k^T / sqrt(E) + bias(q, k, pos, layer) RMHA, ALiBi, CoPE, CAPE
+    logits = q k^T / sqrt(E) + bias(q, k, pos, layer, query_input, allowed)
+                                                      RMHA, ALiBi, CoPE, CAPE
     probs  = weights(softmax(logits), pos, layer)     PARec / FPARec (replace q.k entirely)
     out    = probs v + values(probs, v, pos, layer)   RMHA
+
+`query_input` is what the queries are projected from (x, or `query` in target attention: the
+target item's embedding), so CAPE's fusion acts on it (001 Eq. 5); `allowed` is the key mask.
 
 An encoding with `needs_qk = False` (PARec family) gets no q/k projections: the
 softmax it receives is uniform over the allowed keys and it returns its own weights.
@@ -76,7 +80,7 @@ class MultiHeadAttention(nn.Module):
             k = self._split(self.k(x))                                    # (B, H, L, E)
             q, k = enc.rotate(q, k, pos, self.layer)                      # (B, H, Lq, E), (B, H, L, E)
             logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))      # (B, H, Lq, L)
-            bias = enc.bias(q, k, pos, self.layer)                        # (B|1, H|1, Lq, L) or None
+            bias = enc.bias(q, k, pos, self.layer, query_input=q_in, allowed=allowed)  # (B|1, H|1, Lq, L) or None
             if bias is not None:
                 logits = logits + bias
         else:
