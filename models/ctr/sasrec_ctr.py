@@ -5,8 +5,8 @@ Notation used for tensor shapes:
     B  batch, L  history length (LEFT padding), D  item width F * E, S  side width
 
     x       = encoding.embed(history)                     naive PE added before the network (001 §5.1.1)
-    x       = `train.layers` causal Transformer blocks    models/attention.py's TransformerBlock (SASRec
-                                                          §III-B/C: self-attention + point-wise FFN), then
+    x       = `train.layers` causal Transformer blocks    models/attention.py's TransformerBlock (SASRec's
+                                                          self-attention block + point-wise FFN), then
                                                           LayerNorm (pre-norm)
     o       = MHA(query = target t, keys = values = x)    target attention, the target right after the
                                                           last behaviour (query_positions, Lq = 1)
