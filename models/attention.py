@@ -10,9 +10,13 @@ attending over the sequence; CAPE 001 §4). The encoding's hooks are called in o
 (models/encodings/base.py):
 
     q, k   = rotate(q, k, pos, layer)                 RoPE
-    logits = q k^T / sqrt(E) + bias(q, k, pos, layer) RMHA, ALiBi, CoPE, CAPE
+    logits = q k^T / sqrt(E) + bias(q, k, pos, layer, query_input, allowed)
+                                                      RMHA, ALiBi, CoPE, CAPE
     probs  = weights(softmax(logits), pos, layer)     PARec / FPARec (replace q.k entirely)
     out    = probs v + values(probs, v, pos, layer)   RMHA
+
+`query_input` is what the queries are projected from (x, or `query` in target attention: the
+target item's embedding), so CAPE's fusion acts on it (001 Eq. 5); `allowed` is the key mask.
 
 An encoding with `needs_qk = False` (PARec family) gets no q/k projections: the
 softmax it receives is uniform over the allowed keys and it returns its own weights.
@@ -94,7 +98,7 @@ class MultiHeadAttention(nn.Module):
             q = self._split(self.q(q_in))                                 # (B, H, Lq, E)
             k = self._split(self.k(x))                                    # (B, H, L, E)
             q, k = enc.rotate(q, k, pos, self.layer)                      # (B, H, Lq, E), (B, H, L, E)
-            bias = enc.bias(q, k, pos, self.layer)                        # (B|1, H|1, Lq, L) or None
+            bias = enc.bias(q, k, pos, self.layer, query_input=q_in, allowed=allowed)  # (B|1, H|1, Lq, L) or None
             if SDPA and enc.fusable:
                 p = self.drop.p if self.training else 0.0
                 return self._merge(fused_attention(q, k, v, allowed, bias, p))  # (B, Lq, D)

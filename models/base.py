@@ -70,7 +70,8 @@ class ModelSpec:
     name: str
     build: Callable[..., torch.nn.Module]  # next_item: build(n_items=, max_len=, train=TrainParams, options=dict,
                                          #   encoding=module|None) -> Recommender; ctr: build(schema=CTRSchema,
-                                         #   train=, options=, encoding=) -> models.ctr.base.CTRModel
+                                         #   train=, options=, encoding=EncodingChoice|name|None) -> CTRModel
+                                         #   (models/ctr/base.py: the backbone builds its own encoding)
     description: str
     paper: str = ""
     uses_encoding: bool = True           # False: the model ignores --encoding (e.g. GRU4Rec, POP)

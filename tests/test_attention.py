@@ -70,8 +70,8 @@ class Recorder(PositionalEncoding):
         self.calls.append(("rotate", layer, tuple(q.shape), tuple(k.shape)))
         return q, k
 
-    def bias(self, q, k, pos, layer):
-        self.calls.append(("bias", layer))
+    def bias(self, q, k, pos, layer, query_input=None, allowed=None):
+        self.calls.append(("bias", layer, tuple(query_input.shape), tuple(allowed.shape)))
         return torch.zeros(1, 1, q.size(2), k.size(2))
 
     def weights(self, probs, pos, layer, allowed=None):
@@ -87,7 +87,7 @@ def test_hooks_called_in_order_with_layer_and_shapes():
     r = Recorder()
     block = TransformerBlock(D, H, 0.0, layer=3)
     block(X, POS, r)
-    assert r.calls == [("rotate", 3, (2, H, L, D // H), (2, H, L, D // H)), ("bias", 3),
+    assert r.calls == [("rotate", 3, (2, H, L, D // H), (2, H, L, D // H)), ("bias", 3, (2, L, D), (2, 1, L, L)),
                        ("weights", 3, (2, H, L, L)), ("values", 3)]
 
 

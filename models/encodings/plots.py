@@ -64,7 +64,7 @@ def attention_pattern(enc, length: int, head_dim: int, heads: int = 1) -> torch.
     pos = session(length)
     q, k = enc.rotate(v, v, pos, 0)
     logits = q @ k.transpose(-1, -2) / head_dim ** 0.5                     # (1, H, l, l)
-    bias = enc.bias(q, k, pos, 0)
+    bias = enc.bias(q, k, pos, 0, query_input=v.transpose(1, 2).flatten(2))   # the same vector as the item (1, l, D)
     logits = logits if bias is None else logits + bias
     probs = torch.softmax(logits.masked_fill(~allowed_keys(pos, length), float("-inf")), -1)
     return enc.weights(probs, pos, 0)[0, 0]                                 # (l, l)

@@ -48,7 +48,7 @@ class RMHA(PositionalEncoding):
     def buckets(self, pos: Positions, lq: int) -> torch.Tensor:
         return clipped_buckets(distances(pos, lq), self.clip)              # (B, Lq, L)
 
-    def bias(self, q, k, pos, layer):
+    def bias(self, q, k, pos, layer, query_input=None, allowed=None):
         per_bucket = q @ self.key[layer].transpose(-1, -2)[None]            # (B, H, Lq, R)
         idx = self.buckets(pos, q.size(2))[:, None].expand(-1, q.size(1), -1, -1)  # (B, H, Lq, L)
         return per_bucket.gather(-1, idx) / math.sqrt(q.size(-1))          # (B, H, Lq, L)
@@ -73,6 +73,6 @@ class ALiBi(PositionalEncoding):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(heads), persistent=False)  # (H,)
 
-    def bias(self, q, k, pos, layer):
+    def bias(self, q, k, pos, layer, query_input=None, allowed=None):
         dist = distances(pos, q.size(2)).abs().to(q.dtype)                  # (B, Lq, L)
         return -self.slopes.to(q.dtype)[None, :, None, None] * dist[:, None]  # (B, H, Lq, L)
