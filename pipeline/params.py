@@ -99,7 +99,11 @@ class TrainParams:
     select_metric: str = "auto"       # metric on valid used to pick the best epoch (auto: ndcg@10 for next-item
                                       # data, auc for CTR data)
     device: str = "auto"              # auto | cpu | cuda | cuda:N
-    loss: str = "ce"                  # ce: softmax over all items | sampled: softmax over target + `negatives` items
+    loss: str = "ce"                  # ce: softmax over all items | sampled: softmax over target + `negatives` items |
+                                      # bce: SASRec's own objective, sigmoid BCE with one sampled negative per target
+    ce_impl: str = "auto"             # how `ce` is computed (models/losses.py): plain (full logits) | chunked (never
+                                      # builds them, own backward) | cce / liger (fused CUDA kernels, if installed) |
+                                      # auto (chunked on CPU, plain on CUDA)
     negatives: int = 100              # sampled softmax: uniform negatives per batch (shared by its rows)
     lr_schedule: str = "none"         # none | step (x lr_gamma every lr_step epochs) | plateau (x lr_gamma
                                       # after lr_step epochs without valid improvement)
@@ -129,6 +133,7 @@ class TrainParams:
         if not 0.0 < self.lr_gamma <= 1.0:
             raise _bad(f"{key}.lr_gamma", self.lr_gamma, "in (0, 1]", "use e.g. 0.1")
         _choice(f"{key}.loss", self.loss, LOSSES)
+        _choice(f"{key}.ce_impl", self.ce_impl, CE_IMPLS)
         _choice(f"{key}.lr_schedule", self.lr_schedule, SCHEDULES)
         _choice(f"{key}.objective", self.objective, OBJECTIVES)
         _choice(f"{key}.precision", self.precision, PRECISIONS)
@@ -262,7 +267,8 @@ def _names(key: str, values: list[str], known, kind: str) -> None:
         raise ParamsError(f"params key '{key}' lists {', '.join(map(str, dup))} twice", "list each once")
 
 
-LOSSES = ("ce", "sampled")
+LOSSES = ("ce", "sampled", "bce")
+CE_IMPLS = ("auto", "plain", "chunked", "cce", "liger")
 SCHEDULES = ("none", "step", "plateau")
 OBJECTIVES = ("prefixes", "sequence")
 PRECISIONS = ("auto", "fp32", "bf16")

@@ -63,7 +63,7 @@ def test_ctr_backbones_are_registered():
 @pytest.mark.parametrize("dataset, lr, size", [("amazon_electronics", 5e-4, 1024), ("kuaivideo", 1e-3, 4096)])
 def test_paper_preset_resolves_per_dataset(name, dataset, lr, size):
     res = presets.resolve(MODELS[name].presets, "paper", name, dataset)
-    tp = from_dict(TrainParams, {**res.train, "model": name, "encoding": "cape"})
+    tp = from_dict(TrainParams, {**res.train, "model": name, "encoding": "cape"}, run=True)
     assert (tp.dim, tp.max_len, tp.patience, tp.select_metric, tp.lr, tp.batch_size) == (64, 100, 3, "auc", lr, size)
     model(name, train=tp, schema=CTRSchema(fields=("item", "cate"), vocab={"item": 30, "cate": 8}),
           **res.models.get(name, {}))                                       # the preset's options build

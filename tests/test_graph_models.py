@@ -1,6 +1,8 @@
 """Graph baselines of 000 Table 2: SR-GNN with anchors (000 §5.4), GC-SAN and FGNN by hand."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import pytest
@@ -138,11 +140,10 @@ def test_options_are_checked():
 def test_learns_through_the_trainer(tmp_path, name, options):
     """pipeline.train.run on (prefix, next item) samples of the rule `next = item + 1`."""
     from pipeline import train as stage
-    from pipeline.params import Params, from_dict, to_dict
     from test_train import make_samples, params
     samples = make_samples(tmp_path / "samples", n_items=10, train=400)
     p = params(model=name, encoding="none", epochs=10, lr=0.01, dim=32, layers=1, heads=1, dropout=0.0, patience=0)
-    p = from_dict(Params, {**to_dict(p), "models": {name: options}})
+    p = dataclasses.replace(p, models={name: options})
     [res] = stage.run("toyset", samples, tmp_path / "runs", p, progress=False)
     assert res["config"] == f"{name}-none" and res["test"]["hr@1"] > 0.9, res
     record = json.loads((tmp_path / "runs" / f"{name}-none" / "seed-1" / "run.json").read_text())

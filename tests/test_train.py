@@ -553,3 +553,29 @@ def test_sequence_objective_with_sampled_softmax_learns(tmp_path):
                objective="sequence", batch_size=16, loss="sampled", negatives=5)
     [res] = stage.run("toy", samples, tmp_path / "runs", p, progress=False)
     assert res["test"]["hr@1"] > 0.9, res
+
+
+def test_a_backbones_own_training_loss_is_what_the_trainer_minimises(tmp_path, toy_registry, monkeypatch):
+    """Recommender.training_loss (GRU4Rec's BPR-max, BPR-MF's BPR): when a backbone returns a loss,
+    the trainer uses it instead of train.loss."""
+    calls = []
+
+    def own_loss(self, seqs, targets, generator):
+        calls.append(tuple(seqs.shape))
+        return -(self(seqs).log_softmax(-1).gather(1, targets[:, None])).mean() * 0.0 + 7.0 + 0 * self.mix.weight.sum()
+
+    monkeypatch.setattr(ToyRecommender, "training_loss", own_loss)
+    samples = make_samples(tmp_path / "samples")
+    [res] = stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+    record = json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    assert calls and record["history"][0]["loss"] == pytest.approx(7.0)
+
+
+def test_a_diverging_loss_stops_the_run_with_one_line_naming_the_epoch(tmp_path, toy_registry, monkeypatch):
+    from pipeline.errors import TrainingError
+    monkeypatch.setattr(ToyRecommender, "training_loss",
+                        lambda self, seqs, targets, generator: self.mix.weight.sum() * float("nan"))
+    samples = make_samples(tmp_path / "samples")
+    with pytest.raises(TrainingError, match=r"toy-toy_lpe seed 1: the training loss is nan at epoch 1, batch 1"):
+        stage.run("toyset", samples, tmp_path / "runs", params(epochs=2), progress=False)
+    assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()

@@ -115,9 +115,7 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
     dist = dist or distributed.Dist()
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)                      # batch order + negatives: alike on every rank
-    enc_options = params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {}
-    encoding = setup.build_encoding(tp.encoding, tp, enc_options) if spec.uses_encoding else None
-    net = task.build(params, encoding).to(device)                        # same initial weights on every rank
+    net = task.build(params).to(device)                                  # same initial weights on every rank
     if dist.active:
         torch.manual_seed(seed + 1_000_003 * dist.rank)                  # each rank its own dropout stream
     history, timing = [], []

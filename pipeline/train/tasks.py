@@ -79,30 +79,46 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
                                   "ties": ties.to("cpu", torch.int32).numpy()})
 
 
+def ce_impl(tp: TrainParams, device) -> str:
+    """train.ce_impl with auto resolved: the chunked loss on CPU (bench/results/train.md: 1.3-2.1x faster
+    steps, 1/34 to 1/113 of the loss's memory), the plain one on CUDA until fused kernels are measured."""
+    if tp.ce_impl != "auto":
+        return tp.ce_impl
+    return "plain" if device.type == "cuda" else "chunked"
+
+
 def loss_fn(net, seqs, targets, tp: TrainParams, n_items: int, generator):
-    """Cross-entropy over all items, or sampled softmax over target + shared uniform negatives.
+    """The trainer's objective on one batch (`train.loss`, models/losses.py):
+
+        ce       softmax cross-entropy over all items (plain or chunked, `train.ce_impl`)
+        sampled  softmax over the target and `negatives` uniform items shared by the batch
+        bce      SASRec's sigmoid BCE, one uniform negative per prediction (Kang & McAuley 2018)
 
     targets (B,): one next item per row (objective prefixes). targets (B, L): the next item of every
     position, 0 where none (objective sequence): the causal backbone's hidden state at each real
     position is scored against its own target, all positions of the batch weighted alike."""
     import torch
     import torch.nn.functional as F
+    from models.losses import linear_cross_entropy, sampled_bce
+    w = net.item_weights()                                               # (N, D), row 0 = padding
     if targets.dim() == 2:
+        h = net.hidden(seqs)                                             # (B, L, D)
+        if tp.loss == "bce":
+            return sampled_bce(h, w, targets, generator)
         where = targets != 0                                             # (B, L)
-        h, targets = net.hidden(seqs)[where], targets[where]             # (T, D), (T,)
-        if tp.loss == "ce":                                              # column 0 (padding) left out, as
-            return F.cross_entropy(h @ net.item_weights()[1:].t(), targets - 1)  # forward's -inf does
-    elif tp.loss == "ce":
-        return F.cross_entropy(net(seqs), targets)                       # (B, N) logits, col 0 = -inf
+        h, targets = h[where], targets[where]                            # (T, D), (T,)
     else:
         h = net.encode(seqs)                                             # (B, D)
-    w = net.item_weights()                                               # (N, D)
+        if tp.loss == "bce":
+            return sampled_bce(h, w, targets, generator)
+    if tp.loss == "ce":
+        return linear_cross_entropy(h.float(), w.float(), targets, impl=ce_impl(tp, h.device))
     neg = torch.randint(1, n_items + 1, (tp.negatives,), generator=generator).to(seqs.device)  # (M,)
     pos = (h * w[targets]).sum(-1, keepdim=True)                         # (B, 1)
     negs = h @ w[neg].t()                                                # (B, M)
     negs = negs.masked_fill(neg[None, :] == targets[:, None], float("-inf"))  # accidental hits
     logits = torch.cat([pos, negs], 1)                                   # (B, 1 + M)
-    return F.cross_entropy(logits, torch.zeros_like(targets))
+    return F.cross_entropy(logits.float(), torch.zeros_like(targets))
 
 
 class NextItemTask:
@@ -145,10 +161,15 @@ class NextItemTask:
         return True
 
     # -- model, batches, loss, metrics
-    def build(self, params: Params, encoding):
+    def build(self, params: Params):
+        """The backbone with its encoding object built at train.dim (None for models that take none)."""
         from models import build_model
-        return build_model(self.tp.model, n_items=self.n_items, max_len=self.tp.max_len, train=self.tp,
-                           options=params.models.get(self.tp.model, {}), encoding=encoding)
+        from . import setup
+        tp = self.tp
+        encoding = (setup.build_encoding(tp.encoding, tp, params.encodings.get(tp.encoding, {}))
+                    if self.spec.uses_encoding else None)
+        return build_model(tp.model, n_items=self.n_items, max_len=tp.max_len, train=tp,
+                           options=params.models.get(tp.model, {}), encoding=encoding)
 
     def fit(self, net) -> None:
         """Fitted baselines (POP, S-POP, Item-KNN): one pass over the train sessions."""
@@ -212,10 +233,14 @@ class CTRTask:
     def higher_is_better(self, metric: str) -> bool:
         return metric != "logloss"
 
-    def build(self, params: Params, encoding):
+    def build(self, params: Params):
+        """The backbone; it builds the encoding itself, at the width and layer count of the attention
+        that uses it (models/ctr/base.py EncodingChoice)."""
         from models import build_model
-        return build_model(self.tp.model, schema=self.schema, train=self.tp,
-                           options=params.models.get(self.tp.model, {}), encoding=encoding)
+        from models.ctr.base import EncodingChoice
+        tp = self.tp
+        return build_model(tp.model, schema=self.schema, train=tp, options=params.models.get(tp.model, {}),
+                           encoding=EncodingChoice(tp.encoding, params.encodings.get(tp.encoding, {})))
 
     def batches(self, generator):
         from ..ctr_batches import ctr_batches
