@@ -121,11 +121,13 @@ class TrainParams:
     precision: str = "auto"           # auto (bf16 autocast on a CUDA device that supports it, else fp32) | fp32 |
                                       # bf16 (autocast; the metrics are always computed in fp32 or better)
     compile: bool = False             # torch.compile the training step (dynamic shapes; pays off on long GPU runs)
+    memory_budget: float = 0.0        # MB of sample matrices a split may hold in RAM; a larger split is built slice
+                                      # by slice into memory-mapped files under .seqpe/spill/ (same batches); 0 = no limit
 
     def validate(self, key: str) -> None:
         for name in ("epochs", "batch_size", "dim", "heads", "max_len", "negatives", "lr_step"):
             _min(f"{key}.{name}", getattr(self, name), 1)
-        for name in ("layers", "patience", "threads", "bucket", "time_limit", "weight_decay"):
+        for name in ("layers", "patience", "threads", "bucket", "time_limit", "weight_decay", "memory_budget"):
             _min(f"{key}.{name}", getattr(self, name), 0)
         _min(f"{key}.lr", self.lr, 0, strict=True, fix="use e.g. 0.001")
         if not 0.0 <= self.dropout < 1.0:

@@ -579,3 +579,13 @@ def test_a_diverging_loss_stops_the_run_with_one_line_naming_the_epoch(tmp_path,
     with pytest.raises(TrainingError, match=r"toy-toy_lpe seed 1: the training loss is nan at epoch 1, batch 1"):
         stage.run("toyset", samples, tmp_path / "runs", params(epochs=2), progress=False)
     assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()
+
+
+def test_a_memory_budget_trains_the_same_model(tmp_path, toy_registry):
+    samples = make_samples(tmp_path / "samples")
+    [a] = stage.run("toyset", samples, tmp_path / "a", params(epochs=2), progress=False)
+    [b] = stage.run("toyset", samples, tmp_path / "b", params(epochs=2, memory_budget=0.001), progress=False)
+    wa = torch.load(tmp_path / "a" / "toy-toy_lpe" / "seed-1" / "checkpoint.pt", weights_only=True)["model"]
+    wb = torch.load(tmp_path / "b" / "toy-toy_lpe" / "seed-1" / "checkpoint.pt", weights_only=True)["model"]
+    assert all(torch.equal(wa[k], wb[k]) for k in wa) and a["test"] == b["test"]
+    assert (run_files.state_root() / "spill").is_dir()          # the maps were used (and kept for reuse)

@@ -121,14 +121,28 @@ def loss_fn(net, seqs, targets, tp: TrainParams, n_items: int, generator):
     return F.cross_entropy(logits.float(), torch.zeros_like(targets))
 
 
+def spill_dir(manifest: dict, split: str, max_len: int, kind: str) -> Path:
+    """Where a split's memory-mapped matrices go under train.memory_budget: keyed by the split's shard
+    hashes and the layout, so a changed dataset never reuses stale ones."""
+    import hashlib
+    from ..io import dumps_json
+    from .runs import state_root
+    shards = [e for e in manifest.get("shards", []) if e.get("path", "").startswith(f"{split}/")]
+    key = hashlib.sha256(dumps_json({"shards": shards, "max_len": max_len, "kind": kind}).encode()).hexdigest()[:20]
+    return state_root() / "spill" / key
+
+
 class NextItemTask:
     kind = "next_item"
 
     def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device, dist=None):
         self.tp, self.ev, self.spec, self.device, self.dist = tp, params.evaluate, spec, device, dist
         self.n_items = int(manifest["n_items"])
-        self.data = {split: (load_sequences if split == "train" and tp.objective == "sequence" else load_samples)(
-            samples_dir, split, tp.max_len) for split in SPLITS}
+        self.data = {}
+        for split in SPLITS:
+            loader = load_sequences if split == "train" and tp.objective == "sequence" else load_samples
+            self.data[split] = loader(samples_dir, split, tp.max_len, tp.memory_budget,
+                                      spill_dir(manifest, split, tp.max_len, loader.__name__))
         for split in SPLITS:
             d = self.data[split]
             if len(d) == 0:
