@@ -589,3 +589,32 @@ def test_a_memory_budget_trains_the_same_model(tmp_path, toy_registry):
     wb = torch.load(tmp_path / "b" / "toy-toy_lpe" / "seed-1" / "checkpoint.pt", weights_only=True)["model"]
     assert all(torch.equal(wa[k], wb[k]) for k in wa) and a["test"] == b["test"]
     assert (run_files.state_root() / "spill").is_dir()          # the maps were used (and kept for reuse)
+
+
+@pytest.mark.skipif("sasrec" not in MODELS, reason="needs sasrec")
+def test_bf16_autocast_scores_stay_close_and_a_bf16_run_trains(tmp_path):
+    """train.precision bf16: the forward under autocast stays close to fp32; metrics are computed in fp32."""
+    from pipeline.train.setup import autocast
+    net, data = untrained_sasrec_and_test_split(tmp_path)
+    seqs = torch.from_numpy(data.seqs[:32]).long()
+    with torch.no_grad():
+        full = net(seqs)
+        with autocast(dataclasses.replace(TrainParams(), precision="bf16"), torch.device("cpu")):
+            half = net(seqs)
+    assert half.dtype == torch.bfloat16
+    finite = torch.isfinite(full)
+    assert torch.allclose(half.float()[finite], full[finite], atol=0.05, rtol=0.05)
+    samples = make_samples(tmp_path / "s2")
+    [res] = stage.run("toyset", samples, tmp_path / "runs", params("sasrec", "lpe", epochs=2, precision="bf16"),
+                      progress=False)
+    assert 0 < res["test"]["hr@5"] <= 1
+
+
+def test_compile_wraps_the_training_step(tmp_path, toy_registry, monkeypatch):
+    """train.compile: the loss module goes through torch.compile (dynamic shapes). The compiler itself
+    is replaced by a recorder here: compiling on a CPU takes minutes (it runs on the GPU machines)."""
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: seen.append((type(module).__name__, kw)) or module)
+    samples = make_samples(tmp_path / "samples")
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=1, compile=True), progress=False)
+    assert seen == [("LossModule", {"dynamic": True})]
