@@ -5,8 +5,8 @@
 Per round, in one run (so both sides see the same machine load):
   dvc    a fresh `git clone` of the repo, `dvc init`-ed as a user's project would be, then `dvc repro`
          (the params.yaml and dvc.yaml of the clone: every stage of the default grid)
-  hand   a fresh copy of the same files, running by hand exactly the commands `dvc repro` runs, in the
-         same order (read from `dvc stage list` / dvc.yaml), with the same arguments
+  hand   a fresh copy of the same files, running by hand exactly the commands `dvc repro` ran, in the
+         same order (its "> cmd" lines), with the same arguments
 Reports both wall times and their ratio (dvc / hand): the cost of DVC's hashing, locking and
 checkout on top of seqpe's own work. The seqpe used is the one on PATH (this venv).
 """
@@ -47,10 +47,9 @@ def fresh(repo: Path, where: Path) -> Path:
     return where
 
 
-def stage_commands(clone: Path) -> list[str]:
-    """The commands `dvc repro` runs, in its order (from `dvc repro --dry`)."""
-    out = sh([sys.executable, "-m", "dvc", "repro", "--dry"], clone).stdout
-    return [line[2:].strip() for line in out.splitlines() if line.startswith("> ")]
+def stage_commands(repro_stdout: str) -> list[str]:
+    """The commands `dvc repro` ran, in its order (its "> cmd" lines)."""
+    return [line[2:].strip() for line in repro_stdout.splitlines() if line.startswith("> ")]
 
 
 def main() -> None:
@@ -63,10 +62,10 @@ def main() -> None:
     rows = []
     for r in range(args.rounds):
         clone = fresh(args.repo, args.work / "dvc")
-        commands = stage_commands(clone)
         t0 = time.perf_counter()
-        sh([sys.executable, "-m", "dvc", "repro"], clone)
+        repro = sh([sys.executable, "-m", "dvc", "repro"], clone)
         dvc_s = time.perf_counter() - t0
+        commands = stage_commands(repro.stdout)
         hand = fresh(args.repo, args.work / "hand")
         shutil.rmtree(hand / ".dvc", ignore_errors=True)
         t0 = time.perf_counter()
