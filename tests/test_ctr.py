@@ -113,7 +113,11 @@ def test_end_to_end_streamed_and_deterministic(tmp_path):
                            "test": {"rows": 4, "clicks": 4}}
     assert read_json(tmp_path / "a" / "samples" / "manifest.json")["splits"]["valid"] == {"rows": 4}
     test = read_split(tmp_path / "a" / "samples", "test")
-    assert test["hist_items"].to_list()[0] == [4, 6, 5]
+    # sessions ids [4, 6, 5] (raw 3, 5, 4 + 1) through the train vocabulary: train items {4, 6, 8, 9}
+    # -> 2, 3, 4, 5; 5 is only a test/valid item -> OOV 1
+    assert test["hist_items"].to_list()[0] == [2, 3, 1]
+    vocab = read_json(tmp_path / "a" / "samples" / "manifest.json")["ctr"]["vocab"]
+    assert {t: (v["rows"], v["min_count"]) for t, v in vocab.items()} == {"item": (6, 1), "cate": (5, 1)}
     assert not list(tmp_path.rglob(".*staging*"))
 
 
