@@ -12,8 +12,8 @@ section) into NumPy arrays, shard by shard into arrays allocated once:
     extra     name -> (S, L) int32, the other behaviour sequences, padded and cut the same way
     features  (S, K)      int32 vocab ids of the other categorical features (K may be 0)
 
-No Python runs per row: Polars cuts the lists (`list.tail`) and NumPy scatters them into place
-(`pipeline.batches.pad_left`). The arrays are int32 (half of int64) and this module stays
+No Python runs per row: Polars cuts the lists (`list.tail`) and NumPy scatters them straight
+into the arrays (`_fill`). The arrays are int32 (half of int64) and this module stays
 torch-free at import time; `ctr_batches` imports torch when called and yields CTRBatch objects
 with LongTensors (label float32), in file order or in a seeded permutation drawn from the
 caller's `torch.Generator` (same seed, same batches).
@@ -28,7 +28,6 @@ import numpy as np
 import polars as pl
 
 from . import io
-from .batches import pad_left
 from .errors import DataError
 
 
@@ -73,14 +72,25 @@ def ctr_schema(manifest: dict, max_len: int):
                      extra=tuple(ctr["extra"]), features=tuple(ctr["features"]), max_len=int(max_len))
 
 
-def _padded(df: pl.DataFrame, col: str, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """(lengths (n,), (n, max_len) left-padded ids) of one list column."""
+def _fill(out: np.ndarray, first: int, df: pl.DataFrame, col: str, field: int = 0) -> np.ndarray:
+    """Write one list column of a shard, cut to its most recent L ids and right-aligned, into rows
+    first.. of `out` ((S, L) or (S, L, F) at `field`); return the kept lengths (n,).
+
+    A row's kept ids land in one contiguous run of the row-major matrix, so every id's flat index
+    is its index in the concatenated values plus one shift per row (one repeat, one scatter)."""
+    max_len = out.shape[1]
     cut = df.get_column(col).list.tail(max_len)
-    lengths = cut.list.len().to_numpy().astype(np.int32)
+    lengths = cut.list.len().to_numpy().astype(np.int64)                             # (n,)
     values = cut.explode(empty_as_null=False)
     if values.null_count():
         raise DataError(f"a CTR sample holds a null id in {col}", "re-run `seqpe augment` for this dataset")
-    return lengths, pad_left(values.to_numpy().astype(np.int32), lengths, max_len)
+    starts = np.cumsum(lengths) - lengths                                             # (n,) offsets in values
+    rows = np.arange(first, first + lengths.size, dtype=np.int64)
+    shift = rows * max_len + max_len - lengths - starts                               # (n,) flat start - offset
+    idx = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(shift, lengths)   # (total,) cell of each id
+    width = out.shape[2] if out.ndim == 3 else 1
+    out.reshape(-1)[idx * width + field] = values.to_numpy()
+    return lengths
 
 
 def load_ctr(root: str | Path, split: str, max_len: int) -> CTRSamples:
@@ -115,14 +125,13 @@ def load_ctr(root: str | Path, split: str, max_len: int) -> CTRSamples:
         lengths = None
         for i, f in enumerate(fields):
             out.target[a:b, i] = df.get_column(ctr["target"][f]).to_numpy()
-            n_f, padded = _padded(df, ctr["history"][f], max_len)
-            out.history[a:b, :, i] = padded
+            n_f = _fill(out.history, a, df, ctr["history"][f], i)
             if lengths is not None and not np.array_equal(lengths, n_f):
                 raise DataError(f"{path}: the history columns of {', '.join(fields)} differ in length",
                                 "re-run `seqpe preprocess` and `seqpe augment` for this dataset")
             lengths = n_f
         for name, col in extra.items():
-            out.extra[name][a:b] = _padded(df, col, max_len)[1]
+            _fill(out.extra[name], a, df, col)
         for i, col in enumerate(features.values()):
             out.features[a:b, i] = df.get_column(col).to_numpy()
         a = b
@@ -144,7 +153,8 @@ def ctr_batches(samples: CTRSamples, batch_size: int, *, shuffle: bool = False, 
     target = torch.from_numpy(samples.target)                                             # (S, F)
     history = torch.from_numpy(samples.history)                                           # (S, L, F)
     extra = {k: torch.from_numpy(v) for k, v in samples.extra.items()}                    # name -> (S, L)
-    features = None if samples.features is None or samples.features.shape[1] == 0 else torch.from_numpy(samples.features)
+    k = 0 if samples.features is None else samples.features.shape[1]
+    features = torch.from_numpy(samples.features) if k else None                        # (S, K)
     move = lambda t: t.to(device=device, dtype=torch.long)  # noqa: E731
     for idx in torch.split(order, batch_size):
         yield CTRBatch(label=label[idx].to(device=device, dtype=torch.float32), group=move(group[idx]),

@@ -111,7 +111,7 @@ class Vocab:
         return FIRST + int(self.keys.size)
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """(n,) non-negative ids -> (n,) int32 vocab ids."""
+        """(n,) non-negative ids (any integer dtype) -> (n,) int32 vocab ids."""
         if self.lut is not None:
             return self.lut[np.minimum(ids, self.lut.size - 1)]
         if not self.keys.size:
@@ -124,9 +124,9 @@ def _counts(files: list[Path], column: str) -> pl.DataFrame:
     """(key Int64, count Int64) of one column over the shard files: streaming, tokens of lists."""
     lf = pl.scan_parquet(files).select(pl.col(column))
     if isinstance(lf.collect_schema()[column], pl.List):
-        lf = lf.select(pl.col(column).explode()).drop_nulls()
-    return (lf.group_by(pl.col(column).cast(pl.Int64).alias("key")).agg(pl.len().cast(pl.Int64).alias("count"))
-              .collect(engine="streaming"))
+        lf = lf.select(pl.col(column).explode())
+    return (lf.drop_nulls().group_by(pl.col(column).cast(pl.Int64).alias("key"))
+              .agg(pl.len().cast(pl.Int64).alias("count")).collect(engine="streaming"))
 
 
 def fit(files: list[Path], layout: Layout) -> dict[str, Vocab]:
@@ -187,16 +187,16 @@ def remap(shard: pl.DataFrame, layout: Layout, vocabs: dict[str, Vocab], tally: 
             s = shard.get_column(col)
             if isinstance(s.dtype, pl.List):
                 offsets, values = _list_parts(s)
-                ids = v.lookup(values.astype(np.int64, copy=False))                  # (tokens,) int32
-                bad = np.concatenate([[0], np.cumsum(ids == OOV)])                   # (tokens + 1,)
-                has_oov |= bad[offsets[1:]] > bad[offsets[:-1]]
+                ids = v.lookup(values)                                               # (tokens,) int32
+                at = np.flatnonzero(ids == OOV)                                      # (oov,) token positions
+                has_oov[np.searchsorted(offsets, at, side="right") - 1] = True       # their rows
                 tally.longest = max(tally.longest, int(np.diff(offsets).max(initial=0)))
                 arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ids))
                 new = pl.Series(col, arr).cast(pl.List(pl.Int32))
             else:
                 if s.null_count():
                     raise DataError(f"a CTR sessions shard has a null {col}", "re-run `seqpe preprocess`")
-                ids = v.lookup(s.to_numpy().astype(np.int64, copy=False))
+                ids = v.lookup(s.to_numpy())
                 has_oov |= ids == OOV
                 new = pl.Series(col, ids, dtype=pl.Int32)
             tokens, oov = tokens + ids.size, oov + int(np.count_nonzero(ids == OOV))

@@ -69,6 +69,11 @@ def test_registry():
     assert kv.source.file_md5 == {"train.csv": "16f13734411532cc313caf2180bfcd56",
                                   "test.csv": "ba26c01caaf6c65c272af11aa451fc7a"}
     assert ae.source.file_md5["test.csv"] == "57a20e82fe736dd495f2eaf0669bf6d0"
+    # the BARS DIN configs: min_categr_count, which columns are embedded, which are meta (gAUC group)
+    assert (ae.options["ctr"]["min_count"], kv.options["ctr"]["min_count"]) == (1, 10)
+    assert ae.options["ctr"]["fields"] == ["item", "cate"] and ae.options["ctr"]["features"] == []
+    assert kv.options["ctr"]["extra"] == {"neg_items": "hist_neg_items"} and kv.options["ctr"]["features"] == ["user"]
+    assert ae.options["ctr"]["group"] == kv.options["ctr"]["group"] == "user"
 
 
 def test_amazon_electronics_rows_truncation_and_valid(tmp_path):

@@ -35,7 +35,8 @@ def sessions(root: Path, splits=SPLITS, layout=KV_LAYOUT, shard_rows: int = 3) -
                 "protocol_info": {"max_history": 100}}
     with io.atomic_dir(root) as tmp:
         for split, rows in splits.items():
-            manifest["shards"] += io.write_split(tmp, split, pl.DataFrame(rows, schema=SCHEMA, orient="row"), shard_rows)
+            frame = pl.DataFrame(rows, schema=SCHEMA, orient="row")
+            manifest["shards"] += io.write_split(tmp, split, frame, shard_rows)
         io.write_json(tmp / io.MANIFEST, manifest)
     return root
 

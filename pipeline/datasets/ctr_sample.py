@@ -257,7 +257,7 @@ def _generator(frames):
         train, test = frames(params)
         io.write_bytes(dst_file, _zip({"train.csv": _csv(train), "test.csv": _csv(test)}))
         return Path(dst_file)
-    generate.__doc__ = f"Write the zip of train.csv and test.csv built by `{frames.__name__}` to `dst_file`, atomically."
+    generate.__doc__ = f"Write the zip of train.csv + test.csv built by `{frames.__name__}` to `dst_file`, atomically."
     return generate
 
 
