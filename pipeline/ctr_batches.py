@@ -30,6 +30,8 @@ import polars as pl
 from . import io
 from .errors import DataError
 
+CHUNK_ROWS = 1 << 18  # rows scattered at once (bounds the transient copies of a 1M-row shard)
+
 
 @dataclass(frozen=True)
 class CTRSamples:
@@ -93,6 +95,29 @@ def _fill(out: np.ndarray, first: int, df: pl.DataFrame, col: str, field: int = 
     return lengths
 
 
+def _fill_rows(out: CTRSamples, a: int, df: pl.DataFrame, ctr: dict, path: Path) -> None:
+    """Rows a.. of `out` from one chunk of a shard."""
+    fields, extra, features = list(ctr["fields"]), dict(ctr["extra"]), dict(ctr["features"])
+    b = a + df.height
+    if df.select(pl.col(ctr["label"], ctr["group"], *[ctr["target"][f] for f in fields], *features.values())
+                 .null_count()).sum_horizontal().item():
+        raise DataError(f"{path} holds a null label, group or id", "re-run `seqpe augment` for this dataset")
+    out.label[a:b] = df.get_column(ctr["label"]).to_numpy()
+    out.group[a:b] = df.get_column(ctr["group"]).to_numpy()
+    lengths = None
+    for i, f in enumerate(fields):
+        out.target[a:b, i] = df.get_column(ctr["target"][f]).to_numpy()
+        n_f = _fill(out.history, a, df, ctr["history"][f], i)
+        if lengths is not None and not np.array_equal(lengths, n_f):
+            raise DataError(f"{path}: the history columns of {', '.join(fields)} differ in length",
+                            "re-run `seqpe preprocess` and `seqpe augment` for this dataset")
+        lengths = n_f
+    for name, col in extra.items():
+        _fill(out.extra[name], a, df, col)
+    for i, col in enumerate(features.values()):
+        out.features[a:b, i] = df.get_column(col).to_numpy()
+
+
 def load_ctr(root: str | Path, split: str, max_len: int) -> CTRSamples:
     """Read `<root>/<split>/part-*.parquet` of a CTR samples folder into a CTRSamples (module docstring)."""
     if max_len < 1:
@@ -114,27 +139,11 @@ def load_ctr(root: str | Path, split: str, max_len: int) -> CTRSamples:
                      extra={name: np.zeros((n, max_len), np.int32) for name in extra},
                      features=np.zeros((n, len(features)), np.int32))
     a = 0
-    for path in files:                                   # one shard in memory at a time
-        df = pl.read_parquet(path, columns=list(dict.fromkeys(columns)))
-        b = a + df.height
-        if df.select(pl.col(ctr["label"], ctr["group"], *[ctr["target"][f] for f in fields], *features.values())
-                     .null_count()).sum_horizontal().item():
-            raise DataError(f"{path} holds a null label, group or id", "re-run `seqpe augment` for this dataset")
-        out.label[a:b] = df.get_column(ctr["label"]).to_numpy()
-        out.group[a:b] = df.get_column(ctr["group"]).to_numpy()
-        lengths = None
-        for i, f in enumerate(fields):
-            out.target[a:b, i] = df.get_column(ctr["target"][f]).to_numpy()
-            n_f = _fill(out.history, a, df, ctr["history"][f], i)
-            if lengths is not None and not np.array_equal(lengths, n_f):
-                raise DataError(f"{path}: the history columns of {', '.join(fields)} differ in length",
-                                "re-run `seqpe preprocess` and `seqpe augment` for this dataset")
-            lengths = n_f
-        for name, col in extra.items():
-            _fill(out.extra[name], a, df, col)
-        for i, col in enumerate(features.values()):
-            out.features[a:b, i] = df.get_column(col).to_numpy()
-        a = b
+    for path in files:                                   # one shard in memory at a time, in row chunks
+        shard = pl.read_parquet(path, columns=list(dict.fromkeys(columns)))
+        for df in shard.iter_slices(CHUNK_ROWS):
+            _fill_rows(out, a, df, ctr, path)
+            a += df.height
     return out
 
 

@@ -95,3 +95,14 @@ def test_errors_are_one_line_with_a_fix(tmp_path, make, expect):
 def test_schema_of_a_manifest_without_ctr():
     with pytest.raises(DataError, match="has no ctr section"):
         ctr_schema({"dataset": "diginetica", "protocol": "srgnn"}, 50)
+
+
+def test_row_chunks_do_not_change_the_arrays(tmp_path, monkeypatch):
+    import pipeline.ctr_batches as cb
+    root = samples_folder(tmp_path / "s")
+    whole = load_ctr(root, "train", 3)
+    monkeypatch.setattr(cb, "CHUNK_ROWS", 1)
+    chunked = load_ctr(root, "train", 3)
+    for name in ("label", "group", "target", "history", "features"):
+        assert np.array_equal(getattr(whole, name), getattr(chunked, name))
+    assert np.array_equal(whole.extra["neg"], chunked.extra["neg"])
