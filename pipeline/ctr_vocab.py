@@ -25,10 +25,10 @@ Sessions hold item / category ids as raw BARS id + 1 and users as raw ids (pipel
 the mapping files `vocab/<table>.parquet` give raw_id (the BARS id), id (the vocab id) and the
 train count of every column of the table, for kept ids only.
 
-Memory: counting is one Polars streaming group-by per column over the train shards; remapping is
-one shard at a time, numpy over the Arrow buffers of each column: a lookup table indexed by id
-(ids are dense in BARS files) or, for ids too large for one (> LUT_LIMIT), a binary search in the
-sorted kept ids. Both give the same ids.
+Memory: counting and remapping go one shard at a time, numpy over the Arrow buffers of each
+column: counts by `np.bincount` (ids are dense in BARS files), ids through a lookup table indexed
+by id; ids too large for either (>= LUT_LIMIT) are counted by `np.unique` and mapped by binary
+search in the sorted kept ids. Both paths give the same ids.
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ from . import io
 from .errors import DataError
 
 LUT_LIMIT = 1 << 25   # largest id served by a lookup table (128 MB of int32); larger ids: binary search
+COUNT_BLOCK = 1 << 24  # tokens counted per np.bincount call
 PAD, OOV, FIRST = 0, 1, 2
 FEATURE_PREFIX = "feature_"
 RULE = ("FuxiCTR Tokenizer: each column counted separately on the train split (sequence columns: every "
@@ -121,12 +122,28 @@ class Vocab:
 
 
 def _counts(files: list[Path], column: str) -> pl.DataFrame:
-    """(key Int64, count Int64) of one column over the shard files: streaming, tokens of lists."""
-    lf = pl.scan_parquet(files).select(pl.col(column))
-    if isinstance(lf.collect_schema()[column], pl.List):
-        lf = lf.select(pl.col(column).explode())
-    return (lf.drop_nulls().group_by(pl.col(column).cast(pl.Int64).alias("key"))
-              .agg(pl.len().cast(pl.Int64).alias("count")).collect(engine="streaming"))
+    """(key Int64, count Int64) of one column over the shard files (list columns: every token),
+    one shard at a time: ids below LUT_LIMIT by np.bincount into one dense array, larger ones by
+    np.unique, merged at the end. (A Polars streaming explode + group-by over all shards held the
+    exploded column: 9.9 GB on KuaiVideo's 1.7 billion train tokens.)"""
+    dense, sparse = np.zeros(0, dtype=np.int64), []
+    for path in files:
+        s = pl.read_parquet(path, columns=[column]).get_column(column)
+        values = _list_parts(s)[1] if isinstance(s.dtype, pl.List) else s.drop_nulls().to_numpy()
+        if not values.size:
+            continue
+        if int(values.max()) < LUT_LIMIT:
+            top = int(values.max()) + 1
+            if top > dense.size:
+                dense = np.concatenate([dense, np.zeros(top - dense.size, dtype=np.int64)])
+            for a in range(0, values.size, COUNT_BLOCK):     # bincount copies its input to int64
+                dense[:top] += np.bincount(values[a:a + COUNT_BLOCK], minlength=top)
+        else:
+            keys, c = np.unique(values, return_counts=True)
+            sparse.append(pl.DataFrame({"key": keys.astype(np.int64), "count": c.astype(np.int64)}))
+    seen = np.flatnonzero(dense)
+    frames = [pl.DataFrame({"key": seen.astype(np.int64), "count": dense[seen]})] + sparse
+    return pl.concat(frames).group_by("key").agg(pl.col("count").sum()).sort("key")
 
 
 def fit(files: list[Path], layout: Layout) -> dict[str, Vocab]:

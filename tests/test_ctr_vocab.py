@@ -108,13 +108,16 @@ def test_min_count_one_keeps_every_train_id_and_fields_keep_their_own_tables(tmp
     assert m["ctr"]["features"] == {} and m["ctr"]["fields"] == ["item", "cate"]
 
 
-def test_lookup_table_and_binary_search_give_the_same_bytes(tmp_path, monkeypatch):
+def test_count_and_lookup_paths_give_the_same_bytes(tmp_path, monkeypatch):
     src = sessions(tmp_path / "sess")
     a = augment.run("kuaivideo", src, tmp_path / "a", Params())
-    monkeypatch.setattr(ctr_vocab, "LUT_LIMIT", 0)          # every table through np.searchsorted
+    monkeypatch.setattr(ctr_vocab, "COUNT_BLOCK", 1)        # np.bincount one token at a time
     b = augment.run("kuaivideo", src, tmp_path / "b", Params())
-    assert [e["sha256"] for e in a["shards"]] == [e["sha256"] for e in b["shards"]]
-    assert (tmp_path / "a" / io.MANIFEST).read_bytes() == (tmp_path / "b" / io.MANIFEST).read_bytes()
+    monkeypatch.setattr(ctr_vocab, "LUT_LIMIT", 0)          # np.unique counts, np.searchsorted lookups
+    c = augment.run("kuaivideo", src, tmp_path / "c", Params())
+    for other, m in (("b", b), ("c", c)):
+        assert [e["sha256"] for e in a["shards"]] == [e["sha256"] for e in m["shards"]]
+        assert (tmp_path / "a" / io.MANIFEST).read_bytes() == (tmp_path / other / io.MANIFEST).read_bytes()
 
 
 def test_vocab_lookup_edges():
