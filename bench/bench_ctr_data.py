@@ -16,7 +16,8 @@ Generates raw files in the real BARS formats into bench/work/ (gitignored), cach
                       deflating for a benchmark)
 
 `--scale` multiplies users, items and behaviours (KuaiVideo: rows, users, items). Each stage runs in
-a fresh subprocess that reports its own wall time and peak RSS (VmHWM). download --from checks the
+a fresh subprocess that reports its own wall time, CPU time (user + sys, all threads) and peak RSS
+(VmHWM). download --from checks the
 published md5 of train.csv / test.csv: the stage process swaps the registry's md5 for those of the
 generated files, so the check runs (and passes) as it would on the real files. `load` is
 `pipeline.ctr_batches.load_ctr(samples, "train", max_len=100)`, what a CTR trainer reads first.
@@ -61,8 +62,10 @@ else:
     import importlib
     importlib.import_module("pipeline." + a["stage"]).run(a["dataset"], a["src"], a["dst"], p)
 wall = time.perf_counter() - t
+import resource
+ru = resource.getrusage(resource.RUSAGE_SELF)
 hwm = [l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM:")][0]
-print(json.dumps({"wall_s": wall, "peak_rss_mb": int(hwm.split()[1]) / 1024}))
+print(json.dumps({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": int(hwm.split()[1]) / 1024}))
 """
 
 
@@ -159,7 +162,8 @@ def main() -> None:
             stages["load"] = run_stage({**common, "stage": "load", "src": str(base / "samples")})
         m = json.loads((base / "samples" / "manifest.json").read_text())
         rows = " / ".join(f"{m['splits'][s]['rows']:,}" for s in ("train", "valid", "test"))
-        cells = " | ".join(f"{st['wall_s']:.1f} s / {st['peak_rss_mb']:,.0f} MB" for st in stages.values())
+        cells = " | ".join(f"{st['wall_s']:.1f} s ({st['cpu_s']:.1f} s CPU) / {st['peak_rss_mb']:,.0f} MB"
+                           for st in stages.values())
         lines.append(f"| {name} | x{args.scale:g} | {size / 2**20:,.0f} MiB | {rows} | {cells}"
                      f"{' | -' if args.no_load else ''} | {sum(st['wall_s'] for st in stages.values()):.1f} s | "
                      f"{max(st['peak_rss_mb'] for st in stages.values()):,.0f} MB |")
@@ -173,6 +177,7 @@ def main() -> None:
     import polars as pl
     print(f"\nmachine: {platform.platform()}, {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} "
           f"{load[2]:.2f}, polars {pl.__version__}\n")
+    print("Stage cells: wall (CPU user + sys) / peak RSS.\n")
     print("| dataset | scale | raw CSV | rows train / valid / test | download --from | preprocess | augment | "
           "load train (max_len 100) | total wall | peak RSS |")
     print("|---|---|---|---|---|---|---|---|---|---|")

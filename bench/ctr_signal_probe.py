@@ -7,7 +7,8 @@ positions (a set model: attention weights depend on the target and each behaviou
 with a learned embedding per history slot added to the attention keys. Prints the valid AUC after
 every epoch and the seconds each epoch took. On the default `sample_ctr` / `sample_kuai` (see
 pipeline/datasets/ctr_sample.py for the planted rule) the first should stay near 0.5 and the
-second should climb towards the rule's ceiling (0.5 + p_rule / 2 = 0.85).
+second should climb towards the rule's ceiling: rule steps separate fully and fresh steps are coin
+flips, so the best AUC is p + (1 - p) (p + (1 - p) / 2) = 0.955 for p = p_rule = 0.7.
 """
 from __future__ import annotations
 
