@@ -10,7 +10,10 @@ Modes (chosen per split by the protocol, recorded in the sessions manifest's "au
               max_len"); training expands a row into its (prefix, target) pairs
               (`pipeline.batches`), so the rows stay O(clicks) on disk however long the users
     last      one sample (s[:-1], s[-1])  (leave-one-out valid / test rows)
-    rows      the rows are copied as they are (CTR samples are already samples)
+    rows      CTR rows are already samples: every id goes through the dataset's vocabularies,
+              fitted on the train split first (`pipeline.ctr_vocab`: BARS/FuxiCTR min-count rule,
+              0 padding, 1 out-of-vocabulary); the mappings are written to vocab/<table>.parquet
+              and the manifest's `ctr` section says what the trainer needs (fields, tables, sizes)
 
 Prefixes are kept whole under the srgnn protocol (its samples are defined that way); under the
 other protocols they keep their most recent `augment.max_len` items (0 = keep all).
@@ -37,7 +40,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from . import io
+from . import ctr_vocab, io
 from .datasets import get
 from .errors import DataError
 from .params import Params, to_dict
@@ -247,6 +250,11 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
         "sessions_manifest": io.sha256_file(src / io.MANIFEST),
     }
     longest = 0
+    ctr = None
+    if protocol == "ctr":  # vocabularies first: counted on train, applied to every split
+        layout = ctr_vocab.Layout.from_manifest(sessions_manifest, dataset)
+        ctr = (layout, ctr_vocab.fit(_split_files(src, sessions_manifest, "train"), layout),
+               {s: ctr_vocab.Tally() for s in io.SPLITS})
     with io.atomic_dir(dst) as tmp:
         for split in io.SPLITS:
             mode = modes.get(split)
@@ -260,6 +268,8 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
             for path in files:
                 shard = pl.read_parquet(path)
                 if mode == "rows":
+                    if ctr is not None:
+                        shard = ctr_vocab.remap(shard, ctr[0], ctr[1], ctr[2][split])
                     writer.schema = dict(shard.schema)
                     writer.add(shard)
                     continue
@@ -289,5 +299,11 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
             else:
                 manifest["splits"][split] = {"samples": rows, "sessions": n_sessions, "clicks": clicks}
         manifest["max_len"] = longest
+        if ctr is not None:
+            layout, vocabs, tallies = ctr
+            manifest["shards"] += ctr_vocab.write_vocabs(tmp, vocabs, layout)
+            manifest["ctr"] = ctr_vocab.manifest_section(
+                layout, vocabs, tallies, int(sessions_manifest.get("protocol_info", {}).get("max_history", 0)))
+            manifest["max_len"] = manifest["ctr"]["longest_history"]
         io.write_json(tmp / io.MANIFEST, manifest)
     return manifest

@@ -89,9 +89,11 @@ def download(dataset: str,
              params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Fetch, verify and unpack a dataset's raw source into DST, writing source.json."""
     from . import download as stage
+    from .datasets import get
     p = _params(params, overrides)
     summary = stage.run(dataset, _default("raw", dataset, dst), p.download, from_path=from_path,
-                        mirror=mirror, progress=not quiet, sample=p.preprocess.sample)
+                        mirror=mirror, progress=not quiet,
+                        sample=getattr(p.preprocess, get(dataset).source.generate_params))
     if not quiet:
         console.print(_kv_table(f"download {dataset}", summary))
 

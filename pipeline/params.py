@@ -51,6 +51,18 @@ class SampleParams:
 
 
 @dataclass(frozen=True)
+class SampleCTRParams:
+    """Size of the embedded CTR datasets `sample_ctr` and `sample_kuai` (pipeline/datasets/ctr_sample.py)."""
+    users: int = 2000                 # users generated
+    items: int = 1000                 # catalogue size
+    cates: int = 40                   # item categories (sample_kuai: hidden topics, not in the file)
+    min_length: int = 5               # behaviours per user, at least (DIN's users are 5-core)
+    max_length: int = 30              # behaviours per user, at most (lengths skewed towards the minimum)
+    p_rule: float = 0.7               # share of steps whose category follows the positional rule
+    seed: int = 20180601              # generator seed
+
+
+@dataclass(frozen=True)
 class PreprocessParams:
     valid_fraction: float = 0.1       # share of the most recent train sessions carved into valid
     min_item_count: int = 5           # srgnn: items with fewer clicks are dropped
@@ -58,6 +70,7 @@ class PreprocessParams:
     max_history: int = 100            # ctr: history lists cut to the most recent N
     rows_per_shard: int = 1_000_000   # rows per Parquet shard
     sample: SampleParams = field(default_factory=SampleParams)
+    sample_ctr: SampleCTRParams = field(default_factory=SampleCTRParams)
 
     def validate(self, key: str) -> None:
         if not 0.0 <= self.valid_fraction < 1.0:

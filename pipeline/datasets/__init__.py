@@ -30,7 +30,8 @@ class SourceSpec:
     # other single files the reader accepts in place of `files` (Amazon: the ratings-only CSV);
     # `download --from` one of them installs it under its own name (no checksum is published)
     alternates: tuple[str, ...] = ()
-    generate: Optional[Callable] = None  # archive == "generated": generate(dst_file: Path, sample: SampleParams) writes the archive
+    generate: Optional[Callable] = None  # archive == "generated": generate(dst_file: Path, section) writes the archive,
+    generate_params: str = "sample"      # section = the params.preprocess subsection named here (sample | sample_ctr)
 
 
 @dataclass(frozen=True)

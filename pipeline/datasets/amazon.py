@@ -8,6 +8,31 @@ in that order. Protocol: leave-one-out with iterative k-core (§3).
 
 Only the needed fields are parsed (a restricted schema, so review texts are skipped) and
 the JSON is read with Polars' streaming engine: Books (8.9M reviews) stays well within 8 GB.
+
+`books_hllm` is CAPE's Table 3 dataset (001 §5.1.3: "We follow the HLLM (Chen et al., 2024) to
+preprocess the dataset ... we retain only items and the users with at least 5 presences. We only
+keep item_id ... The maximum length of context is set to 50", 10,053,086 interactions, 694,898
+users, 686,624 items). HLLM's own code (bytedance/HLLM: README, process_books.py,
+code/REC/data/dataload.py and dataset/evalset.py) fixes what that means, and seqpe does the same:
+
+- raw file: `ratings_Books.csv`, the Amazon 2014 ratings-only Books file (22,507,155 ratings,
+  `user,item,rating,timestamp`, no header), NOT the 5-core review file `books` reads (8.9M
+  reviews: fewer than HLLM's 10.05M interactions after its filter);
+- every rating is an interaction, whatever its value; repeated (user, item) pairs count and stay;
+- filter, not iterated: rows whose item AND user each have >= 5 ratings in the whole file are
+  kept (one count of each, on all rows), then users left with < 5 rows are dropped; items are not
+  counted again, so some kept items have fewer than 5 interactions (`options["core"] = "hllm"`,
+  `pipeline.protocols.leave_one_out.hllm_core`);
+- split: leave-one-out on each user's interactions in timestamp order: the last item is the
+  test target, the second last the validation target, the rest train (HLLM's Data.build and
+  SeqEvalDataset) — exactly seqpe's leave-one-out split;
+- item id only, context 50: train with `train.max_len: 50` (`options["context"]` records it).
+
+Known differences, none in which rows are kept or which item is held out: timestamp ties
+inside a user keep file order here (HLLM sorts with pandas' default, unstable quicksort); ids are
+numbered by seqpe's rule (HLLM factorizes in file order); HLLM cuts a long train sequence into
+consecutive windows of 51 items and trains on all of them, while seqpe's shifted train rows keep
+the most recent `augment.max_len` + 1 items (set augment.max_len: 0 to keep every item).
 """
 from __future__ import annotations
 
@@ -148,3 +173,29 @@ for _name, (_category, _size) in CATEGORIES.items():
         options={"category": _category},
         paper_size=_size,
     ))
+
+
+def ratings_reader(category: str):
+    """A reader of `ratings_<category>.csv` only (the ratings-only file, whatever else is in the folder)."""
+    name = f"ratings_{category}.csv"
+
+    def read(raw_dir: Path) -> pl.LazyFrame:
+        path = Path(raw_dir) / name
+        if not path.is_file():
+            raise DataError(f"{name} is not in {raw_dir}", "run `seqpe download DATASET` (or --from the file you have)")
+        return read_ratings_csv(path).select("user", "item", "timestamp").lazy()
+    read.__doc__ = f"Read the Amazon 2014 ratings-only {category} file ({name})."
+    return read
+
+
+register(DatasetSpec(
+    name="books_hllm",
+    source=SourceSpec(name="amazon_books_ratings", filename="ratings_Books.csv", archive="none",
+                      files=("ratings_Books.csv",), url=f"{HOST}/ratings_Books.csv", homepage=HOMEPAGE),
+    protocol="leave_one_out",
+    description="Amazon 2014 Books ratings under HLLM's protocol (CAPE 001 Table 3): 5 per user and item "
+                "once, item ids only, leave-one-out, context 50",
+    reader=ratings_reader("Books"),
+    options={"category": "Books", "core": "hllm", "k_core": 5, "context": 50},
+    paper_size="10,053,086 interactions, 694,898 users, 686,624 items (HLLM / CAPE 001 §5.1.3)",
+))

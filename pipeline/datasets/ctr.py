@@ -15,6 +15,19 @@ convert scripts and read by the BARS dataset configs (FuxiCTR feature_cols):
 The reader checks each header and returns the CTR protocol's input schema (see
 `pipeline.protocols.ctr`): split, row, label, user, item, [cate], [timestamp], hist_*.
 is_like / is_follow are not used (the BARS configs do not use them either).
+
+`OPTIONS` holds each dataset's BARS DIN config (reczoo/BARS ranking/ctr/DIN/DIN_<dataset>_x1 tuner
+configs) as seqpe applies it in the augment stage (`pipeline.ctr_vocab`):
+
+    AmazonElectronics_x1  min_categr_count 1; user_id is a meta column (the gAUC group, not
+                          embedded); item_id and cate_id categorical; item_history / cate_history
+                          sequences sharing the item / cate tables (target field (item_id, cate_id),
+                          sequence field (item_history, cate_history))
+    KuaiVideo_x1          min_categr_count 10; user_id and item_id categorical (group_id = a copy of
+                          the raw user_id); pos_items (the behaviour sequence) and neg_items (an extra
+                          sequence, mean-pooled) share the item table. The config's frozen visual
+                          item embeddings (item_emb, pos_items_emb, neg_items_emb from
+                          item_visual_emb_dim64.h5) are NOT in seqpe's scope: items are ids only.
 """
 from __future__ import annotations
 
@@ -40,6 +53,25 @@ COLUMNS = {
         "timestamp": ("timestamp", "Int64"), "user_id": ("user", "Int64"), "item_id": ("item", "Int64"),
         "is_click": ("label", "Int64"), "is_like": (None, "Int64"), "is_follow": (None, "Int64"),
         "pos_items": ("hist_items", "String"), "neg_items": ("hist_neg_items", "String"),
+    },
+}
+
+
+# dataset -> protocol options: the valid rule (pipeline.protocols.ctr) and the sample layout
+# (pipeline.ctr_vocab): fields of the target / history in order, the sessions column of each,
+# other item-table sequences, other categorical features (own tables), the gAUC group column
+OPTIONS = {
+    "amazon_electronics": {
+        "valid": "last_per_user",
+        "ctr": {"min_count": 1, "fields": ["item", "cate"], "target": {"item": "item", "cate": "cate"},
+                "history": {"item": "hist_items", "cate": "hist_cates"}, "extra": {}, "features": [],
+                "group": "user", "label": "label"},
+    },
+    "kuaivideo": {
+        "valid": "tail",
+        "ctr": {"min_count": 10, "fields": ["item"], "target": {"item": "item"},
+                "history": {"item": "hist_items"}, "extra": {"neg_items": "hist_neg_items"},
+                "features": ["user"], "group": "user", "label": "label"},
     },
 }
 
@@ -100,7 +132,7 @@ register(DatasetSpec(
     protocol="ctr",
     description="BARS AmazonElectronics_x1 (DIN's Amazon Electronics), CTR with item/category histories",
     reader=reader_for("amazon_electronics"),
-    options={"valid": "last_per_user"},
+    options=OPTIONS["amazon_electronics"],
     paper_size="2,608,764 train + 384,806 test samples, 63,001 items, 801 categories",
 ))
 
@@ -114,6 +146,6 @@ register(DatasetSpec(
     protocol="ctr",
     description="BARS KuaiVideo_x1 (Kuaishou micro-video clicks), CTR with clicked/unclicked histories",
     reader=reader_for("kuaivideo"),
-    options={"valid": "tail"},
+    options=OPTIONS["kuaivideo"],
     paper_size="10,931,092 train + 2,730,291 test samples, 10,000 users",
 ))
