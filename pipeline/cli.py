@@ -303,14 +303,16 @@ def encodings_inspect(ctx: typer.Context, name: str,
 def _print_runs(results: list[dict]) -> None:
     if not results:
         return
-    keys = sorted({k for r in results for k in r.get("test", {})},
-                  key=lambda k: (k.split("@")[0], int(k.split("@")[1]) if "@" in k else 0))
-    t = Table(title="test metrics (×100)")
+    from .report import _scale, metric_order
+    keys = sorted({k for r in results for k in r.get("test", {})}, key=metric_order)
+    raw = [k for k in keys if _scale(k) == 1.0]
+    t = Table(title="test metrics (×100" + (f"; {', '.join(raw)} as is" if raw else "") + ")")
     for col in ("run", "best epoch", *keys):
         t.add_column(col, justify="right" if col != "run" else "left")
     for r in results:
         t.add_row(r.get("name", "?"), str(r.get("best_epoch", "")),
-                  *[f"{100 * r['test'][k]:.2f}" if k in r.get("test", {}) else "" for k in keys])
+                  *[(f"{r['test'][k]:.4f}" if _scale(k) == 1.0 else f"{100 * r['test'][k]:.2f}")
+                    if k in r.get("test", {}) else "" for k in keys])
     console.print(t)
     for r in results:
         if r.get("stopped") == "time_limit":

@@ -45,6 +45,13 @@ class CTRSamples:
     def __len__(self) -> int:
         return int(self.label.shape[0])
 
+    def take(self, rows) -> "CTRSamples":
+        """The rows `rows` (an index array), in that order."""
+        rows = np.asarray(rows)
+        return CTRSamples(label=self.label[rows], group=self.group[rows], target=self.target[rows],
+                          history=self.history[rows], extra={k: v[rows] for k, v in self.extra.items()},
+                          features=None if self.features is None else self.features[rows])
+
 
 def ctr_section(root: str | Path) -> dict:
     """The `ctr` section of a samples folder's manifest; a folder that is not CTR samples is an error."""
@@ -148,9 +155,12 @@ def load_ctr(root: str | Path, split: str, max_len: int) -> CTRSamples:
 
 
 def ctr_batches(samples: CTRSamples, batch_size: int, *, shuffle: bool = False, generator=None,
-                device=None) -> Iterator:
+                device=None, trim: bool = False) -> Iterator:
     """Yield `CTRBatch`es of `batch_size` rows (the last one shorter) on `device`: in file order, or
-    in one `torch.randperm` drawn from `generator` (the caller's: same seed, same batches)."""
+    in one `torch.randperm` drawn from `generator` (the caller's: same seed, same batches). With
+    `trim`, history (and extra sequence) columns that are padding in every row of the batch are
+    dropped: the backbones are padding-invariant (tests/test_ctr_models.py), so the logits do not
+    change, and short histories cost less."""
     import torch
 
     from models.ctr.base import CTRBatch
@@ -164,9 +174,17 @@ def ctr_batches(samples: CTRSamples, batch_size: int, *, shuffle: bool = False, 
     extra = {k: torch.from_numpy(v) for k, v in samples.extra.items()}                    # name -> (S, L)
     k = 0 if samples.features is None else samples.features.shape[1]
     features = torch.from_numpy(samples.features) if k else None                        # (S, K)
-    move = lambda t: t.to(device=device, dtype=torch.long)  # noqa: E731
+    pin = device is not None and torch.device(device).type == "cuda"
+    move = lambda t: (t.pin_memory() if pin else t).to(device=device, non_blocking=pin).long()  # noqa: E731
+
+    def cut(seq):                                                                         # (B, L[, F]) -> (B, L'[, F])
+        if not trim:
+            return seq
+        real = (seq[..., 0] if seq.dim() == 3 else seq) != 0                              # (B, L)
+        width = max(int(real.sum(1).max()), 1) if real.numel() else 1
+        return seq[:, seq.size(1) - width:]
     for idx in torch.split(order, batch_size):
         yield CTRBatch(label=label[idx].to(device=device, dtype=torch.float32), group=move(group[idx]),
-                       target=move(target[idx]), history=move(history[idx]),
-                       extra={k: move(v[idx]) for k, v in extra.items()},
+                       target=move(target[idx]), history=move(cut(history[idx])),
+                       extra={k: move(cut(v[idx])) for k, v in extra.items()},
                        features=None if features is None else move(features[idx]))

@@ -53,7 +53,7 @@ class SampleParams:
 @dataclass(frozen=True)
 class SampleCTRParams:
     """Size of the embedded CTR datasets `sample_ctr` and `sample_kuai` (pipeline/datasets/ctr_sample.py)."""
-    users: int = 2000                 # users generated
+    users: int = 800                  # users generated
     items: int = 1000                 # catalogue size
     cates: int = 40                   # item categories (sample_kuai: hidden topics, not in the file)
     min_length: int = 5               # behaviours per user, at least (DIN's users are 5-core)
@@ -172,6 +172,9 @@ class EvaluateParams:
         _min(f"{key}.batch_size", self.batch_size, 1)
 
 
+TRAIN_KEYS = [f.name for f in dataclasses.fields(TrainParams) if not f.metadata.get("run_only")]
+
+
 @dataclass(frozen=True)
 class GridParams:
     """One task's (dataset x model x encoding) grid: `dvc repro` trains every cell as its own DVC stage
@@ -180,6 +183,8 @@ class GridParams:
     models: list[str] = field(default_factory=list)      # backbones that take an encoding
     encodings: list[str] = field(default_factory=list)   # every model runs with every encoding
     baselines: list[str] = field(default_factory=list)   # models trained once, without an encoding (pop, gru4rec)
+    train: dict[str, Any] = field(default_factory=dict)   # train: keys this task's runs override (CTR models
+                                                          # want other learning rates and batch sizes)
 
 
 @dataclass(frozen=True)
@@ -190,7 +195,9 @@ class StudyParams:
                                       # (null: the grid's first model with its first encoding)
     next_item: GridParams = field(default_factory=lambda: GridParams(
         datasets=["sample"], models=["sasrec"], encodings=["none", "lpe", "rope"], baselines=["pop"]))
-    ctr: GridParams = field(default_factory=GridParams)
+    ctr: GridParams = field(default_factory=lambda: GridParams(
+        datasets=["sample_ctr"], models=["din"], encodings=["none", "cape"],
+        train={"lr": 0.003, "batch_size": 512, "epochs": 6, "max_len": 30}))
 
     def validate(self, key: str) -> None:
         if not self.seeds:
@@ -203,6 +210,12 @@ class StudyParams:
                 values = getattr(grid, part)
                 _names(f"{key}.{task}.{part}", values, set(values), part[:-1])
             _names(f"{key}.{task}.encodings", grid.encodings, ENCODINGS, "encoding")
+            overrides = {k: v for k, v in grid.train.items()}
+            bad = [k for k in overrides if k not in TRAIN_KEYS]
+            if bad:
+                close = difflib.get_close_matches(bad[0], TRAIN_KEYS, n=1)
+                raise ParamsError(f"unknown params key '{key}.{task}.train.{bad[0]}'",
+                                  f"did you mean '{close[0]}'?" if close else "use keys of the train: section")
             if bool(grid.models) != bool(grid.encodings):
                 raise ParamsError(f"params key '{key}.{task}': models and encodings must both be listed or "
                                   "both be empty", f"list the encodings to run the models with in {key}.{task}")
@@ -210,7 +223,7 @@ class StudyParams:
 
 @dataclass(frozen=True)
 class Params:
-    datasets: list[str] = field(default_factory=lambda: ["sample"])   # what `dvc repro` builds
+    datasets: list[str] = field(default_factory=lambda: ["sample", "sample_ctr"])   # what `dvc repro` builds
     download: DownloadParams = field(default_factory=DownloadParams)
     preprocess: PreprocessParams = field(default_factory=PreprocessParams)
     augment: AugmentParams = field(default_factory=AugmentParams)
@@ -219,12 +232,24 @@ class Params:
     study: StudyParams = field(default_factory=StudyParams)
     # Per-name options, checked against each model's / encoding's own config dataclass
     # (see models/config.py) when the run is built: e.g. `encodings: {rmha: {clip: 4}}`.
-    models: dict[str, dict[str, Any]] = field(default_factory=lambda: {"sasrec": {}, "pop": {}})
-    encodings: dict[str, dict[str, Any]] = field(default_factory=lambda: {"none": {}, "lpe": {}, "rope": {}})
+    models: dict[str, dict[str, Any]] = field(default_factory=lambda: {"sasrec": {}, "pop": {}, "din": {}})
+    encodings: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {"none": {}, "lpe": {}, "rope": {}, "cape": {}})
+
+    def train_for(self, task: str, keep: tuple[str, ...] = ()) -> TrainParams:
+        """The train section with study.<task>.train's overrides applied (and range-checked), except the
+        keys in `keep` (set on the command line with --set, which wins)."""
+        over = {k: v for k, v in getattr(self.study, task).train.items() if k not in keep}
+        if not over:
+            return self.train
+        return from_dict(TrainParams, {**to_dict(self.train), **over}, f"study.{task}.train", run=True)
 
     def validate(self, key: str = "") -> None:
         """Cross-section rules: the study grids train exactly the datasets dvc repro prepares, each in
-        the grid of its task (a CTR dataset in study.ctr, a next-item one in study.next_item)."""
+        the grid of its task (a CTR dataset in study.ctr, a next-item one in study.next_item); each
+        grid's train overrides make a valid train section."""
+        for task in ("next_item", "ctr"):
+            self.train_for(task)
         from .datasets import all_datasets
         known = all_datasets()
         _names("datasets", self.datasets, known, "dataset")

@@ -127,7 +127,7 @@ def test_default_sizes_through_download_preprocess_augment(tmp_path):
     download.run("sample_ctr", tmp_path / "raw", DownloadParams(), progress=False, sample=p.preprocess.sample_ctr)
     m = preprocess.run("sample_ctr", tmp_path / "raw", tmp_path / "sess", p)
     a = augment.run("sample_ctr", tmp_path / "sess", tmp_path / "samp", p)
-    assert 20_000 <= m["splits"]["train"]["rows"] <= 40_000 and m["splits"]["valid"]["rows"] == 4_000
+    assert 8_000 <= m["splits"]["train"]["rows"] <= 16_000 and m["splits"]["valid"]["rows"] == 2 * p.preprocess.sample_ctr.users
     assert a["ctr"]["vocab"]["cate"]["rows"] == 42 and a["ctr"]["vocab"]["item"]["oov"]["train"]["oov_tokens"] == 0
     s = load_ctr(tmp_path / "samp", "train", max_len=30)
     deep = s.history[:, -2, 1] != 0                              # rows with two behaviours or more

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 def params_file(tmp_path: Path, **train) -> Path:
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
     p["datasets"] = []
-    p["study"].update(seeds=[1], next_item={"datasets": [], "models": ["sasrec"], "encodings": ["lpe"], "baselines": []})
+    p["study"].update(seeds=[1], next_item={"datasets": [], "models": ["sasrec"], "encodings": ["lpe"], "baselines": [], "train": {}},
+                      ctr={"datasets": [], "models": [], "encodings": [], "baselines": [], "train": {}})
     p["train"].update(epochs=3, dim=16, layers=1, batch_size=32, max_len=8, threads=1, device="cpu",
                       select_metric="ndcg@5", dropout=0.1, **train)
     p["evaluate"]["ks"] = [1, 5]

@@ -1,5 +1,6 @@
 """pipeline.download against a real HTTP server on 127.0.0.1 (tests/httpserver.py)."""
 from __future__ import annotations
+import re
 
 import hashlib
 import io
@@ -380,8 +381,10 @@ def test_cli_error_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
     shipped = (Path(__file__).resolve().parents[1] / "params.yaml").read_text()
     (tmp_path / "params.yaml").write_text(shipped.replace("  retries: 5", "  retries: 1")     # only `toy` is known:
                                           .replace("  backoff_s: 1.0", "  backoff_s: 0.01")   # no datasets to list
-                                          .replace("datasets:\n  - sample\n", "datasets: []\n")
-                                          .replace("    datasets: [sample]\n", "    datasets: []\n"))
+                                          .replace("    datasets: [sample]\n", "    datasets: []\n")
+                                          .replace("    datasets: [sample_ctr]\n", "    datasets: []\n"))
+    shipped = re.sub(r"(?m)^datasets:\n(  - .*\n)+", "datasets: []\n", (tmp_path / "params.yaml").read_text())
+    (tmp_path / "params.yaml").write_text(shipped)
     monkeypatch.setattr(sys, "argv", ["seqpe", "download", "toy", str(tmp_path / "raw"), "--quiet"])
     with pytest.raises(SystemExit) as exit_:
         cli.main()

@@ -119,7 +119,8 @@ def params(model: str = "toy", encoding: str = "toy_lpe", seeds=(1,), **train) -
     base.update(train)
     return from_dict(Params, {"datasets": [], "train": base, "evaluate": {"ks": [1, 5], "batch_size": 64},
                               "study": {"seeds": list(seeds),
-                                        "next_item": {"models": [model], "encodings": [encoding]}},
+                                        "next_item": {"models": [model], "encodings": [encoding]},
+                                        "ctr": {}},
                               "models": {model: {}}, "encodings": {encoding: {}}})
 
 

@@ -1,6 +1,7 @@
 """`seqpe train`: every seed of one (model, encoding[, tag]) configuration on one samples folder."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Optional
@@ -44,11 +45,12 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     setup.check_tag(tag)
     manifest = samples_manifest(dataset, Path(samples_dir))
     kind = setup.task_of(manifest)
+    explicit = presets.explicit_train_keys(overrides)
+    params = dataclasses.replace(params, train=params.train_for(kind, tuple(explicit)))   # study.<task>.train
     spec = setup.pick_model(model, kind, params, MODELS)
     res = presets.resolve(spec.presets, preset, spec.name, dataset)
     enc_name = setup.pick_encoding(spec, encoding, kind, params, res.train.get("encoding"))
-    tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset,
-                                            presets.explicit_train_keys(overrides))
+    tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset, explicit)
     if tp.objective == "sequence" and not spec.causal:
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",

@@ -259,28 +259,41 @@ class CTRTask:
     def batches(self, generator):
         from ..ctr_batches import ctr_batches
         return ctr_batches(self.data["train"], self.tp.batch_size, shuffle=True, generator=generator,
-                           device=self.device)
+                           device=self.device, trim=self.tp.trim_padding)
 
     def loss(self, net, batch, generator):
+        """Pointwise binary cross-entropy on the click (CAPE 001 §5.1.4) plus the backbone's auxiliary loss."""
         import torch.nn.functional as F
         out = net(batch)
-        loss = F.binary_cross_entropy_with_logits(out.logits, batch.label)
+        loss = F.binary_cross_entropy_with_logits(out.logits.float(), batch.label)
         if out.aux_loss is not None:
             loss = loss + out.aux_loss
         return loss, len(batch)
 
     def _score(self, net, split: str):
+        """Every row's logit in file order (this process's rows, gathered when distributed), then the
+        metrics from all rows at once: exact, the same bits for any batching or number of processes."""
         import torch
         from models.metrics import CTRMetrics
         from ..ctr_batches import ctr_batches
-        acc, logits = CTRMetrics(), []
+        from .setup import autocast
+        data = self.data[split]
+        rows = self.dist.rows(len(data)) if self.dist is not None else None
+        part = data if rows is None else data.take(rows.numpy())
+        logits = []
         net.eval()
         with torch.inference_mode():
-            for batch in ctr_batches(self.data[split], self.ev.batch_size, device=self.device):
-                out = net(batch).logits.float()                          # (B,) metrics in fp32 or better
-                acc.update(out, batch.label, batch.group)
-                logits.append(out.to("cpu"))
-        return acc.compute(), torch.cat(logits)
+            for batch in ctr_batches(part, self.ev.batch_size, device=self.device, trim=self.tp.trim_padding):
+                with autocast(self.tp, self.device):
+                    out = net(batch).logits
+                logits.append(out.float())                                   # (B,) metrics in fp32 or better
+        logits = torch.cat(logits) if logits else torch.zeros(0, device=self.device)
+        if self.dist is not None:
+            logits = self.dist.gather_rows(logits, len(data))
+        logits = logits.cpu()
+        acc = CTRMetrics()
+        acc.update(logits, torch.from_numpy(data.label), torch.from_numpy(data.group))
+        return acc.compute(), logits
 
     def evaluate(self, net, split: str) -> dict[str, float]:
         return self._score(net, split)[0]
