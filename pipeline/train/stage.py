@@ -11,7 +11,7 @@ from ..io import claim_dir, require_kind
 from ..params import Params, to_dict
 from ..report import config_name
 from ..versions import versions
-from . import runs, setup
+from . import runs, setup, threads
 from .loop import checked, fit_epochs
 from .tasks import make_task
 
@@ -38,7 +38,6 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     picks the preset's dataset variant. `overrides` are the command line's --set strings: their
     `train.*` keys win over the preset. `metrics_path` / `live_dir`: the configuration's DVC metrics
     file and dvclive curves (the study grid's stages pass them)."""
-    import torch
     from models import MODELS
 
     setup.check_tag(tag)
@@ -59,8 +58,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     for run_dir in run_dirs.values():
         claim_dir(run_dir, None, "run")
     device = setup.pick_device(tp.device)
-    if tp.threads > 0:
-        torch.set_num_threads(tp.threads)
+    threads.apply(tp.threads)                          # train.threads (pipeline/train/threads.py)
     task = make_task(kind, samples_dir, manifest, tp, params, spec, device)
     select = setup.select_metric(tp, task)
     results, records, fps = [], [], []
