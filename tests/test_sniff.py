@@ -14,14 +14,14 @@ from pipeline.errors import DataError
 def _zip() -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("a.csv", "x;y\n")
+        z.writestr(zipfile.ZipInfo("a.csv", date_time=(2016, 1, 1, 0, 0, 0)), "x;y\n")
     return buf.getvalue()
 
 
 @pytest.mark.parametrize("data, kind, described", [
     (_zip(), "zip", "a zip archive"),
     (b"7z\xbc\xaf\x27\x1c\x00\x04rest", "7z", "a 7z archive"),
-    (gzip.compress(b"{}\n"), "gz", "gzip data"),
+    (gzip.compress(b"{}\n", mtime=0), "gz", "gzip data"),
     (b"sessionId;userId\n1;NA\n", "text", "text"),
     ("caf\xe9;1\n".encode("latin-1"), "text", "text"),                 # MovieLens is latin-1
     (b"<!DOCTYPE html><html><body>login</body></html>", "text", "an HTML page"),
@@ -29,7 +29,7 @@ def _zip() -> bytes:
     (b"\xfd7zXZ\x00\x00rest", "binary", "an xz archive"),
     (b"PAR1\x15\x04", "binary", "a Parquet file"),
     (b"\x1b[31m;;;\x00junk", "binary", "binary data (starts with bytes 1b 5b 33 31 6d 3b 3b 3b)"),
-])
+], ids=["zip", "7z", "gzip", "text", "latin-1", "html", "empty", "xz", "parquet", "binary"])
 def test_kinds_by_magic_bytes(data, kind, described):
     assert sniff.kind_of_bytes(data) == kind
     assert sniff.describe(data) == described
@@ -49,11 +49,11 @@ def test_require_text_names_what_was_found(tmp_path):
 @pytest.mark.parametrize("dataset, name, content, fragment", [
     ("yoochoose", "yoochoose-clicks.dat", b"\x89\x1b[2J;;;\x00\x01;garbage" * 20, "is binary data (starts with bytes 89 1b"),
     ("diginetica", "train-item-views.csv", _zip(), "is a zip archive, not the text file seqpe reads (unpack it first"),
-    ("diginetica", "train-item-views.csv", gzip.compress(b"sessionId;userId\n"), "is gzip data"),
+    ("diginetica", "train-item-views.csv", gzip.compress(b"sessionId;userId\n", mtime=0), "is gzip data"),
     ("yoochoose", "yoochoose-clicks.dat", b"sessionId;userId;itemId;timeframe;eventdate\n1;NA;2;3;2016-01-01\n",
      "is separated by semicolons (first line 'sessionId;userId;itemId;timeframe;eventdate')"),
     ("diginetica", "train-item-views.csv", b"x" * 5000 + b"\n", "has header 'xxxxxxxx"),
-])
+], ids=["yoochoose-binary", "diginetica-zip", "diginetica-gzip", "yoochoose-given-diginetica", "long-header"])
 def test_readers_describe_a_wrong_file_as_what_it_is(tmp_path, dataset, name, content, fragment):
     """Garbage used to be reported as a CSV "separated by semicolons", with its bytes echoed."""
     from pipeline.datasets import get
