@@ -1,10 +1,10 @@
 """The loss implementations of models/losses.py in a SASRec training step on Beauty (not a test).
 
-    .venv/bin/python bench/bench_loss.py --beauty /work/shared/datasets/amazon-s3rec/Beauty.txt
+    .venv/bin/python bench/bench_loss.py --beauty DATA/amazon-s3rec/Beauty.txt
 
 One SASRec (paper settings: dim 50, 2 blocks, 1 head, dropout 0.5, `lrpe`, max_len 50, Adam 1e-3)
 trained with the sequence objective on batches of 128 real Beauty users (train part = all but the
-last two items, the most recent 50 inputs, each position predicting its next item: PROTOCOLS.md
+last two items, the most recent 50 inputs, each position predicting its next item: pipeline/REFERENCE.md
 §3), 12,101 items. Every implementation starts from the same weights and sees the same batches;
 the implementations alternate inside each of `--repeats` rounds, so a load change on the machine
 hits them alike. Printed (Markdown, for bench/results/train.md):
@@ -101,7 +101,8 @@ def loss_peak_mb(net, seqs, targets, impl: str, chunk=None) -> tuple[float, int]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--beauty", type=Path, default=Path("/work/shared/datasets/amazon-s3rec/Beauty.txt"))
+    ap.add_argument("--beauty", type=Path, required=True,
+                    help="S3-Rec's Beauty.txt (where to get it: pipeline/REFERENCE.md §8)")
     ap.add_argument("--dim", type=int, default=50)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--max-len", type=int, default=50)

@@ -11,7 +11,7 @@ so a prefix-augmented session counts once, not once per prefix). The state lives
 buffers so a checkpoint restores it. Scores are float64.
 
 POP scores an item by its training clicks, nothing else: items with equal counts tie, and the
-ranking metric counts those ties exactly (models.metrics, PROTOCOLS.md §5: the target's rank is
+ranking metric counts those ties exactly (models.metrics, pipeline/REFERENCE.md §5: the target's rank is
 averaged over the tie run), so no arbitrary order (e.g. by item id) decides who is hit. S-POP
 orders by the count in the session, then by global clicks (its defined tie-break); items equal on
 both still tie. Item-KNN breaks its ties by global popularity and then by item id.

@@ -14,7 +14,7 @@ Notation used for tensor shapes:
        equations are written (RecBole's GCSAN swaps in a standard Transformer encoder instead)
     3. prediction (§3.4): S_f = w E^(k)_last + (1 - w) h_last (Eq. 9); score_j = S_f . v_j (Eq. 10)
 
-The paper is not among seqpe's stored copies (/work/shared/papers); the equations above are
+The paper is not among the four of pipeline/REFERENCE.md §7; the equations above are
 written from it and cross-read with RecBole's GCSAN. No `paper` preset: its training settings
 could not be checked here. The attention runs over the whole session (no causal mask: Eq. 6 has
 none, and only the last position is read). GC-SAN has no positional encoding (uses_encoding False). `anchors: true` adds

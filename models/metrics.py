@@ -7,7 +7,7 @@ Notation used for tensor shapes:
     S  number of scored samples (CTR)
     R  runs of tied scores (CTR), G  groups (users)
 
-Ranking (PROTOCOLS.md §5, full ranking over all items). For one case
+Ranking (pipeline/REFERENCE.md §5, full ranking over all items). For one case
     g = #{items i >= 1 : score_i > score_target}        strictly above the target
     t = #{items i >= 1, i != target : score_i = score_target}   tied with it
 Ties are broken uniformly at random *in expectation*, computed exactly: the target's rank is
@@ -27,7 +27,7 @@ once, so evaluation streams batches of (B, N) scores and never holds a (samples 
 matrix; `update` also returns each sample's (g, t), the input of the per-sample significance
 tests (pipeline.significance).
 
-CTR (CAPE 001 Table 2 / BARS, PROTOCOLS.md §4): `CTRMetrics` keeps the batches' logits,
+CTR (CAPE 001 Table 2 / BARS, pipeline/REFERENCE.md §4): `CTRMetrics` keeps the batches' logits,
 labels and users (tensors only) and computes
     AUC     Mann-Whitney U / (n_pos n_neg), a tied positive/negative pair counting one half
     gAUC    per-user AUC weighted by the user's sample count, users with one class skipped

@@ -84,7 +84,7 @@ def build_posrec(n_items: int, max_len: int, train, options=None,
     return PosRec(n_items, train.dim, train.heads, train.layers, train.dropout, cfg, encoding)
 
 
-# 000 §5.1.5 with PROTOCOLS.md §6: one PGGNN layer, one attention layer, Adam lr 1e-3 x0.1
+# 000 §5.1.5 with pipeline/REFERENCE.md §6: one PGGNN layer, one attention layer, Adam lr 1e-3 x0.1
 # every 3 epochs, batch 100, embedding 100, L2 (SR-GNN's 1e-5), 4 epochs, LDPE,
 # lambda0 = lambda1 = 1; lambda2 = 1 on Diginetica and 0.5 on Yoochoose; Eq. 7's raw message
 # sums (normalise false, see PosRecConfig.normalise). `paper` picks the

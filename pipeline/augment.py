@@ -3,9 +3,9 @@
 Modes (chosen per split by the protocol, recorded in the sessions manifest's "augment"):
 
     prefixes  a session s of length n gives n-1 samples (s[:-i], s[-i]) for i = 1..n-1, longest
-              prefix first (PROTOCOLS.md §2 step 10, SR-GNN's `process_seqs`)
+              prefix first (REFERENCE.md §2 step 10, SR-GNN's `process_seqs`)
     shifted   one row per session holding its most recent `augment.max_len` + 1 items: inputs
-              items[:-1], shifted targets items[1:] (PROTOCOLS.md §3, leave-one-out train rows:
+              items[:-1], shifted targets items[1:] (REFERENCE.md §3, leave-one-out train rows:
               "a user's train sequence predicts every next item, truncated to the most recent
               max_len"); training expands a row into its (prefix, target) pairs
               (`pipeline.batches`), so the rows stay O(clicks) on disk however long the users

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import yaml
 
-from .errors import ParamsError
+from .errors import ParamsError, did_you_mean, unknown
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -122,7 +122,9 @@ class TrainParams:
                                       # after lr_step epochs without valid improvement)
     lr_step: int = 3
     lr_gamma: float = 0.1
-    threads: int = 0                  # CPU threads for torch (0 = all cores)
+    threads: int | str = "auto"       # torch CPU threads: auto (1 on machines with <= 2 CPUs, else half the
+                                      # physical cores, at most 8; pipeline/train/threads.py) | N | 0 (torch's
+                                      # default: every core, slow next to other busy processes)
     trim_padding: bool = True         # drop columns that are padding in a whole batch (same predictions, faster)
     bucket: int = 50                  # with trim_padding: sort shuffled rows by length within chunks of this
                                       # many batches, then shuffle the batches (0 = plain shuffle)
@@ -140,8 +142,11 @@ class TrainParams:
     def validate(self, key: str) -> None:
         for name in ("epochs", "batch_size", "dim", "heads", "max_len", "negatives", "lr_step"):
             _min(f"{key}.{name}", getattr(self, name), 1)
-        for name in ("layers", "patience", "threads", "bucket", "time_limit", "weight_decay", "memory_budget"):
+        for name in ("layers", "patience", "bucket", "time_limit", "weight_decay", "memory_budget"):
             _min(f"{key}.{name}", getattr(self, name), 0)
+        if self.threads != "auto" and (isinstance(self.threads, str) or self.threads < 0):
+            raise _bad(f"{key}.threads", self.threads, "auto or a number of threads >= 0",
+                       "use auto (see pipeline/train/threads.py), or e.g. 1")
         _min(f"{key}.lr", self.lr, 0, strict=True, fix="use e.g. 0.001")
         if not 0.0 <= self.dropout < 1.0:
             raise _bad(f"{key}.dropout", self.dropout, "in [0, 1)", "use e.g. 0.2")
@@ -162,7 +167,7 @@ class EvaluateParams:
     ks: list[int] = field(default_factory=lambda: [5, 10, 20])
     batch_size: int = 512
     mask_history: bool = False        # rank only items outside the sample's input (its most recent max_len
-                                      # items); PROTOCOLS.md §5 ranks all items: off by default
+                                      # items); REFERENCE.md §5 ranks all items: off by default
 
     def validate(self, key: str) -> None:
         if not self.ks:
@@ -293,15 +298,15 @@ def _min(key: str, value: float, low: float, *, strict: bool = False, fix: Optio
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise _bad(key, value, f"one of {', '.join(choices)}")
+        close = did_you_mean(value, choices)
+        raise _bad(key, value, f"one of {', '.join(choices)}", f"did you mean '{close}'?" if close else None)
 
 
 def _names(key: str, values: list[str], known, kind: str) -> None:
     for i, name in enumerate(values):
         if name not in known:
-            close = difflib.get_close_matches(name, list(known), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"use one of: {', '.join(sorted(known))}"
-            raise ParamsError(f"params key '{key}[{i}]': unknown {kind} '{name}'", hint)
+            err = unknown(kind, name, known)
+            raise ParamsError(f"params key '{key}[{i}]': {err.problem}", err.fix)
     dup = sorted({v for v in values if values.count(v) > 1})
     if dup:
         raise ParamsError(f"params key '{key}' lists {', '.join(map(str, dup))} twice", "list each once")

@@ -187,7 +187,7 @@ def test_download_from_the_ratings_csv_installs_it_under_its_own_name(tmp_path):
     # another category's CSV is not taken for this one's .json.gz; the good copy stays
     other = tmp_path / "ratings_Toys_and_Games.csv"
     other.write_text("a,b,1,2\n")
-    with pytest.raises(DownloadError, match="is not gzip data"):
+    with pytest.raises(DownloadError, match="ratings_Toys_and_Games.csv is the file of dataset 'toys', not of 'beauty'"):
         download.run("beauty", raw, DownloadParams(), from_path=other, progress=False)
     assert sorted(p.name for p in raw.iterdir()) == ["ratings_Beauty.csv", "source.json"]
 

@@ -1,4 +1,4 @@
-"""CTR protocol (PROTOCOLS.md §4) on tiny BARS-format files: parsing, truncation, valid carving."""
+"""CTR protocol (pipeline/REFERENCE.md §4) on tiny BARS-format files: parsing, truncation, valid carving."""
 from __future__ import annotations
 
 import dataclasses

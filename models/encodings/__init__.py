@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 @dataclass(frozen=True)
 class EncodingSpec:
     name: str
-    paper: str                  # "000 Eq. 1" etc. (papers in /work/shared/papers)
+    paper: str                  # "000 Eq. 1" etc. (paper numbers: pipeline/REFERENCE.md §7)
     family: str                 # module in models/encodings/ that implements it
     learnable: bool
     forward_aware: bool         # 000 Def. 3.1

@@ -7,6 +7,7 @@ and contributes entries to `DATASETS`; `get(name)` fails listing the known names
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import unknown
@@ -60,6 +61,20 @@ def get(name: str) -> DatasetSpec:
     if name not in DATASETS:
         raise unknown("dataset", name, DATASETS)
     return DATASETS[name]
+
+
+def check_name(name: str, folder: Path) -> None:
+    """A dataset name given with its default folder `folder` (data/<kind>/<name>) must be a registered
+    dataset or one prepared there (an imported name); else it is an unknown dataset, with a
+    did-you-mean over the registered names and the folders prepared next to `folder`."""
+    _load_all()
+    folder = Path(folder)
+    if name in DATASETS or folder.exists():
+        return
+    parent = folder.parent
+    prepared = {p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")} \
+        if parent.is_dir() else set()
+    raise unknown("dataset", name, set(DATASETS) | prepared)
 
 
 def all_datasets() -> dict[str, DatasetSpec]:

@@ -1,7 +1,7 @@
 """Amazon 2014 5-core reviews (McAuley): beauty, sports, toys, video_games, electronics, books.
 
 Raw file per category: `reviews_<Category>_5.json.gz`, one JSON object per line with
-`reviewerID`, `asin`, `overall`, `unixReviewTime` (PROTOCOLS.md §1); the reader also takes
+`reviewerID`, `asin`, `overall`, `unixReviewTime` (REFERENCE.md §1); the reader also takes
 the file gunzipped (`reviews_<Category>_5.json`) or the ratings-only variant
 `ratings_<Category>.csv` (`user,item,rating,timestamp`, no header), whichever is present,
 in that order. Protocol: leave-one-out with iterative k-core (§3).
@@ -40,6 +40,7 @@ import gzip
 import json
 from pathlib import Path
 
+from .. import sniff
 from ..errors import DataError
 from ..lazy import lazy
 from . import DatasetSpec, SourceSpec, register
@@ -82,6 +83,11 @@ def _first_bad_json_line(path: Path) -> str:
 
 def read_reviews_json(path: Path) -> pl.DataFrame:
     """JSON lines (gz or plain) -> user, item, rating, timestamp in file order."""
+    if path.suffix != ".gz":
+        sniff.require_text(path)
+    elif sniff.kind_of(path) != "gz":
+        raise DataError(f"{path.name} is {sniff.describe(sniff.head(path))}, not gzip data",
+                        f"the file is damaged or not an Amazon 2014 review dump; {FIX_DOWNLOAD}")
     try:
         df = pl.scan_ndjson(path, schema={k: getattr(pl, t) for k, t in JSON_FIELDS.items()}).collect(engine="streaming")
     except (pl.exceptions.ComputeError, pl.exceptions.SchemaError, OSError) as e:
@@ -98,6 +104,7 @@ def read_reviews_json(path: Path) -> pl.DataFrame:
 
 def read_ratings_csv(path: Path) -> pl.DataFrame:
     """`user,item,rating,timestamp` CSV without header -> the same columns, file order."""
+    sniff.require_text(path)
     try:
         raw = pl.read_csv(path, has_header=False, infer_schema=False, quote_char='"', raise_if_empty=False)
     except (pl.exceptions.ComputeError, pl.exceptions.NoDataError) as e:

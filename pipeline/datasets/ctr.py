@@ -1,5 +1,5 @@
 """reczoo/BARS CTR benchmarks: KuaiVideo_x1 (`kuaivideo`) and AmazonElectronics_x1
-(`amazon_electronics`), CTR protocol (PROTOCOLS.md §4).
+(`amazon_electronics`), CTR protocol (REFERENCE.md §4).
 
 Each zip from the reczoo dataset hub holds `train.csv` and `test.csv` (md5 published in the
 reczoo/Datasets READMEs, checked as `SourceSpec.file_md5`). Columns, as written by reczoo's
@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import DataError
+from .. import sniff
+from ..errors import DataError, printable
 from ..lazy import lazy
 from . import DatasetSpec, SourceSpec, register
 
@@ -89,6 +90,7 @@ def find_bars_file(raw_dir: Path, name: str) -> Path:
 
 
 def header(path: Path) -> list[str]:
+    sniff.require_text(path)
     with open(path, "rb") as f:
         first = f.readline().decode("utf-8", errors="replace").lstrip("\ufeff").strip()
     if not first:
@@ -104,7 +106,7 @@ def scan_bars(path: Path, columns: dict, split: str) -> pl.LazyFrame:
     if missing or extra or len(cols) != len(columns):
         what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
                                      f"unexpected {', '.join(extra)}" if extra else "") if x) or "duplicated columns"
-        raise DataError(f"{path.name} has the wrong column set ({what})",
+        raise DataError(f"{path.name} has the wrong column set ({printable(what, 160)})",
                         f"expected the BARS columns {','.join(columns)}; re-download the dataset")
     schema = {c: getattr(pl, columns[c][1]) for c in cols}
     keep = [pl.col(c).alias(columns[c][0]) for c in cols if columns[c][0] is not None]

@@ -1,4 +1,4 @@
-"""CTR protocol "ctr" (CAPE's setting, BARS files): PROTOCOLS.md §4.
+"""CTR protocol "ctr" (CAPE's setting, BARS files): REFERENCE.md §4.
 
 One sample = (user, target item, target category, history items, history categories, label).
 The reczoo/BARS files come split into train.csv and test.csv, with no validation file (the

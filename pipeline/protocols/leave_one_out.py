@@ -1,4 +1,4 @@
-"""Sequential protocol "leave_one_out" (ML-1m, Amazon): PROTOCOLS.md §3.
+"""Sequential protocol "leave_one_out" (ML-1m, Amazon): REFERENCE.md §3.
 
 Input (what a `DatasetSpec.reader` returns): a LazyFrame with one row per rating or
 review, in file order, columns `user` and `item` (Int64 or String raw ids) and
@@ -93,7 +93,7 @@ def sequences(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def split(seqs: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """train = seq[:-2], valid = seq[:-1], test = seq (PROTOCOLS.md §3)."""
+    """train = seq[:-2], valid = seq[:-1], test = seq (REFERENCE.md §3)."""
     n = pl.col("items").list.len()
     return {
         "train": seqs.with_columns(pl.col("items").list.head(n - 2)),

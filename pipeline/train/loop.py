@@ -26,6 +26,7 @@ from typing import Callable, Optional
 from ..errors import NonFiniteScores, TrainingError
 from ..io import write_bytes
 from ..params import TrainParams
+from ..progress import EpochProgress
 from .distributed import Dist
 from .setup import autocast
 
@@ -38,24 +39,6 @@ def _make_scheduler(opt, tp: TrainParams, maximise: bool):
         return torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max" if maximise else "min",
                                                           factor=tp.lr_gamma, patience=tp.lr_step)
     return None
-
-
-class _Bar:
-    """A rich progress bar for one epoch on stderr (or nothing when progress is off)."""
-
-    def __init__(self, progress, label: str, total: int):
-        self.progress, self.task = progress, progress.add_task(label, total=total, loss=float("nan"))
-
-    def advance(self, n: int, loss: float) -> None:
-        self.progress.update(self.task, advance=n, loss=loss)
-
-
-def _progress():
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn(), transient=True,
-                    console=Console(stderr=True))
 
 
 def loss_module(net, task):
@@ -140,9 +123,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
         timing += saved["timing"]
         if on_epoch is not None and history:
             on_epoch(history)
-    prog = _progress() if progress and dist.main else None
-    if prog is not None:
-        prog.start()
+    prog = EpochProgress(label, tp.epochs, task.n_train, enabled=progress and dist.main)   # stderr (pipeline/progress.py)
 
     def stop_reason() -> Optional[str]:
         if tp.patience > 0 and loop["stale"] >= tp.patience:
@@ -162,9 +143,9 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                 stopped = why
                 break
             lr = opt.param_groups[0]["lr"]
-            bar = _Bar(prog, f"{label} epoch {epoch}/{tp.epochs}", task.n_train) if prog is not None else None
+            prog.start(epoch)
             t0 = time.perf_counter()
-            loss = train_epoch(net, step, opt, task, generator, epoch, label, dist, amp, bar)
+            loss = train_epoch(net, step, opt, task, generator, epoch, label, dist, amp, prog)
             train_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             valid = checked(lambda: task.evaluate(net, "valid"), f"{label}, epoch {epoch}, valid split")
@@ -178,10 +159,8 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                             best_state={k: v.detach().to("cpu", copy=True) for k, v in net.state_dict().items()})
             else:
                 loop["stale"] += 1
-            if prog is not None:
-                prog.console.print(f"{label} epoch {epoch}: loss {loss:.4f}, valid {select} {valid[select]:.4f}, "
-                                   f"best epoch {loop['best_epoch']}, {timing[-1]['samples_per_s']:,.0f} samples/s",
-                                   highlight=False)
+            prog.epoch(f"epoch {epoch}: loss {loss:.4f}, valid {select} {valid[select]:.4f}, best epoch "
+                       f"{loop['best_epoch']}, {timing[-1]['samples_per_s']:,.0f} samples/s")
             if tp.lr_schedule == "plateau":
                 sched.step(valid[select])
             elif sched is not None:
@@ -200,8 +179,11 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                 stopped = why
                 break
     finally:
-        if prog is not None:
-            prog.stop()
+        prog.done()                                                      # an error: the display just stops
+    spent = sum(t["train_s"] + t["valid_s"] for t in timing)
+    best = next(h for h in history if h["epoch"] == loop["best_epoch"])
+    prog.done(f"{loop['epoch']} epoch(s), best epoch {loop['best_epoch']} (valid {select} "
+              f"{best['valid'][select]:.4f}), stopped by {stopped}, {spent:.1f} s")
     net.load_state_dict(loop["best_state"])
     return loop["best_epoch"], stopped, resumed
 

@@ -14,7 +14,7 @@ import re
 from typing import Iterable, Optional
 
 from .. import presets
-from ..errors import ParamsError, unknown
+from ..errors import ParamsError, did_you_mean, unknown
 from ..params import Params, TrainParams, from_dict, to_dict
 
 TASKS = {"next_item": "next-item", "ctr": "CTR"}
@@ -94,9 +94,11 @@ def select_metric(tp: TrainParams, task) -> str:
     name = task.default_select if tp.select_metric == "auto" else tp.select_metric
     keys = task.metric_keys
     if name not in keys:
+        close = did_you_mean(name, keys)
         raise ParamsError(f"train.select_metric '{name}' is not computed for {TASKS[task.kind]} data",
-                          f"use auto or one of: {', '.join(keys)}" + (" (or add its K to evaluate.ks)"
-                                                                     if task.kind == "next_item" else ""))
+                          (f"did you mean '{close}'? " if close else "")
+                          + f"use auto or one of: {', '.join(keys)}" + (" (or add its K to evaluate.ks)"
+                                                                       if task.kind == "next_item" else ""))
     return name
 
 

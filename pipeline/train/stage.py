@@ -12,7 +12,7 @@ from ..io import claim_dir, require_kind
 from ..params import Params, to_dict
 from ..report import config_name
 from ..versions import versions
-from . import distributed, runs, setup
+from . import distributed, runs, setup, threads
 from .loop import checked, fit_epochs
 from .tasks import make_task
 
@@ -39,7 +39,6 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     picks the preset's dataset variant. `overrides` are the command line's --set strings: their
     `train.*` keys win over the preset. `metrics_path` / `live_dir`: the configuration's DVC metrics
     file and dvclive curves (the study grid's stages pass them)."""
-    import torch
     from models import MODELS
 
     setup.check_tag(tag)
@@ -62,8 +61,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         claim_dir(run_dir, None, "run")
     if spec.fitted:
         distributed.refuse(f"train --model {spec.name}")
-    if tp.threads > 0:
-        torch.set_num_threads(tp.threads)
+    threads.apply(tp.threads)                          # train.threads (pipeline/train/threads.py)
     dist, device = distributed.setup(tp.device)
     try:
         return _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag,
