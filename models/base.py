@@ -82,6 +82,9 @@ class ModelSpec:
                                          # a flat dict = TrainParams overrides; see pipeline/presets.py
     task: str = "next_item"              # next_item: Recommender ranking all items (srgnn, leave_one_out data) |
                                          # ctr: models.ctr.base.CTRModel scoring (user, target) pairs (ctr data)
+    side: bool = False                   # True: takes side information (pipeline/side.py): build(..., side=SideInfo)
+                                         # and, where the data has context, forward / training_loss /
+                                         # score_items(..., context=(context (B, L, C), target_context (B, C)))
 
 
 MODELS: dict[str, ModelSpec] = {}

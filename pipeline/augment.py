@@ -15,6 +15,10 @@ Modes (chosen per split by the protocol, recorded in the sessions manifest's "au
               0 padding, 1 out-of-vocabulary); the mappings are written to vocab/<table>.parquet
               and the manifest's `ctr` section says what the trainer needs (fields, tables, sizes)
 
+Side information (pipeline/side.py; only datasets that have it): the item-features table is copied,
+and a sessions `context` column is cut like `items` (shifted) or split into prefix_context /
+target_context (last).
+
 Prefixes are kept whole under the srgnn protocol (its samples are defined that way); under the
 other protocols they keep their most recent `augment.max_len` items (0 = keep all).
 Yoochoose fractions need nothing here: preprocess already cut the train sessions so that their
@@ -40,7 +44,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from . import ctr_vocab, io
+from . import ctr_vocab, io, side
 from .datasets import get
 from .errors import DataError
 from .params import Params, to_dict
@@ -149,11 +153,13 @@ def prefix_samples(sessions: pl.DataFrame, max_len: int = 0) -> pl.DataFrame:
 
 def shifted_samples(sessions: pl.DataFrame, max_len: int = 0) -> pl.DataFrame:
     """One row (session_id, items) per session of >= 2 items, keeping its most recent max_len + 1
-    items (max_len 0 keeps all): inputs items[:-1], targets items[1:]."""
-    items = pl.col("items").cast(pl.List(pl.Int32))
-    return (sessions.lazy().filter(pl.col("items").list.len() >= 2)
-            .select(pl.col("session_id").cast(pl.Int64), items.list.tail(max_len + 1) if max_len > 0 else items)
-            .collect())
+    items (max_len 0 keeps all): inputs items[:-1], targets items[1:]. A `context` column (side
+    information, pipeline/side.py) is kept and cut alike."""
+    cut = (lambda e: e.list.tail(max_len + 1)) if max_len > 0 else (lambda e: e)
+    cols = [pl.col("session_id").cast(pl.Int64), cut(pl.col("items").cast(pl.List(pl.Int32)))]
+    if "context" in sessions.columns:
+        cols.append(cut(pl.col("context")))
+    return sessions.lazy().filter(pl.col("items").list.len() >= 2).select(cols).collect()
 
 
 def last_samples(sessions: pl.DataFrame, max_len: int = 0) -> pl.DataFrame:
@@ -241,6 +247,7 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     protocol = sessions_manifest["protocol"]
     max_len = 0 if protocol == "srgnn" else params.augment.max_len
     modes = sessions_manifest.get("augment", {})
+    side_info = sessions_manifest.get("side") or {}      # item attributes / interaction context (pipeline/side.py)
     manifest = {
         "stage": "augment", "kind": "samples", "dataset": dataset, "protocol": protocol,
         "params": {"augment": to_dict(params.augment), "max_len_applied": max_len,
@@ -263,6 +270,8 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
                                 f"expected one of {', '.join(MODES)}", f"re-run `seqpe preprocess {dataset}`")
             files = _split_files(src, sessions_manifest, split)
             schema = {"rows": None, "shifted": SHIFTED_SCHEMA}.get(mode, SAMPLE_SCHEMA)
+            if "context" in side_info and mode != "rows":
+                schema = {**schema, **side.sample_schema(mode, side_info["context"]["width"])}
             writer = ShardWriter(tmp, split, params.augment.rows_per_shard, schema or {})
             n_sessions = clicks = targets = 0
             for path in files:
@@ -275,19 +284,21 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
                     continue
                 n_sessions += shard.height
                 clicks += int(shard.get_column("items").list.len().sum() or 0)
+                keep = side.columns(shard.columns)
                 if mode == "shifted":
-                    rows_ = shifted_samples(shard.select("session_id", "items"), max_len)
+                    rows_ = shifted_samples(shard.select(keep), max_len)
                     n = rows_.get_column("items").list.len()
                     targets += int((n - 1).sum() or 0)
                     longest = max(longest, int((n - 1).max() or 0))
                     writer.add(rows_)
                     continue
-                for batch in _batches(shard.select("session_id", "items"), mode, BATCH_SAMPLES):
+                for batch in _batches(shard.select(keep), mode, BATCH_SAMPLES):
                     p = plan(batch, mode, max_len)
+                    ctx = side.last_context(batch, mode, max_len) if "context" in keep else None
                     if len(p):
                         longest = max(longest, int((p.end - p.start).max()))
                     for a, b in _pieces(p, writer.buffered, writer.rows) if len(p) else [(0, 0)]:
-                        writer.add(build(p, a, b))
+                        writer.add(build(p, a, b) if ctx is None else build(p, a, b).hstack(ctx.slice(a, b - a)))
             entries = writer.close()
             rows = sum(e["rows"] for e in entries)
             manifest["shards"] += entries
@@ -298,6 +309,9 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
                                              "clicks": clicks}
             else:
                 manifest["splits"][split] = {"samples": rows, "sessions": n_sessions, "clicks": clicks}
+        if side_info:
+            manifest["side"] = side_info
+            manifest["shards"] += side.copy_files(src, tmp, side_info)
         manifest["max_len"] = longest
         if ctr is not None:
             layout, vocabs, tallies = ctr

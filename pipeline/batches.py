@@ -11,6 +11,10 @@ train prefixes take 144 MB) so this module stays torch-free at import time, as e
 pipeline module except train/evaluate must. `batches` imports torch when called and
 yields LongTensors; with `shuffle` the order comes from a seeded `torch.Generator`
 the caller owns (one per run, advanced once per epoch: same seed, same batches).
+
+Side information (pipeline/side.py) is loaded only when asked (`context=` width, for a model that
+takes it): then Samples also hold each input interaction's context (S, L, C) and the target's (S, C),
+and `batches(..., context=True)` yields them after the ids; every other caller sees no difference.
 """
 from __future__ import annotations
 
@@ -31,6 +35,9 @@ class Samples:
     targets: np.ndarray   # (S,) int32 item ids >= 1; or (S, L) the next item of every position
                           # (load_sequences: the sequence objective), 0 where there is none
     lengths: np.ndarray   # (S,) int32 number of real items kept (<= L)
+    # side information (pipeline/side.py), loaded only for a model that takes it, else None:
+    context: Optional[np.ndarray] = None         # (S, L, C) float32 context of each input interaction, 0 at padding
+    target_context: Optional[np.ndarray] = None  # (S, C) float32 context of the interaction to predict
 
     def __len__(self) -> int:
         return int(self.targets.shape[0])
@@ -38,7 +45,9 @@ class Samples:
     def take(self, rows) -> "Samples":
         """The rows `rows` (an index array or LongTensor), in that order."""
         rows = np.asarray(rows)
-        return Samples(seqs=self.seqs[rows], targets=self.targets[rows], lengths=self.lengths[rows])
+        side = {} if self.context is None else {"context": self.context[rows],
+                                                "target_context": self.target_context[rows]}
+        return Samples(seqs=self.seqs[rows], targets=self.targets[rows], lengths=self.lengths[rows], **side)
 
     @property
     def n_targets(self) -> int:
@@ -80,11 +89,14 @@ def frame_to_samples(df: pl.DataFrame, max_len: int) -> Samples:
                    targets=targets.astype(np.int32), lengths=lengths)
 
 
-def _prefix_rows(root: Path, split: str, max_len: int):
+def _prefix_rows(root: Path, split: str, max_len: int, context: int = 0):
     """(lazy frame, transform of a collected slice into Samples, samples count expression) of a split
-    read as (prefix, target) pairs: rows as they are, or shifted rows expanded into their pairs."""
+    read as (prefix, target) pairs: rows as they are, or shifted rows expanded into their pairs.
+    `context` > 0: also the interactions' context vectors of that width (side information)."""
     lf = scan_split(root, split)
     names = lf.collect_schema().names()
+    if context:
+        return _with_context(lf, names, Path(root) / split, max_len, context)
     if _is_shifted(names):
         from .augment import prefix_samples   # the augment stage's own vectorised gather
 
@@ -103,16 +115,46 @@ def _prefix_rows(root: Path, split: str, max_len: int):
     return lf.select("prefix", "target"), lambda df: frame_to_samples(df, max_len), pl.len()
 
 
+def _with_context(lf: pl.LazyFrame, names: list[str], where: Path, max_len: int, width: int):
+    """_prefix_rows of a split with side information: Samples with context / target_context
+    (pipeline/side.py), the ids exactly as without it."""
+    from . import side
+    if _is_shifted(names):
+        if "context" not in names:
+            raise DataError(f"{where} has no context column", side.FIX)
+
+        def expand(rows: pl.DataFrame) -> Samples:
+            shortest = rows.get_column("items").list.len().min()
+            if shortest is not None and shortest < 2:
+                raise DataError(f"{where} has a shifted row with fewer than 2 items", side.FIX)
+            return Samples(**side.expand_shifted(rows, max_len, width))
+        return lf.select("session_id", pl.col("items").cast(pl.List(pl.Int32)), "context"), expand, None
+    missing = [c for c in ("prefix", "target", "prefix_context", "target_context") if c not in names]
+    if missing:
+        raise DataError(f"{where} has no column(s) {', '.join(missing)}", side.FIX)
+
+    def to_samples(df: pl.DataFrame) -> Samples:
+        ids = frame_to_samples(df, max_len)
+        ctx, tctx = side.prefix_context(df, ids.lengths, max_len, width)
+        return Samples(seqs=ids.seqs, targets=ids.targets, lengths=ids.lengths, context=ctx, target_context=tctx)
+    return lf.select("prefix", "target", "prefix_context", "target_context"), to_samples, None
+
+
 def load_samples(root: str | Path, split: str, max_len: int, budget_mb: float = 0,
-                 spill: Optional[Path] = None) -> Samples:
+                 spill: Optional[Path] = None, context: int = 0) -> Samples:
     """Read `<root>/<split>/part-*.parquet` into a Samples matrix: (session_id, prefix, target)
     rows as they are; shifted rows (session_id, items) expanded into their (prefix, target)
     pairs, every next item of the row's window with the items before it as the prefix.
 
     `budget_mb` > 0 (train.memory_budget) with a `spill` folder: when the matrices would take more
     than that, they are built slice by slice into memory-mapped files there (`_spilled`) and the
-    Samples hold those maps: the same arrays, so the same batches, in bounded memory."""
-    lf, transform, count = _prefix_rows(Path(root), split, max_len)
+    Samples hold those maps: the same arrays, so the same batches, in bounded memory.
+
+    `context` > 0 (a model that takes side information, on a dataset that has it): the samples also
+    hold each interaction's context vector of that width; they are held in memory (no spill)."""
+    lf, transform, count = _prefix_rows(Path(root), split, max_len, context)
+    if context:
+        return transform(lf.collect())
     return _load(lf, transform, count, max_len, 1, budget_mb, spill)
 
 
@@ -268,10 +310,11 @@ def batch_order(lengths: np.ndarray, batch_size: int, *, shuffle: bool = False, 
 
 def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generator=None,
             device=None, trim: bool = True, bucket: int = 0, by_length: bool = False,
-            with_index: bool = False) -> Iterator[tuple]:
+            with_index: bool = False, context: bool = False) -> Iterator[tuple]:
     """Yield (seqs (B, L') long, targets (B,) or (B, L') long) on `device`, in `batch_order`'s order
-    (with `with_index`, also the rows' indices (B,) long on the CPU, to put per-row results back in
-    file order).
+    (with `context`, then the side information (context (B, L', C), target_context (B, C)) float32,
+    for samples that hold it; with `with_index`, last the rows' indices (B,) long on the CPU, to put
+    per-row results back in file order).
 
     With `trim`, columns that are padding in every row of the batch are dropped (L' = the
     batch's longest kept prefix): session prefixes are short (Diginetica: 4 items on average
@@ -286,6 +329,10 @@ def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generat
     lengths = torch.from_numpy(samples.lengths)                      # (S,)
     width = seqs.shape[1]
     pin = device is not None and torch.device(device).type == "cuda"  # page-locked host copies: async transfers
+    side = context and samples.context is not None
+    if side:
+        ctx = torch.from_numpy(np.asarray(samples.context))          # (S, L, C)
+        tctx = torch.from_numpy(np.asarray(samples.target_context))  # (S, C)
     for idx in batch_order(samples.lengths, batch_size, shuffle=shuffle, generator=generator, bucket=bucket,
                            by_length=by_length):
         s, t, ln = seqs[idx], targets[idx], lengths[idx]             # (B, L), (B,) or (B, L), (B,)
@@ -296,6 +343,9 @@ def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generat
         if pin:
             s, t = s.pin_memory(), t.pin_memory()
         out = (s.to(device=device, non_blocking=pin).long(), t.to(device=device, non_blocking=pin).long())
+        if side:
+            c, tc = ctx[idx][:, width - s.size(1):], tctx[idx]              # (B, L', C), (B, C)
+            out += ((c.to(device=device, non_blocking=pin), tc.to(device=device, non_blocking=pin)),)
         yield (*out, idx) if with_index else out
 
 

@@ -168,6 +168,11 @@ class EvaluateParams:
     batch_size: int = 512
     mask_history: bool = False        # rank only items outside the sample's input (its most recent max_len
                                       # items); REFERENCE.md §5 ranks all items: off by default
+    candidates: int = 0               # 0: full ranking over all items (REFERENCE.md §5, the default) | N: rank each
+                                      # target among N sampled negatives of its own (CARCA: 100, 004's code:
+                                      # max_len - 1; with mask_history: true, as they exclude the user's items),
+                                      # drawn with a fixed seed: the same for every model (pipeline/train/candidates.py)
+    candidate_sampling: str = "uniform"   # with candidates > 0: uniform (CARCA, 004) | popularity (train counts)
 
     def validate(self, key: str) -> None:
         if not self.ks:
@@ -175,6 +180,8 @@ class EvaluateParams:
         for i, k in enumerate(self.ks):
             _min(f"{key}.ks[{i}]", k, 1, fix="cut-offs are positive, e.g. [5, 10, 20]")
         _min(f"{key}.batch_size", self.batch_size, 1)
+        _min(f"{key}.candidates", self.candidates, 0, fix="use 0 for full ranking, or e.g. 100 sampled negatives")
+        _choice(f"{key}.candidate_sampling", self.candidate_sampling, CANDIDATE_SAMPLINGS)
 
 
 TRAIN_KEYS = [f.name for f in dataclasses.fields(TrainParams) if not f.metadata.get("run_only")]
@@ -317,6 +324,7 @@ CE_IMPLS = ("auto", "plain", "chunked", "cce", "liger")
 SCHEDULES = ("none", "step", "plateau")
 OBJECTIVES = ("prefixes", "sequence")
 PRECISIONS = ("auto", "fp32", "bf16")
+CANDIDATE_SAMPLINGS = ("uniform", "popularity")   # evaluate.candidate_sampling (pipeline/train/candidates.py)
 
 
 # --------------------------------------------------------------------------- loading

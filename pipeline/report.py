@@ -83,8 +83,19 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
     return records
 
 
+def protocol_label(rec: dict) -> str:
+    """A run's protocol column: the data protocol, and the evaluation protocol when it is not full ranking
+    (evaluate.candidates > 0), so runs of different protocols are never pooled or compared."""
+    ev = rec.get("evaluate") or {}
+    n = int(ev.get("candidates") or 0)
+    if n == 0:
+        return str(rec.get("protocol"))
+    history = ", input items excluded" if ev.get("mask_history") else ""
+    return f"{rec.get('protocol')}, {n} sampled candidates ({ev.get('candidate_sampling', 'uniform')}{history})"
+
+
 def _config_key(rec: dict) -> tuple:
-    return str(rec.get("dataset")), str(rec.get("protocol")), rec["model"], rec["encoding"], rec.get("tag") or ""
+    return str(rec.get("dataset")), protocol_label(rec), rec["model"], rec["encoding"], rec.get("tag") or ""
 
 
 def _by_config(records: list[dict]) -> dict[tuple, list[dict]]:
@@ -151,7 +162,8 @@ def _scale(key: str) -> float:
     return 1.0 if key.startswith("logloss") else 100.0
 
 
-TIE_NOTE = ("Ranking metrics x100 (full ranking, pipeline/REFERENCE.md §5). Ties: a target with g items above it and t "
+TIE_NOTE = ("Ranking metrics x100 (full ranking, pipeline/REFERENCE.md §5, unless the protocol names sampled candidates: "
+            "then the rank among that many sampled items per sample, evaluate.candidates). Ties: a target with g items above it and t "
             "tied with it is credited the exact mean over ranks g+1..g+t+1 (HR@K = clamp((K-g)/(t+1), 0, 1)); "
             "NaN/inf scores are errors; AUC and gAUC count tied pairs one half. Cells: mean ± half-width of the "
             "95% confidence interval (Student t over seeds) (sd = sample std); one seed shows the mean only.")

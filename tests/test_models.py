@@ -14,18 +14,19 @@ from pipeline.errors import ParamsError, UnknownNameError
 from pipeline.params import TrainParams
 
 OURS = ["sasrec", "posrec", "stamp", "parec", "fparec", "gru4rec", "narm", "srgnn", "pop", "spop", "itemknn",
-        "bprmf", "fpmc", "fgnn", "gcsan", "linear_attention", "token_mixing"]
+        "bprmf", "fpmc", "fgnn", "gcsan", "linear_attention", "token_mixing", "carca"]
 NEURAL = ["sasrec", "posrec", "stamp", "parec", "fparec", "gru4rec", "narm", "srgnn", "bprmf", "fpmc", "fgnn", "gcsan",
-          "linear_attention", "token_mixing"]
-WITH_ENCODING = ["sasrec", "posrec", "stamp", "parec", "fparec", "linear_attention", "token_mixing"]
+          "linear_attention", "token_mixing", "carca"]
+WITH_ENCODING = ["sasrec", "posrec", "stamp", "parec", "fparec", "linear_attention", "token_mixing", "carca"]
 WITHOUT_ENCODING = [n for n in NEURAL if n not in WITH_ENCODING]
 ORDER_BLIND = ["bprmf"]       # a session is the mean of its items: tests/test_factorisation.py
 DEFAULT_ENCODING = {"sasrec": "lpe", "posrec": "ldpe", "stamp": "ldpe", "parec": "parec", "fparec": "fparec",
-                    "linear_attention": "lpe", "token_mixing": "lpe"}
+                    "linear_attention": "lpe", "token_mixing": "lpe", "carca": "abs"}
 L, N_ITEMS = 6, 20
 TP = TrainParams(dim=16, layers=1, heads=2, dropout=0.0, max_len=L + 3)
 NO_DROPOUT = {"narm": {"emb_dropout": 0.0, "ct_dropout": 0.0}}
-EPOCHS = {"fgnn": 60}      # FGNN's 8 averaged heads x 3 layers learn the rule more slowly (0.85 after 25 epochs)
+EPOCHS = {"fgnn": 60,      # FGNN's 8 averaged heads x 3 layers learn the rule more slowly (0.85 after 25 epochs)
+          "carca": 60}     # CARCA's one-negative BCE and 0.01-std embedding layers too (0.64 after 25 epochs)
 
 # a tiny batch: repeats, a one-item session, a full row
 SEQS = torch.tensor([[0, 0, 5, 3, 5, 7], [0, 0, 0, 0, 0, 4], [1, 2, 3, 4, 1, 6], [0, 9, 9, 8, 9, 2]])
@@ -73,7 +74,7 @@ def _compatible(name: str, enc_name: str) -> bool:
     if name in ("linear_attention", "token_mixing"):                    # no q.k logits: input stage only
         hooks = ("rotate", "bias", "values", "weights")
         return enc.needs_qk and all(getattr(type(enc), h) is getattr(PositionalEncoding, h) for h in hooks)
-    return True                                                         # posrec: any encoding
+    return True                                                         # posrec, carca: any encoding
 
 
 @pytest.mark.parametrize("name", WITH_ENCODING)

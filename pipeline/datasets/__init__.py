@@ -44,6 +44,10 @@ class DatasetSpec:
     reader: Callable                   # (raw_dir: Path) -> polars.LazyFrame in the protocol's input schema
     options: dict = field(default_factory=dict)   # protocol constants (split_days, fraction, ...)
     paper_size: str = ""               # e.g. "1,235,380 clicks, 310,324 sessions"
+    # A dataset whose published files are already filtered, numbered and split by their authors (CARCA's)
+    # builds its ProtocolResult itself: build(spec, raw_dir, params) -> ProtocolResult, following `protocol`'s
+    # output contract (splits, augment modes); None = the protocol module builds it from `reader`.
+    build: Optional[Callable] = None
 
 
 DATASETS: dict[str, DatasetSpec] = {}

@@ -19,7 +19,11 @@ it shifts every logit alike); a backbone may bring its own objective (`Recommend
 GRU4Rec's BPR-max, BPR-MF). Objective `prefixes` trains on (prefix, next item) samples in
 length-bucketed shuffled batches; `sequence` has a causal backbone read a whole leave-one-out train
 sequence and predict the next item at every position (SASRec's training, 003 Eq. 11). Metrics:
-full-ranking HR / MRR / NDCG at evaluate.ks with the exact tie rule (models/metrics.py).
+full-ranking HR / MRR / NDCG at evaluate.ks with the exact tie rule (models/metrics.py); with
+evaluate.candidates = N > 0, the rank among N sampled negatives per row instead (CARCA's / 004's
+protocol, pipeline/train/candidates.py), never the default. A model that declares side information
+(ModelSpec.side, e.g. CARCA) is built with the samples folder's item features and gets each batch's
+interaction context (pipeline/side.py); other models never load either.
 
 CTRTask (ctr data, CAPE 001 §5): pointwise binary cross-entropy on the click label plus the
 backbone's auxiliary loss (DIEN, DMIN); metrics AUC, gAUC and logloss (models/metrics.py).
@@ -38,7 +42,8 @@ from ..params import Params, TrainParams
 # --------------------------------------------------------------------------- next-item pieces
 
 def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: bool = True,
-          mask_history: bool = False, per_sample: bool = False, dist=None, amp=None):
+          mask_history: bool = False, per_sample: bool = False, dist=None, amp=None, context: bool = False,
+          candidates=None):
     """Full-ranking metrics of `net` on one split; scores stay on the device, batch by batch, and are
     turned into every row's (greater, ties) counts; the metrics come from all rows' counts at once
     (models.metrics.ranking_from_counts: exact, independent of batching and of the number of
@@ -48,22 +53,37 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
     share of the rows and the counts of every process are gathered. `amp`: an autocast context
     factory for the forward pass; scores are compared in fp32.
 
+    `context`: the model takes side information and the samples hold it (pipeline/side.py): it is
+    passed to the model. `candidates` (S, M) int32 (evaluate.candidates > 0, pipeline/train/candidates.py):
+    each row's target is ranked among its own M sampled items instead of all items.
+
     Rows are served sorted by prefix length (every row once, so the metrics are those of any
     order) so that trimmed batches carry little padding."""
     import contextlib
     import torch
     from models.metrics import greater_and_ties, mask_seen, ranking_from_counts
+    from .candidates import counts
     n = len(samples)
     rows = dist.rows(n) if dist is not None else None
     part = samples if rows is None else samples.take(rows.numpy())
+    if candidates is not None:
+        candidates = torch.from_numpy(np.asarray(candidates if rows is None else candidates[rows.numpy()]))
     greater = torch.zeros(len(part), dtype=torch.int64, device=device)
     ties = torch.zeros(len(part), dtype=torch.int64, device=device)
     net.eval()
     with torch.inference_mode():
-        for seqs, targets, idx in batches(part, batch_size, device=device, trim=trim, by_length=trim,
-                                          with_index=True):
+        for seqs, targets, *side, idx in batches(part, batch_size, device=device, trim=trim, by_length=trim,
+                                                 with_index=True, context=context):
+            kw = {"context": side[0]} if side else {}
+            if candidates is not None:
+                with (amp() if amp is not None else contextlib.nullcontext()):
+                    g, t = counts(net, seqs, targets, candidates[idx].to(device).long(), mask_history=mask_history,
+                                  **kw)
+                idx = idx.to(device)
+                greater[idx], ties[idx] = g, t
+                continue
             with (amp() if amp is not None else contextlib.nullcontext()):
-                scores = net(seqs)                                       # (B, N)
+                scores = net(seqs, **kw)                                 # (B, N)
             scores = scores.float()
             scores = mask_seen(scores, seqs) if mask_history else scores
             g, t = greater_and_ties(scores, targets)                     # (B,), (B,): above / tied with target
@@ -136,13 +156,19 @@ class NextItemTask:
     kind = "next_item"
 
     def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device, dist=None):
+        from .. import side
         self.tp, self.ev, self.spec, self.device, self.dist = tp, params.evaluate, spec, device, dist
         self.n_items = int(manifest["n_items"])
+        # side information (pipeline/side.py): loaded only for a model that declares it (ModelSpec.side)
+        self.side = side.SideInfo(side.item_features(samples_dir, manifest), side.context_names(manifest)) \
+            if getattr(spec, "side", False) else None
+        width = self.side.context_width if self.side is not None else 0
         self.data = {}
         for split in SPLITS:
             loader = load_sequences if split == "train" and tp.objective == "sequence" else load_samples
+            extra = {"context": width} if width and loader is load_samples else {}
             self.data[split] = loader(samples_dir, split, tp.max_len, tp.memory_budget,
-                                      spill_dir(manifest, split, tp.max_len, loader.__name__))
+                                      spill_dir(manifest, split, tp.max_len, loader.__name__), **extra)
         for split in SPLITS:
             d = self.data[split]
             if len(d) == 0:
@@ -152,6 +178,31 @@ class NextItemTask:
                 raise DataError(f"{split} samples hold item ids outside 1..{self.n_items} (n_items)",
                                 "re-run `seqpe augment` so samples and manifest agree")
         self.sessions = load_sessions(samples_dir, "train") if spec.fitted else None
+        self.candidates = self._candidates(samples_dir, manifest) if self.ev.candidates > 0 else {}
+
+    def _candidates(self, samples_dir: Path, manifest: dict) -> dict:
+        """evaluate.candidates > 0: each valid / test row's sampled negatives (pipeline/train/candidates.py),
+        drawn against the rows' whole stored prefixes (not cut to train.max_len), so that they depend on
+        the samples folder only and every model ranks the same ones."""
+        from .candidates import popularity, sample_candidates
+        weights = None
+        if self.ev.candidate_sampling == "popularity":
+            weights = popularity(load_sessions(samples_dir, "train")[0], self.n_items)
+        import polars as pl
+        from ..io import scan_split
+        out = {}
+        for split in ("valid", "test"):
+            lf = scan_split(samples_dir, split)
+            longest = (lf.select(pl.col("prefix").list.len().max()).collect().item()
+                       if "prefix" in lf.collect_schema().names() else None)
+            rows = load_samples(samples_dir, split, int(longest)) if longest else self.data[split]
+            out[split] = sample_candidates(rows.seqs, rows.targets, self.n_items, self.ev.candidates,
+                                           exclude_history=self.ev.mask_history, weights=weights)
+        return out
+
+    @property
+    def _context(self) -> bool:
+        return self.side is not None and self.side.context_width > 0
 
     # -- what the loop and the records read
     @property
@@ -182,8 +233,9 @@ class NextItemTask:
         tp = self.tp
         encoding = (setup.build_encoding(tp.encoding, tp, params.encodings.get(tp.encoding, {}))
                     if self.spec.uses_encoding else None)
+        extra = {"side": self.side} if self.side is not None else {}
         return build_model(tp.model, n_items=self.n_items, max_len=tp.max_len, train=tp,
-                           options=params.models.get(tp.model, {}), encoding=encoding)
+                           options=params.models.get(tp.model, {}), encoding=encoding, **extra)
 
     def fit(self, net) -> None:
         """Fitted baselines (POP, S-POP, Item-KNN): one pass over the train sessions."""
@@ -194,11 +246,11 @@ class NextItemTask:
     def batches(self, generator):
         tp = self.tp
         return batches(self.data["train"], tp.batch_size, shuffle=True, generator=generator, device=self.device,
-                       trim=tp.trim_padding, bucket=tp.bucket if tp.trim_padding else 0)
+                       trim=tp.trim_padding, bucket=tp.bucket if tp.trim_padding else 0, context=self._context)
 
     def loss(self, net, batch, generator):
-        seqs, targets = batch
-        own = net.training_loss(seqs, targets, generator)
+        seqs, targets, *side = batch
+        own = net.training_loss(seqs, targets, generator, **({"context": side[0]} if side else {}))
         loss = own if own is not None else loss_fn(net, seqs, targets, self.tp, self.n_items, generator)
         n = int((targets != 0).sum()) if targets.dim() == 2 else len(targets)   # predictions in the batch
         return loss, n
@@ -210,12 +262,14 @@ class NextItemTask:
     def evaluate(self, net, split: str) -> dict[str, float]:
         ev = self.ev
         return score(net, self.data[split], split, ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
-                     mask_history=ev.mask_history, dist=self.dist, amp=self._amp)
+                     mask_history=ev.mask_history, dist=self.dist, amp=self._amp, context=self._context,
+                     candidates=self.candidates.get(split))
 
     def test(self, net):
         ev = self.ev
         return score(net, self.data["test"], "test", ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
-                     mask_history=ev.mask_history, per_sample=True, dist=self.dist, amp=self._amp)
+                     mask_history=ev.mask_history, per_sample=True, dist=self.dist, amp=self._amp,
+                     context=self._context, candidates=self.candidates.get("test"))
 
 
 # --------------------------------------------------------------------------- CTR
