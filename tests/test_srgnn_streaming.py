@@ -211,3 +211,18 @@ def test_auto_compares_the_raw_file_with_available_memory(tmp_path, monkeypatch)
     assert not streaming.use_streaming(spec, tmp_path, "auto")
     assert streaming.use_streaming(spec, tmp_path, True) and not streaming.use_streaming(spec, tmp_path, False)
     assert streaming.available_memory() > 0
+
+
+def test_shard_bytes_do_not_depend_on_chunks(tmp_path):
+    """`io.write_split` writes each shard from one chunk, so a frame built in pieces (the in-memory
+    path's) and the streamed one (`io.sink_split`) give the same bytes."""
+    rows = 100_000  # large enough for the writer's pages to follow the chunks
+    df = pl.DataFrame({"session_id": pl.int_range(rows, eager=True),
+                       "items": pl.int_ranges(0, pl.int_range(rows, eager=True) % 9 + 2, eager=True).cast(pl.List(pl.Int32))})
+    chunked = pl.concat([df.slice(i, 9_091) for i in range(0, rows, 9_091)], rechunk=False)
+    df.write_parquet(tmp_path / "whole.parquet", row_group_size=7_000)
+    shards = [io.write_split(tmp_path / "a", "train", df, 60_000),
+              io.write_split(tmp_path / "b", "train", chunked, 60_000),
+              io.sink_split(tmp_path / "c", "train", pl.scan_parquet(tmp_path / "whole.parquet"), 60_000)]
+    assert chunked.n_chunks() == 11 and [len(s) for s in shards] == [2, 2, 2]
+    assert shards[0] == shards[1] == shards[2]
