@@ -2,8 +2,8 @@
 steps and the same output, with memory bounded by the number of sessions and items, not clicks.
 
 Clicks live on disk, in Parquet files under a scratch folder; what is held whole is the table of
-the sessions kept by step 5 (id, first row, date, click count, partition: ~30 bytes a session)
-and tables of items. Passes (steps numbered as in `srgnn.py`):
+the sessions kept by step 5 (id, first row, date, click count, partition, its number in the
+partition: ~35 bytes a session) and tables of items. Passes (steps numbered as in `srgnn.py`):
 
 1. spill   Polars' streaming engine reads the raw file once into P partitions (`sink_parquet` to
            a `PartitionBy` on a hash of the session id, so all clicks of a session land in one):
@@ -15,7 +15,8 @@ and tables of items. Passes (steps numbered as in `srgnn.py`):
            sessions keeping >= 2 (step 5) make the session table.
 4. order   on the session table: the date split, the order by (date, first row) (steps 6-7);
            the fraction cut (11) and valid are ranges of these ranks.
-5. route   per partition: kept clicks join their session's (split, rank) and get their position
+5. route   per partition: kept clicks get their session's (split, rank), looked up by the
+           session's number in the partition (numbered as pass 3 numbered it), and their position
            in it (file order; Diginetica by (timeframe, row), step 2). An item's new id (step 8)
            is its place among items ordered by the least (rank, position) of its train clicks:
            its first appearance walking the ordered sessions, without sorting the clicks. The
@@ -52,7 +53,8 @@ BUCKET_CLICKS = 8_000_000     # clicks per emitted bucket (whole sessions; a lon
 MEMORY_FACTOR = 2             # in-memory peak / raw file size (Yoochoose: 2.6 GB for 1.5 GB), for `auto`
 TRAIN, TEST, DROPPED = 0, 1, 2
 SPLIT_SCHEMA = {"session_id": pl.Int64, "items": pl.List(ID), "date": pl.Date}
-_WRITE = dict(compression="zstd", compression_level=1)  # scratch files: fast, compact enough
+_WRITE = dict(compression="zstd", compression_level=1)  # click partitions: read 3 times, ~9 bytes a click
+_BUCKET = dict(compression="uncompressed")               # bucket and split files: read once, fastest
 
 
 def raw_bytes(spec, raw_dir: Path) -> int:
@@ -140,23 +142,30 @@ def _runs(ids: pl.Series) -> pl.Series | None:
     starts = (ids != ids.shift(1)).fill_null(True)
     firsts = ids.filter(starts)
     if firsts.is_sorted() or firsts.n_unique() == firsts.len():
-        return (starts.cast(pl.UInt32).cum_sum() - 1).alias("_run")
+        return starts.cast(pl.UInt32).cum_sum() - 1
     return None
+
+
+def _session_index(ids: pl.Series) -> tuple[pl.Series, bool]:
+    """Each click's session, numbered 0, 1, ... in order of first appearance in a partition's
+    clicks (file order), and whether sessions are runs. Runs need one linear pass; only a file
+    whose sessions come back after others pays for hashing the ids. Passes 3 and 5 both number
+    the same clicks, so a session's number is its row in pass 3's table."""
+    run = _runs(ids)
+    if run is not None:
+        return run.alias("_s"), True
+    keys = ids.unique(maintain_order=True).to_frame().with_row_index("_s")
+    return ids.to_frame().join(keys, on="session_id", how="left", maintain_order="left",
+                               nulls_equal=True).get_column("_s"), False
 
 
 def _per_session(c: pl.DataFrame, *aggs: pl.Expr) -> tuple[pl.DataFrame, pl.Series, bool]:
     """Aggregate a partition's clicks (in file order) per session: (table with session_id first,
-    each click's row in it, whether sessions are runs). Runs are grouped on a sorted key, a linear
-    pass; only a file whose sessions come back after others pays for hashing the ids."""
-    run = _runs(c.get_column("session_id"))
-    if run is not None:
-        table = (c.with_columns(run.alias("_run")).group_by(pl.col("_run").set_sorted(), maintain_order=True)
-                 .agg(pl.col("session_id").first(), *aggs).drop("_run"))
-        return table, run, True
-    table = c.group_by("session_id", maintain_order=True).agg(*aggs)
-    index = (c.select("session_id").join(table.select("session_id").with_row_index("_i"), on="session_id",
-                                         how="left", maintain_order="left", nulls_equal=True).get_column("_i"))
-    return table, index, False
+    a row per session number, each click's session number, whether sessions are runs)."""
+    index, runs = _session_index(c.get_column("session_id"))
+    key = index.set_sorted() if runs else index  # a sorted key groups in one linear pass
+    table = c.group_by(key, maintain_order=True).agg(pl.col("session_id").first(), *aggs).drop("_s")
+    return table, index, runs
 
 
 def _read_ordered(clicks: _Clicks, p: int, columns: list[str]) -> pl.DataFrame | None:
@@ -194,22 +203,22 @@ def _counts(t: dict) -> tuple[pl.DataFrame, int]:
 
 def _keep(clicks: _Clicks, frequent: pl.Series) -> dict:
     """Pass 3 (steps 1, 5): the sessions keeping >= 2 clicks on frequent items (session_id,
-    first_row, date_s of the last row, k = kept clicks, part), the distinct items they hold, the
-    last rows of sessions without a date, and which partitions hold each session as one run."""
-    out = {"sessions": [], "items": [], "bad_rows": [], "runs": {}}
+    first_row, date_s of the last row, k = kept clicks, part, idx = its number in the partition),
+    the distinct items they hold, the last rows of sessions without a date."""
+    out = {"sessions": [], "items": [], "bad_rows": []}
     for p in range(clicks.parts):
         c = _read_ordered(clicks, p, ["session_id", "item_id", "row", "date_s"])
         if c is None:
             continue
         is_frequent = c.get_column("item_id").is_in(frequent.implode())
-        f, index, out["runs"][p] = _per_session(
+        f, index, _ = _per_session(
             c.with_columns(is_frequent.alias("_f")), pl.col("row").first().alias("first_row"),
             pl.col("row").last().alias("last_row"), pl.col("date_s").last(), pl.col("_f").sum().alias("k"))
         out["bad_rows"].append(f.filter(pl.col("date_s").is_null()).get_column("last_row"))
         kept = is_frequent & (f.get_column("k").gather(index) >= 2)
         out["items"].append(c.get_column("item_id").filter(kept).unique())
-        out["sessions"].append(f.filter(pl.col("k") >= 2).select(
-            "session_id", "first_row", "date_s", "k", pl.lit(p, pl.UInt32).alias("part")))
+        out["sessions"].append(f.with_row_index("idx").filter(pl.col("k") >= 2).select(
+            "session_id", "first_row", "date_s", "k", pl.lit(p, pl.UInt32).alias("part"), "idx"))
     return out
 
 
@@ -222,33 +231,41 @@ def _buckets(k: pl.Series, first: int) -> pl.Series:
     return (before // BUCKET_CLICKS).rle_id().cast(pl.Int32) + first  # numbered 0, 1, ... without gaps
 
 
-def _route(clicks: _Clicks, by_part: dict, frequent: pl.Series, sort: bool, runs: dict[int, bool],
-           bucket_dir: Path) -> dict:
-    """Pass 5: bucket files `b{B:06d}/p{P:05d}.parquet` (rank, pos, item_id) and per partition the
-    least (rank, position) key of each item's train clicks, the items of test and dropped sessions.
-    `by_part`: (partition,) -> its kept sessions' session_id, split, rank, bucket (emptied as it goes)."""
+def _route(clicks: _Clicks, by_part: dict, frequent: pl.Series, sort: bool, bucket_dir: Path) -> dict:
+    """Pass 5: bucket files `b{B:06d}/p{P:05d}.parquet` (key = rank * 2^32 + position, item_id), and
+    per partition the least key of each item's train clicks, the items of test and dropped sessions.
+    `by_part`: (partition,) -> its kept sessions' idx, split, rank, bucket (emptied as it goes)."""
     out = {"first": [], "test": [], "dropped": []}
     within = ["time", "row"] if sort else ["row"]
     for p in range(clicks.parts):
-        sessions = by_part.pop((p,), None)
-        if sessions is None:
+        plan = by_part.pop((p,), None)
+        if plan is None:
             continue
-        c = (_read_ordered(clicks, p, ["session_id", "item_id", *within])
-             .filter(pl.col("item_id").is_in(frequent.implode()))
-             .join(sessions, on="session_id", maintain_order="left"))
-        if sort or not runs[p]:  # else: clicks already in file order, each session one run
-            c = c.sort("session_id", *within)
+        c = _read_ordered(clicks, p, ["session_id", "item_id", *within])
+        index, runs = _session_index(c.get_column("session_id"))
+        n = int(index.max()) + 1
+        # the session's split / rank / bucket by its number: arrays over the partition's sessions
+        dense = {name: np.full(n, fill, dtype) for name, fill, dtype in
+                 (("split", 255, np.uint8), ("rank", 0, np.uint32), ("bucket", -1, np.int32))}
+        idx = plan.get_column("idx").to_numpy()
+        for name, values in dense.items():
+            values[idx] = plan.get_column(name).to_numpy()
+        c = (c.with_columns(index, *(pl.Series(name, v).gather(index) for name, v in dense.items()))
+             .filter(pl.col("item_id").is_in(frequent.implode()) & (pl.col("split") != 255)))
+        if sort or not runs:  # else: clicks already in file order, each session one run
+            c = c.sort("_s", *within)
         i = pl.int_range(pl.len(), dtype=pl.UInt32)
-        starts = (pl.col("session_id") != pl.col("session_id").shift(1)).fill_null(True)
-        c = c.with_columns((i - pl.when(starts).then(i).forward_fill()).alias("pos"))
-        key = pl.col("rank").cast(pl.UInt64) * (1 << 32) + pl.col("pos").cast(pl.UInt64)
-        out["first"].append(c.filter(pl.col("split") == TRAIN).group_by("item_id").agg(key.min().alias("key")))
+        starts = (pl.col("_s") != pl.col("_s").shift(1)).fill_null(True)
+        pos = i - pl.when(starts).then(i).forward_fill()
+        c = c.select("item_id", "split", "bucket",
+                     (pl.col("rank").cast(pl.UInt64) * (1 << 32) + pos.cast(pl.UInt64)).alias("key"))
+        out["first"].append(c.filter(pl.col("split") == TRAIN).group_by("item_id").agg(pl.col("key").min()))
         out["test"].append(c.filter(pl.col("split") == TEST).get_column("item_id").unique())
         out["dropped"].append(c.filter(pl.col("split") == DROPPED).get_column("item_id").unique())
-        emit = c.filter(pl.col("bucket") >= 0).select("bucket", "rank", "pos", "item_id")
+        emit = c.filter(pl.col("bucket") >= 0).select("bucket", "key", "item_id")
         for (b,), part in emit.partition_by("bucket", as_dict=True, include_key=False).items():
             (bucket_dir / f"b{b:06d}").mkdir(parents=True, exist_ok=True)
-            part.write_parquet(bucket_dir / f"b{b:06d}" / f"p{p:05d}.parquet", **_WRITE)
+            part.write_parquet(bucket_dir / f"b{b:06d}" / f"p{p:05d}.parquet", **_BUCKET)
     return out
 
 
@@ -286,8 +303,9 @@ class _Emit:
         self.cut_items: list[int] | None = None
 
     def bucket(self, b: int, split: int, tables: dict[int, pl.DataFrame]) -> None:
-        c = pl.read_parquet(sorted((self.scratch / "buckets" / f"b{b:06d}").glob("*.parquet"))).sort("rank", "pos")
-        c = c.with_columns(pl.col("item_id").replace_strict(self.order, self.new_ids, default=None, return_dtype=ID))
+        c = pl.read_parquet(sorted((self.scratch / "buckets" / f"b{b:06d}").glob("*.parquet"))).sort("key")
+        c = c.select((pl.col("key") // (1 << 32)).cast(pl.UInt32).alias("rank"),
+                     pl.col("item_id").replace_strict(self.order, self.new_ids, default=None, return_dtype=ID))
         lists = c.group_by(pl.col("rank").set_sorted(), maintain_order=True).agg(
             pl.col("item_id").drop_nulls().alias("items"))
         lo, hi = int(lists.get_column("rank")[0]), int(lists.get_column("rank")[-1])
@@ -310,7 +328,7 @@ class _Emit:
                 self.tally[name].add(piece)
                 path = self.scratch / "out" / name / f"b{b:06d}.parquet"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                piece.write_parquet(path, **_WRITE)
+                piece.write_parquet(path, **_BUCKET)
                 self.files[name].append(path)
 
 
@@ -367,7 +385,7 @@ def _build(spec, raw_dir: Path, params, scratch: Path) -> ProtocolResult:
     maxdate = int(sessions.get_column("date_s").max())
     splitdate = maxdate - 86_400 * split_days
     # one sort: train (date < splitdate), dropped (==) and test (>) are consecutive slices of it
-    sessions = sessions.sort("date_s", "first_row").select("session_id", "date_s", "k", "part")
+    sessions = sessions.sort("date_s", "first_row").select("session_id", "date_s", "k", "part", "idx")
     n_train, n_dropped = (sessions.get_column("date_s").search_sorted(splitdate, side=side) for side in ("left", "right"))
     n_dropped -= n_train
     train, dropped = sessions.slice(0, n_train), sessions.slice(n_train, n_dropped)
@@ -387,14 +405,14 @@ def _build(spec, raw_dir: Path, params, scratch: Path) -> ProtocolResult:
     n_train_buckets = int(train_buckets.max()) + 1
     test_buckets = _buckets(test.get_column("k"), n_train_buckets)
     by_part = pl.concat([
-        train.select("session_id", "part", pl.lit(TRAIN, pl.UInt8).alias("split"),
+        train.select("idx", "part", pl.lit(TRAIN, pl.UInt8).alias("split"),
                      pl.int_range(pl.len(), dtype=pl.UInt32).alias("rank"), train_buckets.alias("bucket")),
-        test.select("session_id", "part", pl.lit(TEST, pl.UInt8).alias("split"),
+        test.select("idx", "part", pl.lit(TEST, pl.UInt8).alias("split"),
                     pl.int_range(pl.len(), dtype=pl.UInt32).alias("rank"), test_buckets.alias("bucket")),
-        dropped.select("session_id", "part", pl.lit(DROPPED, pl.UInt8).alias("split"),
+        dropped.select("idx", "part", pl.lit(DROPPED, pl.UInt8).alias("split"),
                        pl.lit(0, pl.UInt32).alias("rank"), pl.lit(-1, pl.Int32).alias("bucket"))
     ]).partition_by("part", as_dict=True, include_key=False)
-    routed = _route(clicks, by_part, frequent, sort, kept["runs"], scratch / "buckets")
+    routed = _route(clicks, by_part, frequent, sort, scratch / "buckets")
 
     # 8. items numbered by their first train click in (rank, position) order
     order = pl.concat(routed["first"]).group_by("item_id").agg(pl.col("key").min()).sort("key").get_column("item_id")
