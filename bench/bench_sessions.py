@@ -48,29 +48,37 @@ def make_diginetica(dst: Path) -> Path:
     return path
 
 
-def make_yoochoose(dst: Path, chunk: int = 1_000_000) -> Path:
+def make_yoochoose(dst: Path, scale: int = 1, chunk: int = 1_000_000) -> Path:
     """yoochoose-clicks.dat: no header, SessionId,Timestamp,ItemId,Category, sessions contiguous,
-    session ids rising with time, ISO timestamps with ms, categories 0 / S / 1-12 / brand ids."""
+    session ids rising with time, ISO timestamps with ms, categories 0 / S / 1-12 / brand ids.
+
+    `scale` x the real file's rows and sessions over the same days and catalogue (10: 330M rows,
+    ~14 GB). Written block by block of `chunk` sessions (memory: one block, whatever the scale):
+    each block gets its share of the rows and an equal-density slice of the time span, its start
+    times sorted inside it, so session ids rise with time across the file."""
     path = dst / "yoochoose-clicks.dat"
     if path.exists():
         return path
     rng = np.random.default_rng(2015)
-    lengths = fit_total(rng, _length(rng, YOO["sessions"]), YOO["rows"])
+    n_sessions, n_rows = YOO["sessions"] * scale, YOO["rows"] * scale
     cat = Catalogue(rng, YOO["items"])
     item_ids = np.sort(rng.choice(np.arange(214_500_000, 214_900_000), YOO["items"], replace=False))
     item_cat = np.where(rng.random(YOO["items"]) < 0.6, "0", rng.integers(1, 13, YOO["items"]).astype(str))
     start0 = np.datetime64("2014-04-01T00:00:00", "ms").astype(np.int64)
-    span = YOO["days"] * 86_400_000
-    starts = start0 + np.sort(rng.integers(0, span - 3_600_000, YOO["sessions"]))
+    span = YOO["days"] * 86_400_000 - 3_600_000
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
-        for lo in range(0, YOO["sessions"], chunk):
-            n = lengths[lo:lo + chunk]
+        for lo in range(0, n_sessions, chunk):
+            hi = min(lo + chunk, n_sessions)
+            rows = n_rows * hi // n_sessions - n_rows * lo // n_sessions  # this block's share, exact in total
+            n = fit_total(rng, _length(rng, hi - lo), rows)
+            t0, t1 = span * lo // n_sessions, span * hi // n_sessions
+            starts = start0 + t0 + np.sort(rng.integers(0, max(t1 - t0, 1), hi - lo))
             sess, item = draw_sessions(rng, n, YOO["items"], cat)
             first = np.concatenate([[0], np.cumsum(n)[:-1]])
             gap = rng.exponential(60_000, len(sess)).astype(np.int64)
             gap[first] = 0
-            t = starts[lo:lo + chunk][sess] + np.cumsum(gap) - np.repeat(np.cumsum(gap)[first], n)
+            t = starts[sess] + np.cumsum(gap) - np.repeat(np.cumsum(gap)[first], n)
             special = rng.random(len(sess))
             category = np.where(special < 0.08, "S", np.where(special < 0.12,
                                 rng.integers(2_089_000_000, 2_090_000_000, len(sess)).astype(str), item_cat[item]))

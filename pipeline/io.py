@@ -349,11 +349,20 @@ def write_parquet(dst: str | Path, df: pl.DataFrame) -> None:
         df.write_parquet(tmp, **_PARQUET)
 
 
+def _compact(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` copied into one chunk of fresh buffers. Polars' Parquet writer lays out pages from the
+    buffers it is given: a frame in several chunks, or a slice of a larger frame (whose list
+    column still holds the whole frame's values), gives other bytes than the same rows built
+    anew. Only a gathered copy is canonical (`rechunk` keeps a one-chunk slice's buffers)."""
+    return df.select(pl.all().gather(pl.int_range(pl.len())))
+
+
 def write_split(root: str | Path, split: str, df: pl.DataFrame, rows_per_shard: int = SHARD_ROWS) -> list[dict]:
     """Write `df` as `<root>/<split>/part-NNNNN.parquet` shards; return their manifest entries.
 
     `root` is normally the temporary folder of an `atomic_dir` block. Always at least
-    one shard (possibly empty) so readers can rely on the schema.
+    one shard (possibly empty) so readers can rely on the schema. Shards are written from
+    compact copies (`_compact`), so the same rows give the same bytes however `df` was built.
     """
     root = Path(root)
     (root / split).mkdir(parents=True, exist_ok=True)
@@ -361,7 +370,7 @@ def write_split(root: str | Path, split: str, df: pl.DataFrame, rows_per_shard: 
     n = df.height
     starts = range(0, max(n, 1), rows_per_shard)
     for i, start in enumerate(starts):
-        part = df.slice(start, rows_per_shard)
+        part = _compact(df.slice(start, rows_per_shard))
         rel = f"{split}/part-{i:05d}.parquet"
         write_parquet(root / rel, part)
         entries.append({"path": rel, "rows": part.height, "sha256": sha256_file(root / rel)})
@@ -387,7 +396,7 @@ def sink_split(root: str | Path, split: str, lf: pl.LazyFrame, rows_per_shard: i
         n = pl.scan_parquet(stage).select(pl.len()).collect().item()
         entries = []
         for i, start in enumerate(range(0, max(n, 1), rows_per_shard)):
-            part = pl.scan_parquet(stage).slice(start, rows_per_shard).collect().rechunk()
+            part = _compact(pl.scan_parquet(stage).slice(start, rows_per_shard).collect())
             rel = f"{split}/part-{i:05d}.parquet"
             write_parquet(root / rel, part)
             entries.append({"path": rel, "rows": part.height, "sha256": sha256_file(root / rel)})

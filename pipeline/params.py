@@ -13,7 +13,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import yaml
 
@@ -69,6 +69,9 @@ class PreprocessParams:
     k_core: int = 5                   # leave-one-out: users and items with fewer interactions are dropped (iterated)
     max_history: int = 100            # ctr: history lists cut to the most recent N
     rows_per_shard: int = 1_000_000   # rows per Parquet shard
+    streaming: Union[bool, str] = "auto"  # srgnn: true = spill clicks to Parquet and keep memory bounded by sessions
+                                      # and items (same output); false = every click in memory (fast); auto = true
+                                      # when the raw file would not fit (its size x 2 > the memory available)
     sample: SampleParams = field(default_factory=SampleParams)
     sample_ctr: SampleCTRParams = field(default_factory=SampleCTRParams)
 
@@ -79,6 +82,8 @@ class PreprocessParams:
         _min(f"{key}.k_core", self.k_core, 1)
         _min(f"{key}.max_history", self.max_history, 0, fix="use 0 to keep whole histories")
         _min(f"{key}.rows_per_shard", self.rows_per_shard, 1)
+        if self.streaming not in (True, False, "auto"):
+            raise _bad(f"{key}.streaming", self.streaming, "true, false or auto")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,19 @@ def _count_column(df: pl.DataFrame) -> tuple[str, int, int]:
     return "rows", df.height, df.height
 
 
+def _is_sessions(lf: pl.LazyFrame) -> bool:
+    """A lazy split of sessions (items: List(Int32)), as srgnn's streaming path returns, not CTR rows."""
+    return lf.collect_schema().get("items") == pl.List(pl.Int32)
+
+
+def _height(df: pl.DataFrame | pl.LazyFrame) -> int | None:
+    """Rows of a split known before writing it: a frame's, or a lazy scan of sessions' (None: a
+    CTR query, counted as it is written)."""
+    if isinstance(df, pl.DataFrame):
+        return df.height
+    return df.select(pl.len()).collect().item() if _is_sessions(df) else None
+
+
 def _max_len(result: ProtocolResult) -> int:
     lens = [int(df.get_column("items").list.len().max() or 0)
             for df in result.splits.values()
@@ -60,8 +73,7 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
     if missing:
         raise DataError(f"protocol {spec.protocol} returned no {', '.join(missing)} split",
                         "this is a bug in the protocol module: report it")
-    empty = [s for s in ("train", "test")
-             if isinstance(result.splits[s], pl.DataFrame) and result.splits[s].height == 0]
+    empty = [s for s in ("train", "test") if _height(result.splits[s]) == 0]
     if empty:
         raise DataError(f"all sessions vanished under the filters of protocol {spec.protocol}: "
                         f"the {' and '.join(empty)} split of '{dataset}' is empty",
@@ -78,6 +90,13 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
     with io.atomic_dir(dst) as tmp:
         for split in io.SPLITS:
             df = result.splits[split]
+            if isinstance(df, pl.LazyFrame) and _is_sessions(df):  # srgnn's streaming path: spilled sessions
+                entries = io.sink_split(tmp, split, df, rows_per_shard)
+                lens = io.scan_split(tmp, split).select(pl.col("items").list.len()).collect().to_series()
+                manifest["splits"][split] = {"sessions": lens.len(), "clicks": int(lens.sum())}
+                manifest["max_len"] = max(manifest["max_len"], int(lens.max() or 0))
+                manifest["shards"] += entries
+                continue
             if isinstance(df, pl.LazyFrame):  # large CTR splits: streamed, never held in memory
                 entries = io.sink_split(tmp, split, df, rows_per_shard)
                 n = sum(e["rows"] for e in entries)
@@ -106,11 +125,12 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     src, dst = Path(src), Path(dst)
     io.claim_dir(dst, dataset, "sessions")
     source = read_source(dataset, src)
-    try:
-        result = build_protocol(spec, src, params)
-    except DataError as e:
-        raise DataError(e.problem, _named_fix(e.fix, dataset, src)) from None
-    return write_result(dataset, spec, result, source, dst, params)
+    with io.scratch_dir(dst) as scratch:  # spill files of a protocol that streams (removed afterwards)
+        try:
+            result = build_protocol(spec, src, params, scratch=scratch)
+        except DataError as e:
+            raise DataError(e.problem, _named_fix(e.fix, dataset, src)) from None
+        return write_result(dataset, spec, result, source, dst, params)
 
 
 def _named_fix(fix: str | None, dataset: str, src: Path) -> str | None:

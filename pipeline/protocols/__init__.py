@@ -10,6 +10,7 @@ module; `build_protocol` dispatches to it.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,12 @@ def step(name: str, sessions: int | None, clicks: int | None, items: int | None)
     return {"step": name, "sessions": as_int(sessions), "clicks": as_int(clicks), "items": as_int(items)}
 
 
-def build_protocol(spec, raw_dir: Path, params) -> ProtocolResult:
+# protocols whose build also takes scratch=FOLDER: a folder next to the output for click-level
+# spill files, alive until the result is written (srgnn on raw files larger than memory)
+SPILLING = ("srgnn",)
+
+
+def build_protocol(spec, raw_dir: Path, params, scratch: Path | None = None) -> ProtocolResult:
     """Run the protocol module named by `spec.protocol` on the raw folder (or the dataset's own
     `build`, for files its authors already split: the result follows the protocol's contract)."""
     if spec.protocol not in PROTOCOLS:
@@ -65,20 +71,30 @@ def build_protocol(spec, raw_dir: Path, params) -> ProtocolResult:
     if getattr(spec, "build", None) is not None:
         return spec.build(spec, Path(raw_dir), params)
     module = importlib.import_module(f"{__name__}.{spec.protocol}")
+    if scratch is not None and spec.protocol in SPILLING:
+        return module.build(spec, Path(raw_dir), params, scratch=Path(scratch))
     return module.build(spec, Path(raw_dir), params)
 
 
-def collect(lf: pl.LazyFrame | list[pl.LazyFrame], what: str):
-    """Collect one LazyFrame (or several at once, sharing their common sub-plans), turning a
-    Polars parse or schema error into a one-line `DataError` about `what` (e.g. the raw file)."""
+@contextlib.contextmanager
+def reading(what: str):
+    """Turn a Polars parse or schema error raised inside the block into a one-line `DataError`
+    about `what` (e.g. the raw file)."""
     from ..errors import DataError
     try:
-        if isinstance(lf, list):
-            return pl.collect_all(lf)
-        return lf.collect()
+        yield
     except (pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError, pl.exceptions.SchemaError,
             pl.exceptions.ShapeError, pl.exceptions.ColumnNotFoundError, pl.exceptions.NoDataError) as e:
         first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
         raise DataError(f"could not read {what}: {first}",
                         "check that the raw file is the unmodified original (ids must be integers, "
                         "dates YYYY-MM-DD / ISO-8601)") from None
+
+
+def collect(lf: pl.LazyFrame | list[pl.LazyFrame], what: str):
+    """Collect one LazyFrame (or several at once, sharing their common sub-plans), turning a
+    Polars parse or schema error into a one-line `DataError` about `what` (e.g. the raw file)."""
+    with reading(what):
+        if isinstance(lf, list):
+            return pl.collect_all(lf)
+        return lf.collect()

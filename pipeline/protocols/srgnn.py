@@ -45,11 +45,13 @@ from ..errors import DataError
 from . import ProtocolResult, collect, step
 
 ID = pl.Int32  # dtype of new item ids
-# spec.options["stamp"] -> how a reader's `stamp` column becomes seconds since the epoch (UTC)
+# spec.options["stamp"] -> how a reader's `stamp` column becomes seconds since the epoch (UTC);
+# strict=False: text that is no date becomes null (the streaming path converts every row)
 STAMP_SECONDS = {
-    "day": lambda c: c.cast(pl.Int64) * 86_400,  # a Date (Diginetica eventdate)
-    "iso": lambda c: (c.str.slice(0, 19)          # ISO-8601 text (Yoochoose), truncated to whole seconds
-                      .str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="ms", strict=True).dt.epoch("s")),
+    "day": lambda c, strict=True: c.cast(pl.Int64) * 86_400,  # a Date (Diginetica eventdate)
+    "iso": lambda c, strict=True: (c.str.slice(0, 19)          # ISO-8601 text (Yoochoose), cut to whole seconds
+                                   .str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="ms", strict=strict)
+                                   .dt.epoch("s")),
 }
 
 
@@ -152,17 +154,24 @@ def read_sessions(spec, raw_dir: Path) -> pl.DataFrame:
     return sessions.drop("null_items")
 
 
-def _fraction_cut(train: pl.DataFrame, fraction: int) -> tuple[pl.DataFrame, dict]:
-    """Step 11 on sessions: keep the sessions holding the most recent int(N / fraction) samples,
-    truncating the one the cut falls in to its first r + 1 clicks (see the module docstring)."""
-    samples = train.get_column("items").list.len() - 1
+def fraction_plan(lengths: pl.Series, fraction: int) -> tuple[pl.Series, int, int]:
+    """Step 11's arithmetic on the ordered train sessions' lengths: (samples in LATER sessions, per
+    session; N samples in all; k = int(N / fraction) kept). The kept sessions are those with
+    after < k (a suffix: `after` never rises); the first of them keeps k - after of its samples."""
+    samples = lengths.cast(pl.Int64) - 1
     n = int(samples.sum())
     k = n // fraction  # == int(N / fraction) for every N a file can hold
     if k == 0:
         raise DataError(f"the 1/{fraction} cut keeps int({n} / {fraction}) = 0 of the {n} train samples",
                         f"use a raw file with at least {fraction} train samples, or the full `yoochoose` dataset "
                         f"(SR-GNN's script would keep all {n} here: its slice tr_seqs[-0:] is the whole list)")
-    after = samples.reverse().cum_sum().reverse() - samples  # samples in later sessions
+    return samples.reverse().cum_sum().reverse() - samples, n, k
+
+
+def _fraction_cut(train: pl.DataFrame, fraction: int) -> tuple[pl.DataFrame, dict]:
+    """Step 11 on sessions: keep the sessions holding the most recent int(N / fraction) samples,
+    truncating the one the cut falls in to its first r + 1 clicks (see the module docstring)."""
+    after, n, k = fraction_plan(train.get_column("items").list.len(), fraction)
     keep = after < k  # sessions contributing at least one sample
     frac = train.with_columns(after=after).filter(keep)
     info = {"fraction": fraction, "train_samples_full": n, "train_samples_kept": k, "cut": None}
@@ -180,8 +189,60 @@ def _fraction_cut(train: pl.DataFrame, fraction: int) -> tuple[pl.DataFrame, dic
     return frac.drop("after"), info
 
 
-def build(spec, raw_dir: Path, params) -> ProtocolResult:
-    """Run steps 1-9 (and 11 for a Yoochoose fraction), then carve valid; see the module docstring."""
+# the manifest's step names (`ProtocolResult.steps`), shared with the streaming path
+STEP = {"read": "read", "length": "drop sessions of length 1",
+        "frequent": "keep items clicked >= {min_count} times, sessions >= 2",
+        "train": "train: date < splitdate", "dropped": "dropped: date == splitdate", "test": "test: date > splitdate",
+        "known": "test: known items, length >= 2", "fraction": "train: most recent 1/{fraction} of the samples",
+        "carved": "train (after carving valid)", "valid": "valid: most recent {n_valid} train sessions"}
+AUGMENT = {"train": "prefixes", "valid": "prefixes", "test": "prefixes"}
+
+
+def no_sessions_left(name: str, min_count: int) -> DataError:
+    return DataError(f"all sessions of {name} vanished under the filters (length >= 2, items "
+                     f"clicked >= {min_count} times)",
+                     "check the raw file is complete, or lower preprocess.min_item_count")
+
+
+def no_train_left(name: str, splitdate: int, split_days: int) -> DataError:
+    return DataError(f"all sessions of {name} vanished under the filters: none is dated before "
+                     f"the split date {_iso(splitdate)[:10]} ({split_days} day(s) before the last date)",
+                     "the raw file must cover more days than the test window; check it is complete")
+
+
+def protocol_info(split_days: int, maxdate: int, splitdate: int, min_count: int, fraction: int,
+                  cut: dict | None) -> dict:
+    """`ProtocolResult.extra`: the dates, options and rules of this run (`cut`: step 11's facts)."""
+    extra = {"split_days": split_days, "maxdate": _iso(maxdate), "splitdate": _iso(splitdate),
+             "min_item_count": min_count, "fraction": fraction,
+             "session_order": "date of the last row in file order, ties by first appearance in the file"}
+    if fraction > 1:
+        extra["fraction_cut"] = cut
+        extra["fraction_rule"] = (f"train = the sessions holding the most recent int(N/{fraction}) of the N prefix "
+                                  "samples of the full train set; the session the cut falls in is cut to its first "
+                                  "r+1 clicks (its r kept samples); test and item ids are the full set's; valid is "
+                                  "then carved from the most recent of these sessions, so train + valid samples == "
+                                  "the canonical fraction")
+    extra["valid_rule"] = ("valid = the most recent floor(T * valid_fraction) of the T ordered train "
+                           "sessions (valid_fraction read as written, in decimal); train + valid == the "
+                           "protocol train set" + (" after the fraction cut" if fraction > 1 else ""))
+    return extra
+
+
+def build(spec, raw_dir: Path, params, scratch: Path | None = None) -> ProtocolResult:
+    """Run steps 1-9 (and 11 for a Yoochoose fraction), then carve valid; see the module docstring.
+
+    Files larger than memory (`preprocess.streaming`; `auto`: by the raw file's size against the
+    memory available) take `srgnn_streaming.build`, which spills clicks to Parquet under `scratch`
+    and returns the same splits as lazy scans of them."""
+    from . import srgnn_streaming
+    if srgnn_streaming.use_streaming(spec, raw_dir, params.preprocess.streaming):
+        return srgnn_streaming.build(spec, raw_dir, params, scratch)
+    return build_in_memory(spec, raw_dir, params)
+
+
+def build_in_memory(spec, raw_dir: Path, params) -> ProtocolResult:
+    """Steps 1-11 + valid on every click held in memory (fast; ~1.75x the raw file's size in RAM)."""
     opts = spec.options
     split_days = int(opts["split_days"])
     fraction = int(opts.get("fraction", 1))
@@ -190,7 +251,7 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
 
     # 1-2. sessions in file order of first appearance (the tie order of step 7)
     sessions = read_sessions(spec, raw_dir)
-    steps.append(step("read", *_stats(sessions)))
+    steps.append(step(STEP["read"], *_stats(sessions)))
 
     # 3. drop sessions with exactly one click
     sessions = sessions.filter(pl.col("items").list.len() > 1)
@@ -198,18 +259,16 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
     # 4. click counts of every item over the remaining sessions
     counts = (sessions.select(pl.col("items").explode().alias("item_id"))
               .group_by("item_id").agg(pl.len().cast(pl.Int64).alias("count")))
-    steps.append(step("drop sessions of length 1", sessions.height, counts.get_column("count").sum(),
+    steps.append(step(STEP["length"], sessions.height, counts.get_column("count").sum(),
                       counts.height))
     frequent = counts.filter(pl.col("count") >= min_count).get_column("item_id")
 
     # 5. keep clicks on frequent items (one pass), then sessions with >= 2 clicks
     keep = pl.when(pl.col("items").is_in(frequent.implode())).then(pl.col("items"))
     sessions = _on_clicks(sessions, keep).filter(pl.col("items").list.len() >= 2)
-    steps.append(step(f"keep items clicked >= {min_count} times, sessions >= 2", *_stats(sessions)))
+    steps.append(step(STEP["frequent"].format(min_count=min_count), *_stats(sessions)))
     if sessions.height == 0:
-        raise DataError(f"all sessions of {spec.name} vanished under the filters (length >= 2, items "
-                        f"clicked >= {min_count} times)",
-                        "check the raw file is complete, or lower preprocess.min_item_count")
+        raise no_sessions_left(spec.name, min_count)
 
     # 6. split on dates; 7. order by (date, first appearance)
     maxdate = int(sessions.get_column("date_s").max())
@@ -219,36 +278,26 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
     test = sessions.filter(pl.col("date_s") > splitdate).sort(by_date)
     dropped = sessions.filter(pl.col("date_s") == splitdate)
     if train.height == 0:
-        raise DataError(f"all sessions of {spec.name} vanished under the filters: none is dated before "
-                        f"the split date {_iso(splitdate)[:10]} ({split_days} day(s) before the last date)",
-                        "the raw file must cover more days than the test window; check it is complete")
+        raise no_train_left(spec.name, splitdate, split_days)
     # 8. number items by first appearance walking the ordered train sessions
     order = train.get_column("items").explode().unique(maintain_order=True)
-    steps.append(step("train: date < splitdate", train.height,
+    steps.append(step(STEP["train"], train.height,
                       train.get_column("items").list.len().sum(), order.len()))
-    steps.append(step("dropped: date == splitdate", *_stats(dropped)))
-    steps.append(step("test: date > splitdate", *_stats(test)))
+    steps.append(step(STEP["dropped"], *_stats(dropped)))
+    steps.append(step(STEP["test"], *_stats(test)))
     new_ids = pl.int_range(1, order.len() + 1, dtype=ID, eager=True)
     renumber = pl.col("items").replace_strict(order, new_ids, default=None, return_dtype=ID)
     train = _on_clicks(train, renumber)
 
     # 9. test: drop unknown items, then sessions shorter than 2
     test = _on_clicks(test, renumber).filter(pl.col("items").list.len() >= 2)
-    steps.append(step("test: known items, length >= 2", *_stats(test)))
+    steps.append(step(STEP["known"], *_stats(test)))
 
-    extra = {"split_days": split_days, "maxdate": _iso(maxdate), "splitdate": _iso(splitdate),
-             "min_item_count": min_count, "fraction": fraction,
-             "session_order": "date of the last row in file order, ties by first appearance in the file"}
     # 11. Yoochoose fraction of the train samples
+    info = None
     if fraction > 1:
         train, info = _fraction_cut(train, fraction)
-        extra["fraction_cut"] = info
-        extra["fraction_rule"] = (f"train = the sessions holding the most recent int(N/{fraction}) of the N prefix "
-                                  "samples of the full train set; the session the cut falls in is cut to its first "
-                                  "r+1 clicks (its r kept samples); test and item ids are the full set's; valid is "
-                                  "then carved from the most recent of these sessions, so train + valid samples == "
-                                  "the canonical fraction")
-        steps.append(step(f"train: most recent 1/{fraction} of the samples", *_stats(train)))
+        steps.append(step(STEP["fraction"].format(fraction=fraction), *_stats(train)))
         if train.height == 0:
             raise DataError(f"all sessions of {spec.name} vanished: 1/{fraction} of "
                             f"{info['train_samples_full']} train samples is none",
@@ -258,11 +307,9 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
     n_valid = valid_count(train.height, params.preprocess.valid_fraction)
     valid = train.slice(train.height - n_valid, n_valid)
     train = train.slice(0, train.height - n_valid)
-    steps.append(step("train (after carving valid)", *_stats(train)))
-    steps.append(step(f"valid: most recent {n_valid} train sessions", *_stats(valid)))
-    extra["valid_rule"] = ("valid = the most recent floor(T * valid_fraction) of the T ordered train "
-                           "sessions (valid_fraction read as written, in decimal); train + valid == the "
-                           "protocol train set" + (" after the fraction cut" if fraction > 1 else ""))
+    steps.append(step(STEP["carved"], *_stats(train)))
+    steps.append(step(STEP["valid"].format(n_valid=n_valid), *_stats(valid)))
+    extra = protocol_info(split_days, maxdate, splitdate, min_count, fraction, info)
 
     items = (pl.DataFrame({"item_id": new_ids, "raw_id": order})
              .join(counts, left_on="raw_id", right_on="item_id", how="left", maintain_order="left")
@@ -272,4 +319,4 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
     return ProtocolResult(
         splits={"train": out(train), "valid": out(valid), "test": out(test)},
         items=items, steps=steps, n_items=order.len(),
-        augment={"train": "prefixes", "valid": "prefixes", "test": "prefixes"}, extra=extra)
+        augment=dict(AUGMENT), extra=extra)
