@@ -68,21 +68,22 @@ def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: 
         for yi, name in zip(y, names):
             vals = [s * v for v in per_seed.get(name, {}).get(metric, [])]
             ax.plot(vals, [yi] * len(vals), "o", color="#222222", markersize=3.5, zorder=3)
-        span = max((m + h for m, h in zip(means, halves)), default=1.0) or 1.0
-        for yi, mean, half in zip(y, means, halves):
-            ax.text(mean + half + 0.015 * span, yi, f"{mean:.2f}" if s == 100.0 else f"{mean:.4f}", va="center",
-                    fontsize=8)
         ax.set_yticks(y)
         ax.set_yticklabels(names if ax is axes[0][0] else [""] * len(names), fontsize=9)
         unit = " (x100)" if s == 100.0 else ""
         ax.set_xlabel(f"test {metric.upper()}{unit}, mean and 95% CI over seeds", fontsize=9)
         lo = min(m - h for m, h in zip(means, halves)) if means else 0.0
         hi = max(m + h for m, h in zip(means, halves)) if means else 1.0
-        if not metric.startswith("logloss"):       # a t-interval may pass a bounded metric's ceiling
-            hi = min(hi, s * 1.0)
+        if not metric.startswith("logloss"):       # a t-interval may pass a bounded metric's bounds
+            lo, hi = max(lo, 0.0), min(hi, s * 1.0)
         pad = (hi - lo) * 0.25 or 0.05 * max(hi, 1e-9)
         floor = 0.5 * s if metric.startswith(("auc", "gauc")) and lo > 0.5 * s else 0.0   # AUC: chance is 0.5
-        ax.set_xlim(max(floor, lo - pad) if metric.startswith("logloss") and lo > 0.3 else floor, hi + pad)
+        left, right = (max(floor, lo - pad) if metric.startswith("logloss") and lo > 0.3 else floor), hi + pad
+        ax.set_xlim(left, right)
+        for yi, mean, half in zip(y, means, halves):     # the value right of its interval, inside the axes
+            at = min(mean + half, hi) + 0.015 * (right - left)
+            ax.text(at, yi, f"{mean:.2f}" if s == 100.0 else f"{mean:.4f}", va="center", fontsize=8,
+                    clip_on=True)
         ax.grid(axis="x", alpha=0.3)
         ax.tick_params(labelsize=8)
     ref = f"; orange = reference {reference}" if reference in names else ""
