@@ -214,7 +214,7 @@ class StudyParams:
         datasets=["sample"], models=["sasrec"], encodings=["none", "lpe", "rope"], baselines=["pop"]))
     ctr: GridParams = field(default_factory=lambda: GridParams(
         datasets=["sample_ctr"], models=["din"], encodings=["none", "cape"],
-        train={"lr": 0.003, "batch_size": 512, "epochs": 6, "max_len": 30}))
+        train={"lr": 0.005, "batch_size": 512, "epochs": 6, "max_len": 30, "patience": 0}))
 
     def validate(self, key: str) -> None:
         if not self.seeds:
