@@ -1,4 +1,4 @@
-"""The SR-GNN protocol (`srgnn.py`, PROTOCOLS.md §2) on raw files larger than memory: the same
+"""The SR-GNN protocol (`srgnn.py`, pipeline/REFERENCE.md §2) on raw files larger than memory: the same
 steps and the same output, with memory bounded by the number of sessions and items, not clicks.
 
 Clicks live on disk, in Parquet files under a scratch folder; what is held whole is the table of
