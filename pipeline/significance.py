@@ -247,7 +247,9 @@ def verdict(seed_tests: dict[str, dict], sample: Optional[dict], task: str, note
     if sample is not None:
         quantity = SAMPLE_QUANTITY[task]
         if sample["p"] is not None and sample["p"] < ALPHA:
-            better = (sample["diff"] < 0) if quantity in lower_better else (sample["diff"] > 0)
+            # the direction the test itself found: the sign of its rank statistic (rank-biserial r), not of
+            # the mean difference, which a few large differences can point the other way
+            better = (sample["r"] < 0) if quantity in lower_better else (sample["r"] > 0)
             rejects.append((f"Wilcoxon {quantity}", better))
         boot = sample["bootstrap"]
         if boot is not None and (boot["lo"] > 0 or boot["hi"] < 0):

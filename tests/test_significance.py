@@ -133,10 +133,20 @@ def test_test_samples_round_trip_and_format_errors(tmp_path):
 def test_verdict_names_the_rejecting_tests_and_too_few_seeds():
     t = lambda n, p, diff: {"n": n, "p": p, "diff": diff}   # noqa: E731
     boot = {"lo": 0.01, "hi": 0.03}
-    sample = {"p": 0.001, "diff": 0.02, "bootstrap": boot}
+    sample = {"p": 0.001, "diff": 0.02, "r": 0.3, "bootstrap": boot}
     assert sig.verdict({"ndcg@10": t(3, 0.01, 0.02), "mrr@10": t(3, 0.2, 0.01)}, sample, "next-item") == (
         "rejects equality at 0.05: t-test ndcg@10 (better), Wilcoxon rr (better), bootstrap mean rr (better)")
-    assert sig.verdict({"auc": t(2, None, -0.01)}, {"p": 0.01, "diff": 0.1, "bootstrap": {"lo": -0.02, "hi": 0.01}},
+    assert sig.verdict({"auc": t(2, None, -0.01)}, {"p": 0.01, "diff": 0.1, "r": 0.2, "bootstrap": {"lo": -0.02, "hi": 0.01}},
                        "ctr") == ("2 common seeds: the seed t-test cannot conclude anything (needs >= 3); "
                                   "rejects equality at 0.05: Wilcoxon logloss (worse)")
     assert sig.verdict({"auc": t(5, 0.5, 0.0)}, None, "ctr") == "no test rejects equality at 0.05"
+
+
+def test_the_wilcoxon_direction_is_the_tests_own_not_the_means():
+    """Many small losses and a few large gains: the mean difference is positive, the signed ranks say
+    the configuration is mostly worse, and that is what the Wilcoxon rejection reports."""
+    d = np.array([-0.01] * 80 + [1.0] * 5)
+    w = sig.wilcoxon_test(np.zeros_like(d), d)
+    assert w["diff"] > 0 and w["r"] < 0 and w["p"] < 0.05
+    said = sig.verdict({}, {**w, "bootstrap": None}, "next-item")
+    assert said.endswith("rejects equality at 0.05: Wilcoxon rr (worse)"), said
