@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# 004's stability study (López-Ávila et al. 2024, Tables 5-6) with SASRec on Beauty: every study
+# encoding trained over several seeds, then `seqpe report` gives mean, sd and 95% CI per encoding
+# and the paired tests against a baseline. Results: bench/results/reproduction.md (issue 15).
+#
+#   DATA=/path/to/canonical PROFILE=cpu bench/bench_stability.sh   # what ran on 2 shared vCPUs
+#   DATA=/path/to/canonical PROFILE=gpu bench/bench_stability.sh   # SASRec's own schedule (GPU)
+#
+# Both profiles: `--preset paper` (d 50, 2 blocks, 1 head, batch 128, max_len 50, no W_O, the
+# sequence objective), one-negative BCE (SASRec's and 004's loss), 004's evaluation protocol
+# (target among 100 sampled negatives, the input's items never ranked), 004's first five seeds.
+#   cpu  lr 5e-3, dropout 0.2, 5 epochs, no early stopping: a reduced setting that fits ~35 min of
+#        2 shared cores (two 1-thread queues side by side); the models have not converged.
+#   gpu  the preset's lr 1e-3, dropout 0.5, up to 200 epochs, early stopping after 10 (valid
+#        NDCG@10); every encoding its own process, all at once.
+# Variables: DATA (required: the folder holding amazon-s3rec/Beauty.txt), OUT (default
+# /tmp/stability; never inside the repo), SEEDS (default "42 43 44 45 46"), ENCODINGS (default:
+# cpu none, abs, learnt, rotatory, rope, rope_one, rmha; gpu those and abs_con, learnt_con, rotatory_con).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
+DATA=${DATA:?set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)}
+OUT=${OUT:-/tmp/stability}
+SEEDS=${SEEDS:-42 43 44 45 46}
+PROFILE=${PROFILE:-cpu}
+if [ "$PROFILE" = cpu ]; then           # what ran on CPU: the +Con variants did not fit the budget
+  ENCODINGS=${ENCODINGS:-none abs learnt rotatory rope rope_one rmha}
+else                                     # every study encoding of 004 Table 6 (and None)
+  ENCODINGS=${ENCODINGS:-none abs abs_con learnt learnt_con rotatory rotatory_con rope rope_one rmha}
+fi
+mkdir -p "$OUT/logs"
+[ -f "$OUT/samples/beauty/manifest.json" ] || "$SEQPE" import beauty "$DATA/amazon-s3rec/Beauty.txt" \
+    --format sasrec --sessions "$OUT/sessions/beauty" --samples "$OUT/samples/beauty" --quiet
+
+args=(--model sasrec --preset paper --set train.loss=bce --set train.threads=1
+      --set evaluate.candidates=100 --set evaluate.mask_history=true --params "$PWD/params.yaml" --quiet)
+case $PROFILE in
+  cpu) args+=(--set train.lr=0.005 --set train.dropout=0.2 --set train.epochs=5 --set train.patience=0) ;;
+  gpu) ;;
+  *) echo "PROFILE must be cpu or gpu" >&2; exit 2 ;;
+esac
+seeds=(); for s in $SEEDS; do seeds+=(--seed "$s"); done
+
+one() {   # one encoding, every seed, in one process
+  /usr/bin/time -f "wall %e s, cpu %U+%S s" "$SEQPE" train beauty "$OUT/samples/beauty" "$OUT/runs/beauty" \
+      --encoding "$1" "${seeds[@]}" "${args[@]}" > "$OUT/logs/$1.log" 2>&1 || echo "$1 failed" >&2
+}
+read -r -a encs <<< "$ENCODINGS"
+if [ "$PROFILE" = cpu ]; then            # two queues side by side, alternating encodings
+  ( for i in "${!encs[@]}"; do [ $((i % 2)) = 0 ] && one "${encs[$i]}"; done ) &
+  ( for i in "${!encs[@]}"; do [ $((i % 2)) = 1 ] && one "${encs[$i]}"; done ) &
+  wait
+else
+  for e in "${encs[@]}"; do one "$e" & done; wait
+fi
+"$SEQPE" report "$OUT/runs" --baseline sasrec-none --out "$OUT/report_vs_none.md" --quiet
+"$SEQPE" report "$OUT/runs" --out "$OUT/report.md"
+
+# 004's columns (Tables 5-7): mean and sample sd of HIT@10 and NDCG@10 (x100) over seeds, and the
+# CI-length as 004 computes it (a normal interval, 2 x 1.96 sd / sqrt(n) of HIT@10: its Table 7
+# rows check out this way), next to the Student-t length `seqpe report` uses (2 t(0.975, n-1) sd / sqrt(n)).
+"$(dirname "$SEQPE")/python" - "$OUT/runs/beauty" <<'PY'
+import json, math, statistics as st, sys
+from pathlib import Path
+from scipy.stats import t
+print("| encoding | seeds | HIT@10 mean | HIT@10 sd | NDCG@10 mean | NDCG@10 sd | CI-length (004, normal) | CI-length (Student t) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for conf in sorted(Path(sys.argv[1]).iterdir()):
+    runs = [json.loads(p.read_text()) for p in sorted(conf.glob("seed-*/run.json"))]
+    hit = [100 * r["test"]["hr@10"] for r in runs]
+    ndcg = [100 * r["test"]["ndcg@10"] for r in runs]
+    n, sd = len(hit), st.stdev(hit)
+    print(f"| {conf.name} | {n} | {st.mean(hit):.2f} | {sd:.2f} | {st.mean(ndcg):.2f} | {st.stdev(ndcg):.2f} "
+          f"| {2 * 1.96 * sd / math.sqrt(n):.2f} | {2 * t.ppf(0.975, n - 1) * sd / math.sqrt(n):.2f} |")
+PY
