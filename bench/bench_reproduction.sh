@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduction benchmark (issue 5, PROTOCOLS.md §6): import the canonical prepared files and train
+# Reproduction benchmark (issue 5, pipeline/REFERENCE.md §6): import the canonical prepared files and train
 # SASRec / FPARec on Beauty, Toys, Sports (leave-one-out, full ranking) and SASRec / PosRec on
 # Diginetica and Yoochoose 1/64 (SR-GNN protocol). Results: bench/results/reproduction.md.
 #
@@ -19,12 +19,13 @@
 #          Diginetica/Yoochoose trains up to 30 epochs with patience 3. TIME_LIMIT=MIN adds
 #          --set train.time_limit=MIN; the same command with a longer limit continues the runs.
 #   paper  the presets' / params.yaml's own epochs and patience (FPARec 200 / 10), one queue, all threads.
-# Variables: DATA (canonical files, default /work/shared/datasets), OUT (default /tmp/repro; never
+# Variables: DATA (required: the folder holding diginetica-srgnn/, yoochoose1_64-srgnn/ and
+# amazon-s3rec/ with the canonical files; where to get them: pipeline/REFERENCE.md §8), OUT (default /tmp/repro; never
 # inside the repo), SEEDS (default "1"), ONLY ("beauty:sasrec diginetica:posrec ..." subset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
-DATA=${DATA:-/work/shared/datasets}
+DATA=${DATA:?set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)}
 OUT=${OUT:-/tmp/repro}
 SEEDS=${SEEDS:-1}
 PROFILE=${PROFILE:-cpu}

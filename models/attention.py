@@ -10,12 +10,22 @@ attending over the sequence; CAPE 001 §4). The encoding's hooks are called in o
 (models/encodings/base.py):
 
     q, k   = rotate(q, k, pos, layer)                 RoPE
-    logits = q k^T / sqrt(E) + bias(q, k, pos, layer) RMHA, ALiBi, CoPE, CAPE
+    logits = q k^T / sqrt(E) + bias(q, k, pos, layer, query_input, allowed)
+                                                      RMHA, ALiBi, CoPE, CAPE
     probs  = weights(softmax(logits), pos, layer)     PARec / FPARec (replace q.k entirely)
     out    = probs v + values(probs, v, pos, layer)   RMHA
 
+`query_input` is what the queries are projected from (x, or `query` in target attention: the
+target item's embedding), so CAPE's fusion acts on it (001 Eq. 5); `allowed` is the key mask.
+
 An encoding with `needs_qk = False` (PARec family) gets no q/k projections: the
 softmax it receives is uniform over the allowed keys and it returns its own weights.
+
+Fast path: an encoding that acts only through rotate / bias (`fusable`, models/encodings/base.py)
+runs as one `torch.nn.functional.scaled_dot_product_attention` call (flash / memory-efficient
+kernels; `fused_attention`), the key mask and the bias folded into one float attn_mask, dropout
+as its dropout_p; the others (PARec family: weights, RMHA: values) keep the explicit softmax.
+`SDPA = False` forces the explicit path everywhere (tests, debugging).
 """
 from __future__ import annotations
 
@@ -29,12 +39,25 @@ from torch import nn
 from .encodings.base import PositionalEncoding, Positions, allowed_keys
 
 _NONE = PositionalEncoding()
+SDPA = True     # module switch: False runs every encoding through the explicit softmax path
 
 
 def masked_softmax(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim where `allowed`; disallowed entries get exactly 0."""
     logits = logits.masked_fill(~allowed, float("-inf"))                 # (B, H, Lq, L)
     return torch.softmax(logits, dim=-1)
+
+
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
+                    bias: Optional[torch.Tensor], dropout_p: float = 0.0) -> torch.Tensor:
+    """softmax(q k^T / sqrt(E) + bias over the allowed keys) v in one torch SDPA call.
+
+    q (B, H, Lq, E), k and v (B, H, L, E), allowed (B, 1, Lq, L) bool, bias (B|1, H|1, Lq, L) or
+    None. The mask is additive: 0 (+ bias) where allowed, -inf elsewhere. Returns (B, H, Lq, E).
+    """
+    bias = bias.to(q.dtype) if bias is not None else q.new_zeros(())
+    mask = torch.where(allowed, bias, float("-inf"))                     # (B, H|1, Lq, L)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 
 class MultiHeadAttention(nn.Module):
@@ -75,8 +98,11 @@ class MultiHeadAttention(nn.Module):
             q = self._split(self.q(q_in))                                 # (B, H, Lq, E)
             k = self._split(self.k(x))                                    # (B, H, L, E)
             q, k = enc.rotate(q, k, pos, self.layer)                      # (B, H, Lq, E), (B, H, L, E)
+            bias = enc.bias(q, k, pos, self.layer, query_input=q_in, allowed=allowed)  # (B|1, H|1, Lq, L) or None
+            if SDPA and enc.fusable:
+                p = self.drop.p if self.training else 0.0
+                return self._merge(fused_attention(q, k, v, allowed, bias, p))  # (B, Lq, D)
             logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))      # (B, H, Lq, L)
-            bias = enc.bias(q, k, pos, self.layer)                        # (B|1, H|1, Lq, L) or None
             if bias is not None:
                 logits = logits + bias
         else:
@@ -88,8 +114,11 @@ class MultiHeadAttention(nn.Module):
         extra = enc.values(probs, v, pos, self.layer)                     # (B, H, Lq, E) or None
         if extra is not None:
             out = out + extra
-        out = out.transpose(1, 2).reshape(B, Lq, self.dim)                # (B, Lq, D)
-        return self.out(out)
+        return self._merge(out)
+
+    def _merge(self, out: torch.Tensor) -> torch.Tensor:  # (B, H, Lq, E) -> (B, Lq, D), output projection
+        B, _, Lq, _ = out.shape
+        return self.out(out.transpose(1, 2).reshape(B, Lq, self.dim))
 
 
 class FeedForward(nn.Module):

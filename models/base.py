@@ -70,7 +70,8 @@ class ModelSpec:
     name: str
     build: Callable[..., torch.nn.Module]  # next_item: build(n_items=, max_len=, train=TrainParams, options=dict,
                                          #   encoding=module|None) -> Recommender; ctr: build(schema=CTRSchema,
-                                         #   train=, options=, encoding=) -> models.ctr.base.CTRModel
+                                         #   train=, options=, encoding=EncodingChoice|name|None) -> CTRModel
+                                         #   (models/ctr/base.py: the backbone builds its own encoding)
     description: str
     paper: str = ""
     uses_encoding: bool = True           # False: the model ignores --encoding (e.g. GRU4Rec, POP)
@@ -81,6 +82,9 @@ class ModelSpec:
                                          # a flat dict = TrainParams overrides; see pipeline/presets.py
     task: str = "next_item"              # next_item: Recommender ranking all items (srgnn, leave_one_out data) |
                                          # ctr: models.ctr.base.CTRModel scoring (user, target) pairs (ctr data)
+    side: bool = False                   # True: takes side information (pipeline/side.py): build(..., side=SideInfo)
+                                         # and, where the data has context, forward / training_loss /
+                                         # score_items(..., context=(context (B, L, C), target_context (B, C)))
 
 
 MODELS: dict[str, ModelSpec] = {}

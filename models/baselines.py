@@ -11,7 +11,7 @@ so a prefix-augmented session counts once, not once per prefix). The state lives
 buffers so a checkpoint restores it. Scores are float64.
 
 POP scores an item by its training clicks, nothing else: items with equal counts tie, and the
-ranking metric counts those ties exactly (models.metrics, PROTOCOLS.md §5: the target's rank is
+ranking metric counts those ties exactly (models.metrics, pipeline/REFERENCE.md §5: the target's rank is
 averaged over the tie run), so no arbitrary order (e.g. by item id) decides who is hit. S-POP
 orders by the count in the session, then by global clicks (its defined tie-break); items equal on
 both still tie. Item-KNN breaks its ties by global popularity and then by item id.
@@ -19,6 +19,8 @@ both still tie. Item-KNN breaks its ties by global popularity and then by item i
 from __future__ import annotations
 
 import torch
+
+from pipeline.errors import ParamsError
 
 from .base import ModelSpec, Recommender, register_model
 from .model_config import ItemKNNConfig, PopConfig, model_options
@@ -130,9 +132,16 @@ class ItemKNN(_Fitted):
     """Item-KNN (Hidasi et al. 2016; Ludewig & Jannach 2018): the K items most similar to the
     session's last item, similarity over binary session vectors:
 
-        sim_ij = |S_i & S_j| / (|S_i|^a |S_j|^(1-a))     (i != j; a = 0.5: cosine, symmetric)
+        sim_ij = |S_i & S_j| / ((|S_i| + lambda)^a (|S_j| + lambda)^(1-a))
+                                                        (i != j; a = 0.5, lambda = 0: cosine)
 
     S_i = the training sessions holding item i. Items outside the K neighbours score 0.
+    lambda (`shrink`) is the regularisation 000 §5.1.3 mentions ("to avoid the rare high
+    similarities for unvisited items"), in the form of session-rec's ItemKNN (algorithms/knn/
+    iknn.py, from GRU4Rec's baselines; default 20): it is added to each support inside the
+    normaliser, so a pair of items seen once together no longer scores 1. (The often quoted
+    c_ij / (sqrt(n_i n_j) + lambda) is another shrinkage; this is the one the papers' code runs.)
+    Unlike session-rec, supports count sessions, not clicks (binary session vectors).
     """
 
     def __init__(self, n_items: int, cfg: ItemKNNConfig):
@@ -146,8 +155,8 @@ class ItemKNN(_Fitted):
         super().fit(items, session)
         N, K = self.n_items + 1, self.cfg.neighbours
         i, j, c, support = co_occurrence(items, session, self.n_items)  # (Q,) each, (N,)
-        a = self.cfg.alpha
-        sim = c.double() / (support[i].pow(a) * support[j].pow(1 - a))  # (Q,)
+        a, lam = self.cfg.alpha, self.cfg.shrink
+        sim = c.double() / ((support[i] + lam).pow(a) * (support[j] + lam).pow(1 - a))  # (Q,)
         # keep the K best per row: sort by similarity (desc; popularity breaks ties), then stably by row
         by_sim = torch.argsort(sim + 1e-12 * self.pop[j], descending=True, stable=True)
         i, j, sim = i[by_sim], j[by_sim], sim[by_sim]
@@ -165,7 +174,8 @@ class ItemKNN(_Fitted):
         last = seqs[:, -1]                                              # (B,) left padding: last column
         scores = torch.zeros(seqs.shape[0], self.n_items + 1, dtype=torch.float64, device=seqs.device)
         scores.scatter_add_(1, self.nbr[last], self.sim[last])          # (B, N) slot 0 of unused entries: item 0
-        # a similarity is >= 1 / (sessions of the commonest item) >> 1e-9: popularity (<= 1e-9) only breaks ties
+        # a similarity is >= 1 / (sessions of the commonest item + shrink) >> 1e-9: popularity (<= 1e-9)
+        # only breaks ties
         return self._finish(scores + 1e-9 * self.pop[None, :])
 
 
@@ -177,12 +187,19 @@ def _build_pop(cls):
 
 
 def build_itemknn(n_items: int, max_len: int, train, options=None, encoding=None) -> Recommender:
-    return ItemKNN(n_items, model_options(ItemKNNConfig, "itemknn", options))
+    cfg = model_options(ItemKNNConfig, "itemknn", options)
+    if cfg.neighbours < 1 or cfg.shrink < 0 or not 0.0 <= cfg.alpha <= 1.0:
+        raise ParamsError(f"models.itemknn needs neighbours >= 1, shrink >= 0 and alpha in [0, 1], got "
+                          f"{cfg.neighbours}, {cfg.shrink}, {cfg.alpha}", "use e.g. neighbours 100, shrink 20, alpha 0.5")
+    return ItemKNN(n_items, cfg)
 
 
 register_model(ModelSpec("pop", _build_pop(Pop), "POP: global popularity", "000 Table 2", uses_encoding=False,
                          fitted=True))
 register_model(ModelSpec("spop", _build_pop(SessionPop), "S-POP: session popularity, then global",
                          "000 Table 2", uses_encoding=False, fitted=True))
+# 000 Table 2's Item-KNN "[34] ... Regularization is also introduced": the GRU4Rec / session-rec
+# implementation and its defaults (100 neighbours, lambda 20, alpha 0.5 = cosine).
 register_model(ModelSpec("itemknn", build_itemknn, "Item-KNN: session co-occurrence neighbours of the last item",
-                         "000 Table 2", uses_encoding=False, fitted=True))
+                         "000 Table 2", uses_encoding=False, fitted=True,
+                         presets={"paper": {"models": {"itemknn": {"neighbours": 100, "shrink": 20.0, "alpha": 0.5}}}}))

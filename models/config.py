@@ -39,7 +39,7 @@ class SinusoidConfig:
 class ConcatConfig:
     """Concatenated encodings (004 Eq. 6): [x ; PE] then a Linear layer back to d."""
     pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
-    base: float = 10000.0             # sinusoid base (abs_con, rotatory_con)
+    base: float = 10000.0             # sinusoid base
 
     def check(self, name: str) -> None:
         if self.pos_dim < 0:
@@ -58,6 +58,27 @@ class LearnedConcatConfig:
 
 
 @dataclass(frozen=True)
+class RotatoryConfig:
+    """Rotatory (004 §3, the study's code): PE = [sin ; cos](2 pi Embed[l - 1 - pos] / scale)."""
+    scale: float = 10000.0            # divisor of the learned angles (the code's 10000.0)
+
+    def check(self, name: str) -> None:
+        if self.scale <= 0.0:
+            raise ParamsError(f"encodings.{name}.scale must be > 0, got {self.scale}", "use e.g. 10000 (the study's)")
+
+
+@dataclass(frozen=True)
+class RotatoryConConfig(RotatoryConfig):
+    """Rotatory + Con (004 §3 with Eq. 6): Linear([x ; rotatory PE]) back to d."""
+    pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
+
+    def check(self, name: str) -> None:
+        super().check(name)
+        if self.pos_dim < 0:
+            raise ParamsError(f"encodings.{name}.pos_dim must be >= 0, got {self.pos_dim}", "use 0 for the model dim")
+
+
+@dataclass(frozen=True)
 class RMHAConfig:
     """Shaw et al. relative keys and values (004 Eqs. 7-8), clipped at `clip` (RMHA-4)."""
     clip: int = 4                     # distances beyond `clip` share one embedding
@@ -70,7 +91,7 @@ class RMHAConfig:
 @dataclass(frozen=True)
 class CAPEConfig:
     """CAPE (001 Eqs. 1-8): gated fusion into a smaller position space of width d_pos."""
-    pos_dim: int = 16                 # d_pos of Eq. 5 (0 = the head size)
+    pos_dim: int = 16                 # d_pos of Eq. 5, W: d -> d_pos (001 §5.1.4 grid: 16, 32, 64; 0 = d)
 
     def check(self, name: str) -> None:
         if self.pos_dim < 0:
@@ -102,12 +123,26 @@ class SASRecConfig:
     """SASRec (Kang & McAuley 2018) options beyond the shared TrainParams sizes."""
     norm: str = "pre"                 # pre: LayerNorm before each sub-layer | post: after the residual
     ffn_dim: int = 0                  # hidden size of the position-wise FFN (0 = train.dim)
+    out_proj: bool = True             # output projection W_O after the heads (Vaswani et al.); Kang &
+                                      # McAuley's S = Attention(E W_Q, E W_K, E W_V) has none (003 Table 1:
+                                      # 3d^2 per layer): the `paper` preset sets False
 
     def check(self, name: str) -> None:
         if self.norm not in ("pre", "post"):
             raise ParamsError(f"models.{name}.norm must be 'pre' or 'post', got {self.norm!r}", "use pre or post")
         if self.ffn_dim < 0:
             raise ParamsError(f"models.{name}.ffn_dim must be >= 0, got {self.ffn_dim}", "use 0 for train.dim")
+
+
+@dataclass(frozen=True)
+class TokenMixingConfig:
+    """003's Token Mixing baseline: SASRec with its self-attention replaced by a causal MLP-Mixer
+    token-mixing MLP (models/token_mixing.py); the blocks keep SASRec's norm and FFN options."""
+    norm: str = "pre"                 # pre | post, as SASRecConfig
+    ffn_dim: int = 0                  # hidden size of the position-wise FFN (0 = train.dim)
+
+    def check(self, name: str) -> None:
+        SASRecConfig(norm=self.norm, ffn_dim=self.ffn_dim).check(name)
 
 
 def parse_options(cls: type, section: str, name: str, options: Optional[dict[str, Any]]) -> Any:

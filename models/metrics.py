@@ -7,7 +7,7 @@ Notation used for tensor shapes:
     S  number of scored samples (CTR)
     R  runs of tied scores (CTR), G  groups (users)
 
-Ranking (PROTOCOLS.md §5, full ranking over all items). For one case
+Ranking (pipeline/REFERENCE.md §5, full ranking over all items). For one case
     g = #{items i >= 1 : score_i > score_target}        strictly above the target
     t = #{items i >= 1, i != target : score_i = score_target}   tied with it
 Ties are broken uniformly at random *in expectation*, computed exactly: the target's rank is
@@ -27,7 +27,7 @@ once, so evaluation streams batches of (B, N) scores and never holds a (samples 
 matrix; `update` also returns each sample's (g, t), the input of the per-sample significance
 tests (pipeline.significance).
 
-CTR (CAPE 001 Table 2 / BARS, PROTOCOLS.md §4): `CTRMetrics` keeps the batches' logits,
+CTR (CAPE 001 Table 2 / BARS, pipeline/REFERENCE.md §4): `CTRMetrics` keeps the batches' logits,
 labels and users (tensors only) and computes
     AUC     Mann-Whitney U / (n_pos n_neg), a tied positive/negative pair counting one half
     gAUC    per-user AUC weighted by the user's sample count, users with one class skipped
@@ -174,6 +174,19 @@ class RankingMetrics:
             return {key: 0.0 for key in metric_keys(self.ks)}
         means = (self.sums / self.count).cpu().tolist()             # [[hr@k...], [mrr@k...], [ndcg@k...]]
         return {f"{m}@{k}": means[i][j] for i, m in enumerate(RANKING) for j, k in enumerate(self.ks)}
+
+
+def ranking_from_counts(greater: torch.Tensor, ties: torch.Tensor, ks: Iterable[int]) -> dict[str, float]:
+    """Exact HR / MRR / NDCG means from every sample's (g, t), independent of how the samples were
+    batched or split across processes: per-sample gains (tie rule) summed with math.fsum, which is
+    correctly rounded whatever the order, so one process and N processes give the same bits."""
+    ks = sorted(set(int(k) for k in ks))
+    if greater.numel() == 0:
+        return {key: 0.0 for key in metric_keys(ks)}
+    g, t = greater.to("cpu", torch.long), ties.to("cpu", torch.long)
+    gains = tie_gains(g, t, torch.tensor(ks, dtype=torch.long))     # (3, S, C)
+    n = g.numel()
+    return {f"{m}@{k}": math.fsum(gains[i, :, j].tolist()) / n for i, m in enumerate(RANKING) for j, k in enumerate(ks)}
 
 
 # --------------------------------------------------------------------------- CTR metrics

@@ -93,7 +93,7 @@ def _builder(name: str, default_encoding: str):
     return build
 
 
-# 003 §4.2: 2 blocks, Adam, cross-entropy over all items, FPARec rank k = 40 (PROTOCOLS.md §6),
+# 003 §4.2: 2 blocks, Adam, cross-entropy over all items, FPARec rank k = 40 (pipeline/REFERENCE.md §6),
 # each user's sequence read once with a prediction at every position (Eq. 11: objective sequence,
 # leave-one-out data). max_len 50 is the Amazon (Beauty, Sports, Toys) setting; ML-1m uses longer
 # (--set train.max_len=200).

@@ -84,9 +84,10 @@ def build_posrec(n_items: int, max_len: int, train, options=None,
     return PosRec(n_items, train.dim, train.heads, train.layers, train.dropout, cfg, encoding)
 
 
-# 000 §5.1.5 with PROTOCOLS.md §6: one PGGNN layer, one attention layer, Adam lr 1e-3 x0.1
+# 000 §5.1.5 with pipeline/REFERENCE.md §6: one PGGNN layer, one attention layer, Adam lr 1e-3 x0.1
 # every 3 epochs, batch 100, embedding 100, L2 (SR-GNN's 1e-5), 4 epochs, LDPE,
-# lambda0 = lambda1 = 1; lambda2 = 1 on Diginetica and 0.5 on Yoochoose. `paper` picks the
+# lambda0 = lambda1 = 1; lambda2 = 1 on Diginetica and 0.5 on Yoochoose; Eq. 7's raw message
+# sums (normalise false, see PosRecConfig.normalise). `paper` picks the
 # variant from the dataset name (pipeline/presets.py); paper_diginetica / paper_yoochoose name
 # it for datasets called otherwise. Other datasets get lambda2 = 1.
 _PAPER_TRAIN = {"encoding": "ldpe", "epochs": 4, "batch_size": 100, "dim": 100, "layers": 1, "heads": 1,
@@ -94,6 +95,7 @@ _PAPER_TRAIN = {"encoding": "ldpe", "epochs": 4, "batch_size": 100, "dim": 100, 
                 "dropout": 0.0, "patience": 0, "max_len": 200}
 _LAMBDAS = {"diginetica": {"lambda0": 1.0, "lambda1": 1.0, "lambda2": 1.0},
             "yoochoose": {"lambda0": 1.0, "lambda1": 1.0, "lambda2": 0.5}}
+_LAMBDAS = {ds: {**lam, "normalise": False} for ds, lam in _LAMBDAS.items()}    # Eq. 7: raw weighted sums
 _PRESETS = {
     "paper": {"train": _PAPER_TRAIN, "models": {"posrec": _LAMBDAS["diginetica"]},
               "datasets": {ds: {"models": {"posrec": lam}} for ds, lam in _LAMBDAS.items()}},

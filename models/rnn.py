@@ -7,6 +7,14 @@ Notation used for tensor shapes:
 The GRU runs on packed sequences, so padding never enters the recurrence: extra left
 padding leaves every prediction unchanged. Neither model uses a positional encoding
 (the recurrence is their notion of order).
+
+GRU4Rec's own objectives (`models.gru4rec.loss`): cross-entropy over all items (`ce`, the
+trainer's loss; GRU4Rec's later "XE" loss), the 2016 paper's pairwise `bpr` and `top1`, or the
+ranking-max losses of Hidasi & Karatzoglou 2018, `bpr_max` (with its score regularisation,
+`bpreg`) and `top1_max`, all over the other targets of the mini-batch plus `negatives` extra
+items (models/ranking_losses.py; negatives = 0 is the 2016 paper's mini-batch sampling), returned
+by `training_loss`. Scores are the plain dot products (the reference's optional final activations are not offered)
+and the extra negatives are uniform, where the reference draws them ~ support^alpha.
 """
 from __future__ import annotations
 
@@ -14,8 +22,13 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from pipeline.errors import ParamsError
+
 from .base import ModelSpec, Recommender, item_table, register_model
 from .model_config import GRU4RecConfig, NARMConfig, model_options
+from .ranking_losses import batch_negatives, predictions, ranking_loss, sampled_scores
+
+GRU4REC_LOSSES = ("ce", "bpr", "top1", "bpr_max", "top1_max")
 
 
 def run_gru(gru: nn.GRU, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,7 +55,7 @@ class GRU4Rec(Recommender):
 
     def __init__(self, n_items: int, dim: int, dropout: float, cfg: GRU4RecConfig):
         super().__init__()
-        self.n_items = n_items
+        self.n_items, self.cfg = n_items, cfg
         self.emb = item_table(n_items, dim)                             # (N, D) inputs and tied outputs
         self.drop = nn.Dropout(dropout)
         self.gru = nn.GRU(dim, dim, num_layers=cfg.gru_layers, batch_first=True,
@@ -58,6 +71,16 @@ class GRU4Rec(Recommender):
 
     def item_weights(self) -> torch.Tensor:
         return self.emb.weight                                          # (N, D)
+
+    def training_loss(self, seqs: torch.Tensor, targets: torch.Tensor, generator: torch.Generator):
+        """The configured ranking loss (bpr, top1, bpr_max, top1_max) over in-batch + extra negatives;
+        None for `ce` (the trainer's loss)."""
+        if self.cfg.loss == "ce":
+            return None
+        h, t = predictions(self, seqs, targets)                         # (T, D), (T,)
+        neg = batch_negatives(t, self.n_items, self.cfg.negatives, generator)  # (T + extra,)
+        pos, scores, valid = sampled_scores(h, self.emb.weight, t, neg)  # (T,), (T, M), (T, M)
+        return ranking_loss(self.cfg.loss, pos, scores, valid, self.cfg.bpreg)
 
 
 class NARM(Recommender):
@@ -91,7 +114,14 @@ class NARM(Recommender):
 
 
 def build_gru4rec(n_items: int, max_len: int, train, options=None, encoding=None) -> Recommender:
-    return GRU4Rec(n_items, train.dim, train.dropout, model_options(GRU4RecConfig, "gru4rec", options))
+    cfg = model_options(GRU4RecConfig, "gru4rec", options)
+    if cfg.loss not in GRU4REC_LOSSES:
+        raise ParamsError(f"models.gru4rec.loss must be one of {', '.join(GRU4REC_LOSSES)}, got {cfg.loss!r}",
+                          "use ce, bpr, top1, bpr_max or top1_max")
+    if cfg.negatives < 0 or cfg.bpreg < 0 or cfg.gru_layers < 1:
+        raise ParamsError(f"models.gru4rec needs negatives >= 0, bpreg >= 0 and gru_layers >= 1, got "
+                          f"{cfg.negatives}, {cfg.bpreg}, {cfg.gru_layers}", "use e.g. 2048, 1.0, 1")
+    return GRU4Rec(n_items, train.dim, train.dropout, cfg)
 
 
 def build_narm(n_items: int, max_len: int, train, options=None, encoding=None) -> Recommender:

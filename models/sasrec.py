@@ -11,7 +11,7 @@ padding). Scores are dot products with the shared item table (column 0 = -inf).
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -27,7 +27,10 @@ from .encodings.base import PositionalEncoding, Positions
 class SASRec(Recommender):
     def __init__(self, n_items: int, max_len: int, *, dim: int = 64, heads: int = 1, layers: int = 2,
                  dropout: float = 0.2, encoding: Optional[PositionalEncoding] = None, norm: str = "pre",
-                 ffn_dim: int = 0):
+                 ffn_dim: int = 0, out_proj: bool = True, mixer: Optional[Callable[[int], nn.Module]] = None):
+        """`mixer(layer)`, when given, replaces each block's self-attention by another token mixer
+        with the same call (x (B, L, D), pos, encoding) -> (B, L, D): 003's Linear Attention and
+        Token Mixing baselines (models/linear_attention.py, models/token_mixing.py)."""
         super().__init__()
         self.n_items, self.max_len, self.dim = n_items, max_len, dim
         self.items = item_table(n_items, dim)                            # (N, D), read and scored
@@ -35,7 +38,11 @@ class SASRec(Recommender):
         self.drop = nn.Dropout(dropout)
         qk = self.encoding.needs_qk
         self.blocks = nn.ModuleList(TransformerBlock(dim, heads, dropout, layer=i, causal=True, norm=norm,
-                                                     ffn_dim=ffn_dim, qk=qk) for i in range(layers))
+                                                     ffn_dim=ffn_dim, qk=qk, out_proj=out_proj)
+                                    for i in range(layers))
+        if mixer is not None:
+            for i, block in enumerate(self.blocks):
+                block.attn = mixer(i)
         self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
 
     def hidden(self, seqs: torch.Tensor, pos: Optional[Positions] = None) -> torch.Tensor:
@@ -58,6 +65,20 @@ class SASRec(Recommender):
         return self.items.weight
 
 
+def require_input_stage(encoding: Optional[PositionalEncoding], model: str) -> None:
+    """Raise ParamsError unless `encoding` acts only at the input (`embed`): a SASRec variant whose
+    token mixer has no q.k logits (Linear Attention, Token Mixing) cannot apply rotary, bias,
+    value or attention-weight hooks."""
+    if encoding is None or encoding.name == "none":
+        return
+    hooks = ("rotate", "bias", "values", "weights")
+    acting = [h for h in hooks if getattr(type(encoding), h) is not getattr(PositionalEncoding, h)]
+    if acting or not encoding.needs_qk:
+        raise ParamsError(f"model '{model}' mixes tokens without softmax(q.k) logits, so encoding "
+                          f"'{encoding.name}' ({', '.join(acting) or 'attention weights'}) has nothing to act on",
+                          "pick an input-stage encoding (e.g. lrpe, lpe, ldpe, abs, rotatory) or none")
+
+
 def build(*, n_items: int, max_len: int, train, options: Optional[dict] = None,
           encoding: Optional[PositionalEncoding] = None) -> SASRec:
     """ModelSpec.build: sizes from TrainParams, extra options from params.yaml `models.sasrec`."""
@@ -66,23 +87,26 @@ def build(*, n_items: int, max_len: int, train, options: Optional[dict] = None,
         raise ParamsError(f"train.dim ({train.dim}) must be divisible by train.heads ({train.heads})",
                           "change train.dim or train.heads")
     return SASRec(n_items, max_len, dim=train.dim, heads=train.heads, layers=train.layers,
-                  dropout=train.dropout, encoding=encoding, norm=cfg.norm, ffn_dim=cfg.ffn_dim)
+                  dropout=train.dropout, encoding=encoding, norm=cfg.norm, ffn_dim=cfg.ffn_dim,
+                  out_proj=cfg.out_proj)
 
 
 # Kang & McAuley §IV-C, the settings 003 ran SASRec with ("the code provided by the author ...
 # following author's suggestion"): 2 blocks, 1 head, d = 50, Adam lr 1e-3, batch 128, dropout 0.5
 # on the sparse Amazon sets and 0.2 on ML-1m, n = 50 (ML-1m 200), up to 200 epochs; early stopping
 # on valid as FPARec's preset (patience 10). The reference code embeds the slot of a fixed
-# left-padded window, counted back from the last item: `lrpe` (models/encodings/posrec.py). Two
-# differences stay: seqpe trains with softmax cross-entropy over all items (003 §3.3's objective)
-# where the reference uses binary cross-entropy with one sampled negative, and post-norm is
+# left-padded window, counted back from the last item: `lrpe` (models/encodings/posrec.py). Its
+# attention projects Q, K, V and has no output projection W_O (003 Table 1 counts 3d^2 per layer;
+# tests/test_sasrec.py checks the count): `models.sasrec.out_proj: false`. Two differences stay:
+# seqpe trains with softmax cross-entropy over all items (003 §3.3's objective) where the
+# reference uses binary cross-entropy with one sampled negative, and post-norm is
 # available as `models.sasrec.norm: post` (the reference is pre-norm, seqpe's default). Training
 # reads each user's sequence once, every position predicting its next item (objective: sequence),
 # as the reference does; that needs leave-one-out data (on SR-GNN prefix samples, --set
 # train.objective=prefixes).
 _PAPER = {"encoding": "lrpe", "epochs": 200, "patience": 10, "batch_size": 128, "dim": 50, "layers": 2,
           "heads": 1, "dropout": 0.5, "lr": 1e-3, "max_len": 50, "loss": "ce", "objective": "sequence"}
-_PRESETS = {"paper": {"train": _PAPER,
+_PRESETS = {"paper": {"train": _PAPER, "models": {"sasrec": {"out_proj": False}},
                       "datasets": {"ml_1m": {"train": {"dropout": 0.2, "max_len": 200}},
                                    "movielens": {"train": {"dropout": 0.2, "max_len": 200}}}}}
 

@@ -7,6 +7,11 @@ Notation used for tensor shapes:
 s_l = v_last;  a_i = q^T sigmoid(W1 v_last + W2 v_i + c);  s_g = sum_i a_i v_i over the
 sequence positions;  s_h = W3 [s_l ; s_g];  score_j = s_h . e_j. The graph comes from
 models/graph.py (batched, degree-normalised, edge presence by default as SR-GNN's code).
+
+`anchors: true` is 000 §5.4's ablation (Figs. 5-6: anchor-node aggregation added to SR-GNN): the
+GGNN's in-/out-neighbourhoods also hold PosRec's anchors (first item in every N_in, last item in
+every N_out, repeated items in both, weighted by hop distance; models/graph.py's anchor_weights,
+the same code PosRec runs), and each row is then degree-normalised as SR-GNN's own edges are.
 """
 from __future__ import annotations
 
@@ -43,7 +48,7 @@ class SRGNN(Recommender):
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:
         g = build_graph(seqs)
-        w_in, w_out = neighbour_weights(g, anchors=False, binary=self.cfg.binary_adjacency)  # (B, n, n)
+        w_in, w_out = neighbour_weights(g, anchors=self.cfg.anchors, binary=self.cfg.binary_adjacency)  # (B, n, n)
         h = self.emb(g.items)                                           # (B, n, D)
         for _ in range(self.cfg.steps):
             h = self.gnn(h, w_in, w_out)                                # (B, n, D)

@@ -42,20 +42,24 @@ def kind_of(filename: str) -> str:
 
 
 def unpack(archive: Path, kind: str, files: Sequence[str], out_dir: Path, *, name: str | None = None,
-           move: bool = False) -> dict[str, Path]:
+           move: bool = False, label: str | None = None) -> dict[str, Path]:
     """Write the needed `files` of `archive` (a `kind` archive) into `out_dir`; return name -> path.
 
-    `move=True` lets a plain file (or a needed file equal to the archive itself) be renamed into
-    place instead of copied (for a temporary download the caller owns).
+    `name` is the source's file name (a needed file equal to it is kept as is); `label` names the
+    file in messages (default `name`: e.g. the user's own file name when it differs). `move=True`
+    lets a plain file (or a needed file equal to the archive itself) be renamed into place instead
+    of copied (for a temporary download the caller owns).
     """
     archive, out_dir = Path(archive), Path(out_dir)
     name = name or archive.name
+    itself = list(files) == [name]
+    name = label or name
     for f in files:
         _check_wanted(f)
     if kind not in KINDS:
         raise DownloadError(f"unknown archive kind '{kind}' for {name}", f"use one of: {', '.join(KINDS)}")
     # A needed file that *is* the download (e.g. a .json.gz the reader scans directly): keep as is.
-    if kind == "none" or list(files) == [name]:
+    if kind == "none" or itself:
         if len(files) != 1:
             raise DownloadError(f"{name} is a single file but {len(files)} files are needed ({', '.join(files)})",
                                 "fix the source's archive kind in the dataset registry")
@@ -117,6 +121,15 @@ def collect(src: Path, files: Sequence[str], out_dir: Path) -> dict[str, Path]:
             verify_gzip(src / member, member, f)
         found[f] = _place(src / member, out_dir / f, move=False)
     return found
+
+
+def collect_as(src: Path, wanted: str, out_dir: Path) -> dict[str, Path]:
+    """Copy the single file `src` (any name) to `out_dir/wanted`: a text file recognised by its
+    content as the one needed file (e.g. Diginetica's views saved as my_views.csv)."""
+    _check_wanted(wanted)
+    if wanted.lower().endswith(".gz"):
+        verify_gzip(Path(src), Path(src).name, wanted)
+    return {wanted: _place(Path(src), Path(out_dir) / wanted, move=False)}
 
 
 def collect_exact(src: Path, files: Sequence[str], out_dir: Path) -> dict[str, Path]:

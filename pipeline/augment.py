@@ -3,14 +3,21 @@
 Modes (chosen per split by the protocol, recorded in the sessions manifest's "augment"):
 
     prefixes  a session s of length n gives n-1 samples (s[:-i], s[-i]) for i = 1..n-1, longest
-              prefix first (PROTOCOLS.md §2 step 10, SR-GNN's `process_seqs`)
+              prefix first (REFERENCE.md §2 step 10, SR-GNN's `process_seqs`)
     shifted   one row per session holding its most recent `augment.max_len` + 1 items: inputs
-              items[:-1], shifted targets items[1:] (PROTOCOLS.md §3, leave-one-out train rows:
+              items[:-1], shifted targets items[1:] (REFERENCE.md §3, leave-one-out train rows:
               "a user's train sequence predicts every next item, truncated to the most recent
               max_len"); training expands a row into its (prefix, target) pairs
               (`pipeline.batches`), so the rows stay O(clicks) on disk however long the users
     last      one sample (s[:-1], s[-1])  (leave-one-out valid / test rows)
-    rows      the rows are copied as they are (CTR samples are already samples)
+    rows      CTR rows are already samples: every id goes through the dataset's vocabularies,
+              fitted on the train split first (`pipeline.ctr_vocab`: BARS/FuxiCTR min-count rule,
+              0 padding, 1 out-of-vocabulary); the mappings are written to vocab/<table>.parquet
+              and the manifest's `ctr` section says what the trainer needs (fields, tables, sizes)
+
+Side information (pipeline/side.py; only datasets that have it): the item-features table is copied,
+and a sessions `context` column is cut like `items` (shifted) or split into prefix_context /
+target_context (last).
 
 Prefixes are kept whole under the srgnn protocol (its samples are defined that way); under the
 other protocols they keep their most recent `augment.max_len` items (0 = keep all).
@@ -37,7 +44,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from . import io
+from . import ctr_vocab, io, side
 from .datasets import get
 from .errors import DataError
 from .params import Params, to_dict
@@ -146,11 +153,13 @@ def prefix_samples(sessions: pl.DataFrame, max_len: int = 0) -> pl.DataFrame:
 
 def shifted_samples(sessions: pl.DataFrame, max_len: int = 0) -> pl.DataFrame:
     """One row (session_id, items) per session of >= 2 items, keeping its most recent max_len + 1
-    items (max_len 0 keeps all): inputs items[:-1], targets items[1:]."""
-    items = pl.col("items").cast(pl.List(pl.Int32))
-    return (sessions.lazy().filter(pl.col("items").list.len() >= 2)
-            .select(pl.col("session_id").cast(pl.Int64), items.list.tail(max_len + 1) if max_len > 0 else items)
-            .collect())
+    items (max_len 0 keeps all): inputs items[:-1], targets items[1:]. A `context` column (side
+    information, pipeline/side.py) is kept and cut alike."""
+    cut = (lambda e: e.list.tail(max_len + 1)) if max_len > 0 else (lambda e: e)
+    cols = [pl.col("session_id").cast(pl.Int64), cut(pl.col("items").cast(pl.List(pl.Int32)))]
+    if "context" in sessions.columns:
+        cols.append(cut(pl.col("context")))
+    return sessions.lazy().filter(pl.col("items").list.len() >= 2).select(cols).collect()
 
 
 def last_samples(sessions: pl.DataFrame, max_len: int = 0) -> pl.DataFrame:
@@ -238,6 +247,7 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     protocol = sessions_manifest["protocol"]
     max_len = 0 if protocol == "srgnn" else params.augment.max_len
     modes = sessions_manifest.get("augment", {})
+    side_info = sessions_manifest.get("side") or {}      # item attributes / interaction context (pipeline/side.py)
     manifest = {
         "stage": "augment", "kind": "samples", "dataset": dataset, "protocol": protocol,
         "params": {"augment": to_dict(params.augment), "max_len_applied": max_len,
@@ -247,6 +257,11 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
         "sessions_manifest": io.sha256_file(src / io.MANIFEST),
     }
     longest = 0
+    ctr = None
+    if protocol == "ctr":  # vocabularies first: counted on train, applied to every split
+        layout = ctr_vocab.Layout.from_manifest(sessions_manifest, dataset)
+        ctr = (layout, ctr_vocab.fit(_split_files(src, sessions_manifest, "train"), layout),
+               {s: ctr_vocab.Tally() for s in io.SPLITS})
     with io.atomic_dir(dst) as tmp:
         for split in io.SPLITS:
             mode = modes.get(split)
@@ -255,29 +270,35 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
                                 f"expected one of {', '.join(MODES)}", f"re-run `seqpe preprocess {dataset}`")
             files = _split_files(src, sessions_manifest, split)
             schema = {"rows": None, "shifted": SHIFTED_SCHEMA}.get(mode, SAMPLE_SCHEMA)
+            if "context" in side_info and mode != "rows":
+                schema = {**schema, **side.sample_schema(mode, side_info["context"]["width"])}
             writer = ShardWriter(tmp, split, params.augment.rows_per_shard, schema or {})
             n_sessions = clicks = targets = 0
             for path in files:
                 shard = pl.read_parquet(path)
                 if mode == "rows":
+                    if ctr is not None:
+                        shard = ctr_vocab.remap(shard, ctr[0], ctr[1], ctr[2][split])
                     writer.schema = dict(shard.schema)
                     writer.add(shard)
                     continue
                 n_sessions += shard.height
                 clicks += int(shard.get_column("items").list.len().sum() or 0)
+                keep = side.columns(shard.columns)
                 if mode == "shifted":
-                    rows_ = shifted_samples(shard.select("session_id", "items"), max_len)
+                    rows_ = shifted_samples(shard.select(keep), max_len)
                     n = rows_.get_column("items").list.len()
                     targets += int((n - 1).sum() or 0)
                     longest = max(longest, int((n - 1).max() or 0))
                     writer.add(rows_)
                     continue
-                for batch in _batches(shard.select("session_id", "items"), mode, BATCH_SAMPLES):
+                for batch in _batches(shard.select(keep), mode, BATCH_SAMPLES):
                     p = plan(batch, mode, max_len)
+                    ctx = side.last_context(batch, mode, max_len) if "context" in keep else None
                     if len(p):
                         longest = max(longest, int((p.end - p.start).max()))
                     for a, b in _pieces(p, writer.buffered, writer.rows) if len(p) else [(0, 0)]:
-                        writer.add(build(p, a, b))
+                        writer.add(build(p, a, b) if ctx is None else build(p, a, b).hstack(ctx.slice(a, b - a)))
             entries = writer.close()
             rows = sum(e["rows"] for e in entries)
             manifest["shards"] += entries
@@ -288,6 +309,15 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
                                              "clicks": clicks}
             else:
                 manifest["splits"][split] = {"samples": rows, "sessions": n_sessions, "clicks": clicks}
+        if side_info:
+            manifest["side"] = side_info
+            manifest["shards"] += side.copy_files(src, tmp, side_info)
         manifest["max_len"] = longest
+        if ctr is not None:
+            layout, vocabs, tallies = ctr
+            manifest["shards"] += ctr_vocab.write_vocabs(tmp, vocabs, layout)
+            manifest["ctr"] = ctr_vocab.manifest_section(
+                layout, vocabs, tallies, int(sessions_manifest.get("protocol_info", {}).get("max_history", 0)))
+            manifest["max_len"] = manifest["ctr"]["longest_history"]
         io.write_json(tmp / io.MANIFEST, manifest)
     return manifest

@@ -11,12 +11,16 @@ train prefixes take 144 MB) so this module stays torch-free at import time, as e
 pipeline module except train/evaluate must. `batches` imports torch when called and
 yields LongTensors; with `shuffle` the order comes from a seeded `torch.Generator`
 the caller owns (one per run, advanced once per epoch: same seed, same batches).
+
+Side information (pipeline/side.py) is loaded only when asked (`context=` width, for a model that
+takes it): then Samples also hold each input interaction's context (S, L, C) and the target's (S, C),
+and `batches(..., context=True)` yields them after the ids; every other caller sees no difference.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import polars as pl
@@ -31,9 +35,19 @@ class Samples:
     targets: np.ndarray   # (S,) int32 item ids >= 1; or (S, L) the next item of every position
                           # (load_sequences: the sequence objective), 0 where there is none
     lengths: np.ndarray   # (S,) int32 number of real items kept (<= L)
+    # side information (pipeline/side.py), loaded only for a model that takes it, else None:
+    context: Optional[np.ndarray] = None         # (S, L, C) float32 context of each input interaction, 0 at padding
+    target_context: Optional[np.ndarray] = None  # (S, C) float32 context of the interaction to predict
 
     def __len__(self) -> int:
         return int(self.targets.shape[0])
+
+    def take(self, rows) -> "Samples":
+        """The rows `rows` (an index array or LongTensor), in that order."""
+        rows = np.asarray(rows)
+        side = {} if self.context is None else {"context": self.context[rows],
+                                                "target_context": self.target_context[rows]}
+        return Samples(seqs=self.seqs[rows], targets=self.targets[rows], lengths=self.lengths[rows], **side)
 
     @property
     def n_targets(self) -> int:
@@ -75,33 +89,82 @@ def frame_to_samples(df: pl.DataFrame, max_len: int) -> Samples:
                    targets=targets.astype(np.int32), lengths=lengths)
 
 
-def load_samples(root: str | Path, split: str, max_len: int) -> Samples:
-    """Read `<root>/<split>/part-*.parquet` into a Samples matrix: (session_id, prefix, target)
-    rows as they are; shifted rows (session_id, items) expanded into their (prefix, target)
-    pairs, every next item of the row's window with the items before it as the prefix."""
+def _prefix_rows(root: Path, split: str, max_len: int, context: int = 0):
+    """(lazy frame, transform of a collected slice into Samples, samples count expression) of a split
+    read as (prefix, target) pairs: rows as they are, or shifted rows expanded into their pairs.
+    `context` > 0: also the interactions' context vectors of that width (side information)."""
     lf = scan_split(root, split)
     names = lf.collect_schema().names()
+    if context:
+        return _with_context(lf, names, Path(root) / split, max_len, context)
     if _is_shifted(names):
         from .augment import prefix_samples   # the augment stage's own vectorised gather
-        rows = lf.select(pl.col("session_id"), pl.col("items").cast(pl.List(pl.Int32))).collect()
-        shortest = rows.get_column("items").list.len().min()
-        if shortest is not None and shortest < 2:
-            raise DataError(f"{Path(root) / split} has a shifted row with fewer than 2 items",
-                            "re-run `seqpe augment` for this dataset")
-        return frame_to_samples(prefix_samples(rows, max_len), max_len)
+
+        def expand(rows: pl.DataFrame) -> Samples:
+            shortest = rows.get_column("items").list.len().min()
+            if shortest is not None and shortest < 2:
+                raise DataError(f"{Path(root) / split} has a shifted row with fewer than 2 items",
+                                "re-run `seqpe augment` for this dataset")
+            return frame_to_samples(prefix_samples(rows, max_len), max_len)
+        lf = lf.select(pl.col("session_id"), pl.col("items").cast(pl.List(pl.Int32)))
+        return lf, expand, (pl.col("items").list.len() - 1).clip(lower_bound=0).sum()
     missing = [c for c in ("prefix", "target") if c not in names]
     if missing:
         raise DataError(f"{Path(root) / split} has no column(s) {', '.join(missing)}",
                         "these are not next-item samples; re-run `seqpe augment` for this dataset")
-    df = lf.select("prefix", "target").collect()
-    return frame_to_samples(df, max_len)
+    return lf.select("prefix", "target"), lambda df: frame_to_samples(df, max_len), pl.len()
 
 
-def load_sequences(root: str | Path, split: str, max_len: int) -> Samples:
+def _with_context(lf: pl.LazyFrame, names: list[str], where: Path, max_len: int, width: int):
+    """_prefix_rows of a split with side information: Samples with context / target_context
+    (pipeline/side.py), the ids exactly as without it."""
+    from . import side
+    if _is_shifted(names):
+        if "context" not in names:
+            raise DataError(f"{where} has no context column", side.FIX)
+
+        def expand(rows: pl.DataFrame) -> Samples:
+            shortest = rows.get_column("items").list.len().min()
+            if shortest is not None and shortest < 2:
+                raise DataError(f"{where} has a shifted row with fewer than 2 items", side.FIX)
+            return Samples(**side.expand_shifted(rows, max_len, width))
+        return lf.select("session_id", pl.col("items").cast(pl.List(pl.Int32)), "context"), expand, None
+    missing = [c for c in ("prefix", "target", "prefix_context", "target_context") if c not in names]
+    if missing:
+        raise DataError(f"{where} has no column(s) {', '.join(missing)}", side.FIX)
+
+    def to_samples(df: pl.DataFrame) -> Samples:
+        ids = frame_to_samples(df, max_len)
+        ctx, tctx = side.prefix_context(df, ids.lengths, max_len, width)
+        return Samples(seqs=ids.seqs, targets=ids.targets, lengths=ids.lengths, context=ctx, target_context=tctx)
+    return lf.select("prefix", "target", "prefix_context", "target_context"), to_samples, None
+
+
+def load_samples(root: str | Path, split: str, max_len: int, budget_mb: float = 0,
+                 spill: Optional[Path] = None, context: int = 0) -> Samples:
+    """Read `<root>/<split>/part-*.parquet` into a Samples matrix: (session_id, prefix, target)
+    rows as they are; shifted rows (session_id, items) expanded into their (prefix, target)
+    pairs, every next item of the row's window with the items before it as the prefix.
+
+    `budget_mb` > 0 (train.memory_budget) with a `spill` folder: when the matrices would take more
+    than that, they are built slice by slice into memory-mapped files there (`_spilled`) and the
+    Samples hold those maps: the same arrays, so the same batches, in bounded memory.
+
+    `context` > 0 (a model that takes side information, on a dataset that has it): the samples also
+    hold each interaction's context vector of that width; they are held in memory (no spill)."""
+    lf, transform, count = _prefix_rows(Path(root), split, max_len, context)
+    if context:
+        return transform(lf.collect())
+    return _load(lf, transform, count, max_len, 1, budget_mb, spill)
+
+
+def load_sequences(root: str | Path, split: str, max_len: int, budget_mb: float = 0,
+                   spill: Optional[Path] = None) -> Samples:
     """Shifted rows (session_id, items) -> whole-sequence samples: inputs = the row's items but the
     last, targets = its items but the first (the next item of every input position), both cut to
     the most recent `max_len` and right-aligned in zero-padded (S, max_len) matrices. One forward
-    pass of a causal backbone then scores every prefix of the row at once (SASRec; 003 Eq. 11)."""
+    pass of a causal backbone then scores every prefix of the row at once (SASRec; 003 Eq. 11).
+    `budget_mb` / `spill`: as in load_samples."""
     if max_len < 1:
         raise DataError(f"max_len must be >= 1, got {max_len}", "set train.max_len to a positive length")
     lf = scan_split(root, split)
@@ -110,18 +173,76 @@ def load_sequences(root: str | Path, split: str, max_len: int) -> Samples:
                         "train.objective: sequence needs a leave-one-out dataset (shifted train rows); "
                         "use train.objective: prefixes here")
     items = pl.col("items").cast(pl.List(pl.Int32))
-    rows = lf.select(inputs=items.list.head(items.list.len() - 1).list.tail(max_len),
-                     targets=items.list.tail(items.list.len() - 1).list.tail(max_len)).collect()
-    lengths = rows.get_column("inputs").list.len().to_numpy().astype(np.int32)      # (S,)
-    if lengths.size and lengths.min() < 1:
-        raise DataError(f"{Path(root) / split} has a shifted row with fewer than 2 items",
-                        "re-run `seqpe augment` for this dataset")
-    exploded = {c: rows.get_column(c).explode(empty_as_null=False) for c in rows.columns}
-    if any(col.null_count() for col in exploded.values()):
-        raise DataError(f"{Path(root) / split} holds a null item id", "re-run `seqpe augment` on clean sessions")
-    flat = {c: col.to_numpy().astype(np.int32) for c, col in exploded.items()}
-    return Samples(seqs=pad_left(flat["inputs"], lengths, max_len), targets=pad_left(flat["targets"], lengths, max_len),
-                   lengths=lengths)
+    lf = lf.select(inputs=items.list.head(items.list.len() - 1).list.tail(max_len),
+                   targets=items.list.tail(items.list.len() - 1).list.tail(max_len))
+
+    def to_samples(rows: pl.DataFrame) -> Samples:
+        lengths = rows.get_column("inputs").list.len().to_numpy().astype(np.int32)      # (S,)
+        if lengths.size and lengths.min() < 1:
+            raise DataError(f"{Path(root) / split} has a shifted row with fewer than 2 items",
+                            "re-run `seqpe augment` for this dataset")
+        exploded = {c: rows.get_column(c).explode(empty_as_null=False) for c in rows.columns}
+        if any(col.null_count() for col in exploded.values()):
+            raise DataError(f"{Path(root) / split} holds a null item id", "re-run `seqpe augment` on clean sessions")
+        flat = {c: col.to_numpy().astype(np.int32) for c, col in exploded.items()}
+        return Samples(seqs=pad_left(flat["inputs"], lengths, max_len),
+                       targets=pad_left(flat["targets"], lengths, max_len), lengths=lengths)
+    return _load(lf, to_samples, pl.len(), max_len, max_len, budget_mb, spill)
+
+
+def _load(lf: pl.LazyFrame, transform, count: pl.Expr, max_len: int, target_width: int, budget_mb: float,
+          spill: Optional[Path]) -> Samples:
+    """The whole split in memory, or spilled to memory-mapped files when over the budget."""
+    if budget_mb <= 0 or spill is None:
+        return transform(lf.collect())
+    n = int(lf.select(count).collect().item() or 0)
+    cell = 4 * (max_len + target_width + 1)                                    # bytes of one sample's arrays
+    if n * cell <= budget_mb * (1 << 20):
+        return transform(lf.collect())
+    return _spilled(lf, transform, n, max_len, target_width, budget_mb, Path(spill))
+
+
+def _spilled(lf: pl.LazyFrame, transform, n: int, max_len: int, target_width: int, budget_mb: float,
+             spill: Path) -> Samples:
+    """Build the (n, max_len) matrices slice by slice into .npy files under `spill` (memory-mapped), each
+    slice of source rows small enough for a quarter of the budget; reuse them when already complete.
+    Every row is transformed on its own, so the slices laid end to end are exactly the whole."""
+    final = spill / "samples"
+    if (final / "complete").is_file():
+        return _open(final)
+    from .io import scratch_dir
+    rows_total = int(lf.select(pl.len()).collect().item())
+    per_row = max(1, -(-n // max(rows_total, 1)))                               # samples per source row
+    step = max(1, int(budget_mb * (1 << 20) / 4 / (4 * (max_len + target_width + 1) * per_row)))
+    with scratch_dir(final, suffix=".tmp") as tmp:
+        seqs = np.lib.format.open_memmap(tmp / "seqs.npy", "w+", np.int32, (n, max_len))
+        shape = (n,) if target_width == 1 else (n, target_width)
+        targets = np.lib.format.open_memmap(tmp / "targets.npy", "w+", np.int32, shape)
+        lengths = np.lib.format.open_memmap(tmp / "lengths.npy", "w+", np.int32, (n,))
+        at = 0
+        for start in range(0, rows_total, step):
+            part = transform(lf.slice(start, step).collect())
+            k = len(part)
+            seqs[at:at + k], targets[at:at + k], lengths[at:at + k] = part.seqs, part.targets, part.lengths
+            at += k
+        if at != n:
+            raise DataError(f"the split expanded to {at} samples, {n} expected", "re-run `seqpe augment`")
+        for arr in (seqs, targets, lengths):
+            arr.flush()
+        del seqs, targets, lengths
+        (tmp / "complete").write_text(f"{n}\n")
+        import os
+        import shutil
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        tmp.mkdir()                                                             # scratch_dir removes it
+    return _open(final)
+
+
+def _open(folder: Path) -> Samples:
+    """Copy-on-write maps (writable views for torch.from_numpy; the files are never written)."""
+    return Samples(seqs=np.load(folder / "seqs.npy", mmap_mode="c"), targets=np.load(folder / "targets.npy",
+                   mmap_mode="c"), lengths=np.array(np.load(folder / "lengths.npy", mmap_mode="r")))
 
 
 def load_sessions(root: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -189,10 +310,11 @@ def batch_order(lengths: np.ndarray, batch_size: int, *, shuffle: bool = False, 
 
 def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generator=None,
             device=None, trim: bool = True, bucket: int = 0, by_length: bool = False,
-            with_index: bool = False) -> Iterator[tuple]:
+            with_index: bool = False, context: bool = False) -> Iterator[tuple]:
     """Yield (seqs (B, L') long, targets (B,) or (B, L') long) on `device`, in `batch_order`'s order
-    (with `with_index`, also the rows' indices (B,) long on the CPU, to put per-row results back in
-    file order).
+    (with `context`, then the side information (context (B, L', C), target_context (B, C)) float32,
+    for samples that hold it; with `with_index`, last the rows' indices (B,) long on the CPU, to put
+    per-row results back in file order).
 
     With `trim`, columns that are padding in every row of the batch are dropped (L' = the
     batch's longest kept prefix): session prefixes are short (Diginetica: 4 items on average
@@ -202,10 +324,15 @@ def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generat
     """
     import torch
 
-    seqs = torch.from_numpy(samples.seqs)                            # (S, L) int32, shared memory
-    targets = torch.from_numpy(samples.targets)                      # (S,)
+    seqs = torch.from_numpy(np.asarray(samples.seqs))                # (S, L) int32, shared memory (or a memmap)
+    targets = torch.from_numpy(np.asarray(samples.targets))          # (S,)
     lengths = torch.from_numpy(samples.lengths)                      # (S,)
     width = seqs.shape[1]
+    pin = device is not None and torch.device(device).type == "cuda"  # page-locked host copies: async transfers
+    side = context and samples.context is not None
+    if side:
+        ctx = torch.from_numpy(np.asarray(samples.context))          # (S, L, C)
+        tctx = torch.from_numpy(np.asarray(samples.target_context))  # (S, C)
     for idx in batch_order(samples.lengths, batch_size, shuffle=shuffle, generator=generator, bucket=bucket,
                            by_length=by_length):
         s, t, ln = seqs[idx], targets[idx], lengths[idx]             # (B, L), (B,) or (B, L), (B,)
@@ -213,7 +340,12 @@ def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generat
             s = s[:, width - max(int(ln.max()), 1):]                 # (B, L') most recent columns
             if t.dim() == 2:
                 t = t[:, -s.size(1):]                                # (B, L') next item per column
-        out = (s.to(device=device, dtype=torch.long), t.to(device=device, dtype=torch.long))
+        if pin:
+            s, t = s.pin_memory(), t.pin_memory()
+        out = (s.to(device=device, non_blocking=pin).long(), t.to(device=device, non_blocking=pin).long())
+        if side:
+            c, tc = ctx[idx][:, width - s.size(1):], tctx[idx]              # (B, L', C), (B, C)
+            out += ((c.to(device=device, non_blocking=pin), tc.to(device=device, non_blocking=pin)),)
         yield (*out, idx) if with_index else out
 
 

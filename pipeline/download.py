@@ -34,10 +34,10 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from . import archive  # `fetch` (requests + urllib3, ~0.1 s to import) only where something is fetched
+from . import archive, sniff  # `fetch` (requests + urllib3, ~0.1 s to import) only where something is fetched
 from .errors import DownloadError
-from .io import atomic_dir, claim_dir, read_json, scratch_dir, write_json
-from .params import DownloadParams, SampleParams
+from .io import atomic_dir, claim_dir, cleanup_new_folders, read_json, scratch_dir, write_json
+from .params import DownloadParams, PreprocessParams, SampleCTRParams, SampleParams
 
 SOURCE_JSON = "source.json"
 MIRROR_ENV = "SEQPE_MIRROR"
@@ -47,13 +47,23 @@ class _Mismatch(DownloadError):
     """The archive's size or checksum is not the expected one."""
 
 
+class _NotArchive(_Mismatch):
+    """An origin delivered something that is not an archive (e.g. an HTML login page): the next origin is tried."""
+
+
 def run(dataset: str, dst: Path, params: DownloadParams, *, from_path: Optional[Path] = None,
-        mirror: Optional[str] = None, progress: bool = True, sample: Optional[SampleParams] = None) -> dict:
-    """Fetch, verify and unpack `dataset`'s raw source into `dst`; return a summary for a table."""
+        mirror: Optional[str] = None, progress: bool = True, sample: Optional[SampleParams | SampleCTRParams] = None) -> dict:
+    """Fetch, verify and unpack `dataset`'s raw source into `dst`; return a summary for a table.
+    `sample`: a generated source's params (the `preprocess` subsection its `generate_params` names).
+    A run that fails leaves no folder it created empty (io.cleanup_new_folders)."""
     from .datasets import get
     spec = get(dataset)
+    with cleanup_new_folders(dst):
+        return _run(spec, dataset, Path(dst), params, from_path, mirror, progress, sample)
+
+
+def _run(spec, dataset: str, dst: Path, params: DownloadParams, from_path, mirror, progress: bool, sample) -> dict:
     src = spec.source
-    dst = Path(dst)
     claim_dir(dst, dataset, "raw", allow=(f".{src.filename}.part",))
     previous = _previous(dst)
     if src.archive == "generated":
@@ -62,7 +72,7 @@ def run(dataset: str, dst: Path, params: DownloadParams, *, from_path: Optional[
                                 f"run `seqpe download {dataset}` without --from")
         with scratch_dir(dst) as scratch:
             path = scratch / src.filename
-            src.generate(path, sample or SampleParams())
+            src.generate(path, sample if sample is not None else getattr(PreprocessParams(), src.generate_params))
             if not path.is_file():
                 raise DownloadError(f"the generator of {dataset} wrote no {src.filename}",
                                     "this is a bug in the dataset module; report it")
@@ -74,7 +84,7 @@ def run(dataset: str, dst: Path, params: DownloadParams, *, from_path: Optional[
         path, extracted = _local(Path(from_path).expanduser(), src)
         if extracted:
             return _install_copied(dataset, src, dst, path)
-        return _install(dataset, src, dst, path, "file", str(path), previous)
+        return _install_local(dataset, src, dst, path, previous)
     if previous is not None and _present(previous, dst, src):
         return _summary(dataset, src, previous, "already present (files match source.json)")
     shared = _from_sibling(dataset, src, dst)
@@ -82,7 +92,7 @@ def run(dataset: str, dst: Path, params: DownloadParams, *, from_path: Optional[
         return shared
     for inbox in _inboxes(dst, src.filename):
         if inbox.is_file():
-            return _install(dataset, src, dst, inbox, "file", str(inbox), previous)
+            return _install_local(dataset, src, dst, inbox, previous)
     return _download(dataset, src, dst, params, mirror, progress, previous)
 
 
@@ -190,7 +200,7 @@ def _download(dataset, src, dst: Path, params: DownloadParams, mirror, progress:
                             raise fetch.Failed("has no such file")
                         verified = _verify(Path(loc), src, expected, loc, dst)
                         return _install(dataset, src, dst, Path(loc), kind, loc, previous, verified=verified)
-                    verified = _fetch_verified(http, bar, loc, part, src, params, expected, dst)
+                    verified = _fetch_verified(http, bar, loc, part, src, params, expected, dst, dataset)
                 except fetch.Failed as e:
                     failures.append((loc, e.reason, e.unreachable))
                     continue
@@ -210,8 +220,9 @@ def _download(dataset, src, dst: Path, params: DownloadParams, mirror, progress:
     raise _give_up(dataset, src, dst, failures, part)
 
 
-def _fetch_verified(http, bar, loc: str, part: Path, src, params: DownloadParams, expected, dst: Path):
-    """Fetch `loc` into `part` and verify it; a stale resumed .part gets one fresh download."""
+def _fetch_verified(http, bar, loc: str, part: Path, src, params: DownloadParams, expected, dst: Path, dataset: str):
+    """Fetch `loc` into `part` and verify it (an archive by its bytes, then size and checksum); a stale
+    resumed .part gets one fresh download."""
     from . import fetch
     for fresh in (False, True):
         resumed = part.exists()
@@ -222,6 +233,7 @@ def _fetch_verified(http, bar, loc: str, part: Path, src, params: DownloadParams
         finally:
             bar.remove_task(task)
         try:
+            _archive_kind(dataset, src, part, loc)
             return _verify(part, src, expected, loc, dst)
         except _Mismatch:
             part.unlink(missing_ok=True)                    # nothing bad is left behind
@@ -304,9 +316,90 @@ def _verify(path: Path, src, expected, where: str, dst: Path) -> tuple[int, str,
     return n, sha, md5, f"verified {algo} ({origin})"
 
 
+def _install_local(dataset, src, dst: Path, path: Path, previous) -> dict:
+    """A file the user has (`--from FILE`, data/inbox/), recognised by its bytes whatever its name
+    (pipeline/sniff.py): a zip, 7z or gzip archive is unpacked as what it is; a text file is the
+    needed file itself (the source's one needed file, or the alternate file its content matches);
+    anything else is refused naming what it is."""
+    if src.archive == "none":                            # the file itself is what the reader needs
+        return _install(dataset, src, dst, path, "file", str(path), previous, kind="none", label=path.name)
+    _not_another_sources(dataset, src, path)
+    data = sniff.head(path)
+    found = sniff.kind_of_bytes(data)
+    if found in sniff.ARCHIVES:
+        return _install(dataset, src, dst, path, "file", str(path), previous, kind=found, label=path.name)
+    if found == "text":
+        alternate = _text_alternate(data, src)
+        if alternate is not None:
+            return _install_copied(dataset, src, dst, path, alternate=True, as_name=alternate)
+        if len(src.files) == 1 and not src.files[0].lower().endswith(".gz"):
+            return _install_copied(dataset, src, dst, path, as_name=src.files[0])
+        raise DownloadError(f"{path} is a text file, but {dataset} needs {_needs(src)}",
+                            f"pass the downloaded {src.filename}, or a folder holding {', '.join(src.files)}")
+    raise DownloadError(f"{path} is {sniff.describe(data)}, not {_expected_kind(src)}",
+                        f"pass the original {src.filename} (or the extracted {', '.join(src.files)})")
+
+
+def _not_another_sources(dataset, src, path: Path) -> None:
+    """Content decides what a file is, but a name that is another source's own file name (e.g.
+    ratings_Toys_and_Games.csv given to beauty) says it is that dataset's data: refused."""
+    from .datasets import all_datasets
+    mine = {src.filename, *src.files, *src.alternates}
+    for name, spec in all_datasets().items():
+        other = spec.source
+        if other.name != src.name and path.name in {other.filename, *other.files, *other.alternates} - mine:
+            raise DownloadError(f"{path.name} is the file of dataset '{name}', not of '{dataset}'",
+                                f"pass {dataset}'s {src.filename}, or run `seqpe download {name} --from {path}`")
+
+
+def _archive_kind(dataset, src, path: Path, where: str, label: Optional[str] = None) -> str:
+    """The archive kind `path`'s bytes show ("none" for a source whose file is used as it is); a
+    download that is no archive (an HTML login page, an error text) raises _NotArchive, so the next
+    origin is tried and the message says what came instead."""
+    if src.archive == "none":
+        return "none"
+    data = sniff.head(path)
+    kind = sniff.kind_of_bytes(data)
+    if kind not in sniff.ARCHIVES:
+        login = " (the host may want a login)" if sniff.describe(data) == "an HTML page" else ""
+        raise _NotArchive(f"{label or src.filename} from {_host(where)} is {sniff.describe(data)}{login}, "
+                          f"not {_expected_kind(src, text=False)}", _manual_fix(dataset, src))
+    return kind
+
+
+def _text_alternate(data: bytes, src) -> Optional[str]:
+    """The alternate file (SourceSpec.alternates) a text file's content matches: JSON lines (a first
+    character '{') for a .json alternate, anything else for the first non-JSON one; None without any."""
+    if not src.alternates:
+        return None
+    is_json = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{"
+    return next((a for a in src.alternates if a.lower().endswith(".json") == is_json), None)
+
+
+def _needs(src) -> str:
+    if len(src.files) == 1:
+        return f"{src.files[0]} ({'gzip data' if src.files[0].lower().endswith('.gz') else 'a text file'})"
+    return f"{len(src.files)} files ({', '.join(src.files)})"
+
+
+def _expected_kind(src, text: bool = True) -> str:
+    kind = archive.kind_of(src.filename) if src.archive == "generated" else src.archive
+    what = {"zip": "a zip archive", "7z": "a 7z archive", "gz": "gzip data"}.get(kind, "the source's file")
+    return f"{what} ({src.filename})" + (f" or the text file {', '.join(src.files)}" if text else "")
+
+
 def _install(dataset, src, dst: Path, path: Path, origin: str, where: str, previous, owned: bool = False,
-             verified: Optional[tuple] = None) -> dict:
-    """Verify the archive at `path` (unless done) and unpack its needed files into `dst` atomically."""
+             verified: Optional[tuple] = None, kind: Optional[str] = None, label: Optional[str] = None) -> dict:
+    """Verify the archive at `path` (unless done) and unpack its needed files into `dst` atomically.
+    `kind`: the archive kind its bytes show (default: read here; a file that is no archive is refused
+    naming what it is, e.g. an HTML login page served instead of a zip); `label`: its name in messages."""
+    if kind is None:
+        try:
+            kind = _archive_kind(dataset, src, path, where, label)
+        except _NotArchive:
+            if owned:
+                path.unlink(missing_ok=True)
+            raise
     try:
         expected = _expected(src, previous, origin == "generated")
         n, sha, md5, note = verified or _verify(path, src, expected, where, dst)
@@ -315,15 +408,14 @@ def _install(dataset, src, dst: Path, path: Path, origin: str, where: str, previ
             path.unlink(missing_ok=True)
         raise
     if origin == "generated":
-        note = "generated by seqpe (seeded by preprocess.sample)"
+        note = f"generated by seqpe (seeded by preprocess.{src.generate_params})"
     if previous is not None and previous.get("sha256") == sha and _present(previous, dst, src):
         if owned:
             path.unlink(missing_ok=True)
         return _summary(dataset, src, previous, "already present (files match source.json)")
-    kind = archive.kind_of(src.filename) if src.archive == "generated" else src.archive
     try:
         with atomic_dir(dst) as tmp:
-            written = archive.unpack(path, kind, src.files, tmp, name=src.filename, move=owned)
+            written = archive.unpack(path, kind, src.files, tmp, name=src.filename, move=owned, label=label)
             record = _record(dataset, src, origin, n, sha, md5, written)
             write_json(tmp / SOURCE_JSON, record)
     finally:
@@ -332,21 +424,26 @@ def _install(dataset, src, dst: Path, path: Path, origin: str, where: str, previ
     return _summary(dataset, src, record, note)
 
 
-def _install_copied(dataset, src, dst: Path, path: Path, alternate: bool = False) -> dict:
+def _install_copied(dataset, src, dst: Path, path: Path, alternate: bool = False,
+                    as_name: Optional[str] = None) -> dict:
     """`--from` files that need no unpacking: the already-extracted files (only published member
     md5s can be checked), or an alternate file (see SourceSpec.alternates) kept under its own
-    name; the raw folder then holds only that file, so the reader cannot pick a stale one."""
-    files = (path.name,) if alternate else src.files
+    name; the raw folder then holds only that file, so the reader cannot pick a stale one.
+    `as_name`: the single file `path` goes in under this name (recognised by its content)."""
+    name = as_name or path.name
+    files = (name,) if alternate else src.files
     with atomic_dir(dst) as tmp:
-        record = _record(dataset, src, "file", None, None, None, archive.collect(path, files, tmp))
+        placed = archive.collect_as(path, name, tmp) if as_name else archive.collect(path, files, tmp)
+        record = _record(dataset, src, "file", None, None, None, placed)
         if alternate:
-            record["filename"] = path.name
+            record["filename"] = name
         write_json(tmp / SOURCE_JSON, record)
+    renamed = f" ({path.name}, recognised by its content)" if as_name and as_name != path.name else ""
     if alternate:
-        note = (f"{path.name} accepted in place of {src.filename} "
-                f"(no published checksum: recorded sha256 {record['files'][path.name]['sha256']})")
+        note = (f"{name}{renamed} accepted in place of {src.filename} "
+                f"(no published checksum: recorded sha256 {record['files'][name]['sha256']})")
     else:
-        note = "from extracted files: no archive to verify" + (
+        note = f"from extracted files{renamed}: no archive to verify" + (
             " (published md5 of the files verified)" if src.file_md5 else "")
     return _summary(dataset, src, record, note)
 

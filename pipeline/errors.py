@@ -1,12 +1,39 @@
 """Domain errors. Library code raises these; only `pipeline.cli` turns them into
-a one-line message and exit code 1."""
+a one-line message and exit code 1.
+
+Two helpers keep every message safe and useful: `printable` escapes control characters (a
+message that quotes a binary file never sends ESC or NUL to the terminal; every SeqpeError
+goes through it), and `unknown` builds the error for a name no registry holds, with a
+did-you-mean (difflib) and the known names.
+"""
 from __future__ import annotations
+
+import difflib
+from typing import Iterable, Optional
+
+
+def printable(text: str, limit: Optional[int] = None) -> str:
+    """`text` with control characters (C0 but tab, DEL, C1), lone surrogates and the Unicode
+    replacement character shown as escapes (\\x1b, \\x00, \\ufffd), cut to `limit` characters
+    with an ellipsis. Safe to print whatever bytes a file held."""
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if o < 0x20 and ch not in "\t\n\r" or 0x7F <= o < 0xA0:
+            out.append(f"\\x{o:02x}")
+        elif 0xD800 <= o < 0xE000 or o == 0xFFFD:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    s = "".join(out)
+    return s if limit is None or len(s) <= limit else s[: max(limit - 1, 0)] + "…"
 
 
 class SeqpeError(Exception):
     """A user-facing error: `problem` says what is wrong, `fix` what to do about it.
 
-    str(err) is one line: "<problem>. Fix: <fix>" (the fix part only when given).
+    str(err) is one line: "<problem>. Fix: <fix>" (the fix part only when given), with any
+    control character escaped (see `printable`).
     """
 
     def __init__(self, problem: str, fix: str | None = None):
@@ -16,11 +43,12 @@ class SeqpeError(Exception):
 
     def __str__(self) -> str:  # one line, always
         msg = self.problem if not self.fix else f"{self.problem}. Fix: {self.fix}"
-        return " ".join(msg.split())
+        return " ".join(printable(msg).split())
 
 
 class ParamsError(SeqpeError):
-    """params.yaml is malformed: unknown or missing key, wrong type."""
+    """A setting is wrong: in params.yaml (unknown or missing key, wrong type, out of range) or on
+    the command line."""
 
 
 class DataError(SeqpeError):
@@ -39,11 +67,26 @@ class NonFiniteScores(SeqpeError):
     """A model produced NaN or +-inf scores (it diverged): such a score has no rank, never a metric."""
 
 
-class UnknownNameError(SeqpeError):
-    """An unknown dataset / model / encoding name."""
+class UnknownNameError(ParamsError):
+    """An unknown dataset / model / encoding / format / preset / ... name."""
 
 
-def unknown(kind: str, name: str, known) -> UnknownNameError:
-    """Build the error for an unknown registry key, listing the known ones."""
-    names = ", ".join(sorted(known))
-    return UnknownNameError(f"unknown {kind} '{name}'", f"use one of: {names}")
+def did_you_mean(name: str, known: Iterable) -> Optional[str]:
+    """The known name closest to `name` (difflib ratio >= 0.6), or None."""
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown(kind: str, name: str, known, fix: Optional[str] = None) -> UnknownNameError:
+    """The error for a name no registry holds: "unknown KIND 'NAME'. Fix: did you mean 'X'? (known:
+    a, b, ...)", or "use one of: ..." when nothing is close. `fix` replaces the default advice."""
+    names = sorted(str(k) for k in known)
+    listing = ", ".join(names) if names else "none"
+    close = did_you_mean(name, names)
+    if fix is not None:
+        advice = fix
+    elif close is not None:
+        advice = f"did you mean '{close}'? (known: {listing})"
+    else:
+        advice = f"use one of: {listing}"
+    return UnknownNameError(f"unknown {kind} '{printable(str(name), 60)}'", advice)

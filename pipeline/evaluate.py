@@ -13,7 +13,8 @@ other configurations in the same runs folder are left out (`seqpe report` shows 
     <reports>/comparison.png   each configuration's test metric with its 95% CI (pipeline/figures.py)
     <reports>/comparison.csv   the same, for `dvc plots show` (bar_horizontal)
 
-Each file is written atomically; nothing else in <reports> is touched.
+Each file is written atomically, all of them together once rendered (a Ctrl-C leaves the previous
+set or the new one); nothing else in <reports> is touched.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from typing import Optional
 
 from . import figures, report
 from .errors import DataError
-from .io import write_bytes, write_json
+from .io import cleanup_new_folders, deferred_interrupt, dumps_json, write_bytes
 from .params import Params
 
 
@@ -85,12 +86,14 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
         for k, v in r["test"].items():
             per_seed.setdefault(r["name"], {}).setdefault(k, []).append(v)
     panels = figures.panel_metrics(task, rows)
-    reports_dir.mkdir(parents=True, exist_ok=True)
-    write_json(reports_dir / "summary.json", summary)
-    write_bytes(reports_dir / "report.md", report.to_markdown(rows).encode("utf-8"))
-    write_bytes(reports_dir / "report.csv", report.to_csv(rows).encode("utf-8"))
-    write_bytes(reports_dir / "comparison.csv", figures.comparison_csv(rows, panels).encode("utf-8"))
     seeds = sorted({s for row in rows for s in row["seeds"]})
     title = f"{dataset}: {len(rows)} configurations, seeds {', '.join(map(str, seeds))}"
-    write_bytes(reports_dir / "comparison.png", figures.comparison_png(rows, panels, title, reference, per_seed))
+    files = {"summary.json": dumps_json(summary).encode("utf-8"),           # every file rendered first, then
+             "report.md": report.to_markdown(rows).encode("utf-8"),         # written together: a Ctrl-C
+             "report.csv": report.to_csv(rows).encode("utf-8"),             # leaves the previous set or the
+             "comparison.csv": figures.comparison_csv(rows, panels).encode("utf-8"),   # new one, not a mix
+             "comparison.png": figures.comparison_png(rows, panels, title, reference, per_seed)}
+    with cleanup_new_folders(reports_dir), deferred_interrupt():
+        for name, data in files.items():
+            write_bytes(reports_dir / name, data)
     return summary

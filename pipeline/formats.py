@@ -6,7 +6,7 @@ srgnn   SR-GNN-family pickles in one folder: `all_train_seq.txt` (train sessions
         written with pickle protocol 3, the default of the Python 3.6 that SR-GNN's
         `datasets/preprocess.py` ran on, which reproduces the published files byte for byte.
 sasrec  SASRec / S3-Rec text: one line per user, `user item item ...` in time order
-        (leave-one-out protocol, PROTOCOLS.md §3).
+        (leave-one-out protocol, REFERENCE.md §3).
 
 `import_dataset` writes a seqpe sessions folder (so `seqpe augment` works on it) and a
 samples folder (so `seqpe train` works without `augment`), both with stage "import"
@@ -29,6 +29,7 @@ in memory and swapped in as one folder; it never overwrites a folder holding oth
 """
 from __future__ import annotations
 
+import contextlib
 import pickle
 from dataclasses import dataclass, field
 from itertools import chain
@@ -39,8 +40,8 @@ import polars as pl
 from . import unpickle
 from .augment import last_samples, prefix_samples, shifted_samples
 from .errors import DataError, unknown
-from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, read_manifest, read_split, sha256_file,
-                 shard_entry, verify_shards, write_bytes, write_json, write_parquet, write_split)
+from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, deferred_interrupt, read_manifest, read_split,
+                 sha256_file, shard_entry, verify_shards, write_bytes, write_json, write_parquet, write_split)
 from .params import Params, to_dict
 from .protocols.srgnn import valid_count
 
@@ -245,11 +246,13 @@ def _check_lines(src: Path, rows: pl.DataFrame) -> None:
 # --------------------------------------------------------------------------- write
 
 def _write(dataset: str, imp: Imported, sessions_dst: Path, samples_dst: Path, params: Params) -> None:
-    """Both folders are built in full before either replaces what was there."""
+    """Both folders are built in full before either replaces what was there; a Ctrl-C once both are
+    built waits until both are swapped in (io.deferred_interrupt), so the pair always matches."""
     head = {"stage": "import", "dataset": dataset, "protocol": imp.protocol, "params": imp.params,
             "source": imp.source, "steps": imp.steps, "n_items": imp.n_items, "augment": imp.augment,
             "protocol_info": imp.info}
-    with atomic_dir(sessions_dst) as s_tmp, atomic_dir(samples_dst) as a_tmp:
+    swap = contextlib.ExitStack()
+    with swap, atomic_dir(sessions_dst) as s_tmp, atomic_dir(samples_dst) as a_tmp:
         shards = []
         for split in SPLITS:
             shards += write_split(s_tmp, split, imp.sessions[split].rechunk(), params.preprocess.rows_per_shard)
@@ -269,6 +272,7 @@ def _write(dataset: str, imp: Imported, sessions_dst: Path, samples_dst: Path, p
             "max_len": max(_longest(imp.samples[s]) for s in SPLITS),
             "splits": {s: {**_sample_counts(imp.samples[s]), "sessions": imp.sessions[s].height,
                            "clicks": _clicks(imp.sessions[s])} for s in SPLITS}})
+        swap.enter_context(deferred_interrupt())     # exits last: after both folders are swapped in
 
 
 # --------------------------------------------------------------------------- export

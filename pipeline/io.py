@@ -114,6 +114,28 @@ def sweep_leftovers(dst: str | Path) -> int:
 
 
 @contextlib.contextmanager
+def cleanup_new_folders(path: str | Path) -> Iterator[None]:
+    """Folders on the way to `path` (itself included) that do not exist when the block starts are
+    removed again, deepest first, if the block fails and they are empty: a failed or interrupted
+    stage leaves no empty folders behind (`seqpe download D /tmp/x/raw/y` offline leaves no /tmp/x)."""
+    missing, p = [], Path(path).absolute()
+    while not p.exists() and not p.is_symlink() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    try:
+        yield
+    except BaseException:
+        for folder in missing:                    # deepest first; stop at the first that holds something
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                break
+        raise
+
+
+@contextlib.contextmanager
 def atomic_path(dst: str | Path) -> Iterator[Path]:
     """Yield a temporary file path next to `dst`; rename it onto `dst` on success.
 
@@ -121,20 +143,21 @@ def atomic_path(dst: str | Path) -> Iterator[Path]:
     earlier write left next to `dst` is swept first (`sweep_leftovers`).
     """
     dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    sweep_leftovers(dst)
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        _publish_mode(tmp_path, directory=False)
-        os.replace(tmp_path, dst)
-        _fsync_dir(dst.parent)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp_path.unlink()
-        raise
+    with cleanup_new_folders(dst.parent):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        sweep_leftovers(dst)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
+        try:
+            yield tmp_path
+            _publish_mode(tmp_path, directory=False)
+            os.replace(tmp_path, dst)
+            _fsync_dir(dst.parent)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp_path.unlink()
+            raise
 
 
 @contextlib.contextmanager
@@ -142,13 +165,14 @@ def scratch_dir(dst: str | Path, suffix: str = ".gen") -> Iterator[Path]:
     """A temporary working folder next to `dst` (named like atomic_dir's, so a killed run's is
     swept by the next run), removed afterwards whatever happens."""
     dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    sweep_leftovers(dst)
-    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=suffix, dir=dst.parent))
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with cleanup_new_folders(dst.parent):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        sweep_leftovers(dst)
+        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=suffix, dir=dst.parent))
+        try:
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -163,24 +187,25 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
     dst = Path(dst)
     if dst.exists() and not dst.is_dir():
         raise DataError(f"{dst} is a file, not a folder", "pass a folder path (a file is never replaced)")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    sweep_leftovers(dst)
-    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent))
-    try:
-        yield tmp
-        old = None
-        if dst.exists():
-            old = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".old", dir=dst.parent))
-            os.rmdir(old)
-            os.replace(dst, old)
-        _publish_mode(tmp, directory=True)
-        os.replace(tmp, dst)
-        _fsync_dir(dst.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with cleanup_new_folders(dst.parent):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        sweep_leftovers(dst)
+        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent))
+        try:
+            yield tmp
+            old = None
+            if dst.exists():
+                old = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".old", dir=dst.parent))
+                os.rmdir(old)
+                os.replace(dst, old)
+            _publish_mode(tmp, directory=True)
+            os.replace(tmp, dst)
+            _fsync_dir(dst.parent)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 # --------------------------------------------------------------------------- whose folder is it
@@ -271,6 +296,27 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str) -> dict:
         raise DataError(f"{src} holds {found or 'an unknown kind of data'}, but `seqpe {stage}` reads {kind}",
                         f"pass {right}")
     return manifest
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[None]:
+    """A Ctrl-C (SIGINT) during the block takes effect when the block ends: files that belong
+    together (evaluate's reports), each written atomically, are then never left half old, half new.
+    Only in the main thread, and only where SIGINT has a Python handler."""
+    import signal
+    import threading
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if not callable(previous):
+        yield
+        return
+    caught: list = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            previous(*caught[0])
 
 
 def write_bytes(dst: str | Path, data: bytes) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import yaml
 
-from .errors import ParamsError
+from .errors import ParamsError, did_you_mean, unknown
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -51,6 +51,18 @@ class SampleParams:
 
 
 @dataclass(frozen=True)
+class SampleCTRParams:
+    """Size of the embedded CTR datasets `sample_ctr` and `sample_kuai` (pipeline/datasets/ctr_sample.py)."""
+    users: int = 800                  # users generated
+    items: int = 1000                 # catalogue size
+    cates: int = 40                   # item categories (sample_kuai: hidden topics, not in the file)
+    min_length: int = 5               # behaviours per user, at least (DIN's users are 5-core)
+    max_length: int = 30              # behaviours per user, at most (lengths skewed towards the minimum)
+    p_rule: float = 0.7               # share of steps whose category follows the positional rule
+    seed: int = 20180601              # generator seed
+
+
+@dataclass(frozen=True)
 class PreprocessParams:
     valid_fraction: float = 0.1       # share of the most recent train sessions carved into valid
     min_item_count: int = 5           # srgnn: items with fewer clicks are dropped
@@ -58,6 +70,7 @@ class PreprocessParams:
     max_history: int = 100            # ctr: history lists cut to the most recent N
     rows_per_shard: int = 1_000_000   # rows per Parquet shard
     sample: SampleParams = field(default_factory=SampleParams)
+    sample_ctr: SampleCTRParams = field(default_factory=SampleCTRParams)
 
     def validate(self, key: str) -> None:
         if not 0.0 <= self.valid_fraction < 1.0:
@@ -99,13 +112,19 @@ class TrainParams:
     select_metric: str = "auto"       # metric on valid used to pick the best epoch (auto: ndcg@10 for next-item
                                       # data, auc for CTR data)
     device: str = "auto"              # auto | cpu | cuda | cuda:N
-    loss: str = "ce"                  # ce: softmax over all items | sampled: softmax over target + `negatives` items
+    loss: str = "ce"                  # ce: softmax over all items | sampled: softmax over target + `negatives` items |
+                                      # bce: SASRec's own objective, sigmoid BCE with one sampled negative per target
+    ce_impl: str = "auto"             # how `ce` is computed (models/losses.py): plain (full logits) | chunked (never
+                                      # builds them, own backward) | cce / liger (fused CUDA kernels, if installed) |
+                                      # auto (chunked on CPU, plain on CUDA)
     negatives: int = 100              # sampled softmax: uniform negatives per batch (shared by its rows)
     lr_schedule: str = "none"         # none | step (x lr_gamma every lr_step epochs) | plateau (x lr_gamma
                                       # after lr_step epochs without valid improvement)
     lr_step: int = 3
     lr_gamma: float = 0.1
-    threads: int = 0                  # CPU threads for torch (0 = all cores)
+    threads: int | str = "auto"       # torch CPU threads: auto (1 on machines with <= 2 CPUs, else half the
+                                      # physical cores, at most 8; pipeline/train/threads.py) | N | 0 (torch's
+                                      # default: every core, slow next to other busy processes)
     trim_padding: bool = True         # drop columns that are padding in a whole batch (same predictions, faster)
     bucket: int = 50                  # with trim_padding: sort shuffled rows by length within chunks of this
                                       # many batches, then shuffle the batches (0 = plain shuffle)
@@ -114,20 +133,30 @@ class TrainParams:
                                       # next item at every position (SASRec's training, 003 Eq. 11)
     time_limit: float = 0.0           # minutes of training per seed: stop after the epoch that reaches it and
                                       # test the best epoch so far (0 = none; such a run depends on the machine)
+    precision: str = "auto"           # auto (bf16 autocast on a CUDA device that supports it, else fp32) | fp32 |
+                                      # bf16 (autocast; the metrics are always computed in fp32 or better)
+    compile: bool = False             # torch.compile the training step (dynamic shapes; pays off on long GPU runs)
+    memory_budget: float = 0.0        # MB of sample matrices a split may hold in RAM; a larger split is built slice
+                                      # by slice into memory-mapped files under .seqpe/spill/ (same batches); 0 = no limit
 
     def validate(self, key: str) -> None:
         for name in ("epochs", "batch_size", "dim", "heads", "max_len", "negatives", "lr_step"):
             _min(f"{key}.{name}", getattr(self, name), 1)
-        for name in ("layers", "patience", "threads", "bucket", "time_limit", "weight_decay"):
+        for name in ("layers", "patience", "bucket", "time_limit", "weight_decay", "memory_budget"):
             _min(f"{key}.{name}", getattr(self, name), 0)
+        if self.threads != "auto" and (isinstance(self.threads, str) or self.threads < 0):
+            raise _bad(f"{key}.threads", self.threads, "auto or a number of threads >= 0",
+                       "use auto (see pipeline/train/threads.py), or e.g. 1")
         _min(f"{key}.lr", self.lr, 0, strict=True, fix="use e.g. 0.001")
         if not 0.0 <= self.dropout < 1.0:
             raise _bad(f"{key}.dropout", self.dropout, "in [0, 1)", "use e.g. 0.2")
         if not 0.0 < self.lr_gamma <= 1.0:
             raise _bad(f"{key}.lr_gamma", self.lr_gamma, "in (0, 1]", "use e.g. 0.1")
         _choice(f"{key}.loss", self.loss, LOSSES)
+        _choice(f"{key}.ce_impl", self.ce_impl, CE_IMPLS)
         _choice(f"{key}.lr_schedule", self.lr_schedule, SCHEDULES)
         _choice(f"{key}.objective", self.objective, OBJECTIVES)
+        _choice(f"{key}.precision", self.precision, PRECISIONS)
         if self.dim % self.heads:
             raise ParamsError(f"params key '{key}.dim' ({self.dim}) must be divisible by '{key}.heads' "
                               f"({self.heads})", f"change {key}.dim or {key}.heads")
@@ -138,7 +167,12 @@ class EvaluateParams:
     ks: list[int] = field(default_factory=lambda: [5, 10, 20])
     batch_size: int = 512
     mask_history: bool = False        # rank only items outside the sample's input (its most recent max_len
-                                      # items); PROTOCOLS.md §5 ranks all items: off by default
+                                      # items); REFERENCE.md §5 ranks all items: off by default
+    candidates: int = 0               # 0: full ranking over all items (REFERENCE.md §5, the default) | N: rank each
+                                      # target among N sampled negatives of its own (CARCA: 100, 004's code:
+                                      # max_len - 1; with mask_history: true, as they exclude the user's items),
+                                      # drawn with a fixed seed: the same for every model (pipeline/train/candidates.py)
+    candidate_sampling: str = "uniform"   # with candidates > 0: uniform (CARCA, 004) | popularity (train counts)
 
     def validate(self, key: str) -> None:
         if not self.ks:
@@ -146,6 +180,11 @@ class EvaluateParams:
         for i, k in enumerate(self.ks):
             _min(f"{key}.ks[{i}]", k, 1, fix="cut-offs are positive, e.g. [5, 10, 20]")
         _min(f"{key}.batch_size", self.batch_size, 1)
+        _min(f"{key}.candidates", self.candidates, 0, fix="use 0 for full ranking, or e.g. 100 sampled negatives")
+        _choice(f"{key}.candidate_sampling", self.candidate_sampling, CANDIDATE_SAMPLINGS)
+
+
+TRAIN_KEYS = [f.name for f in dataclasses.fields(TrainParams) if not f.metadata.get("run_only")]
 
 
 @dataclass(frozen=True)
@@ -156,6 +195,8 @@ class GridParams:
     models: list[str] = field(default_factory=list)      # backbones that take an encoding
     encodings: list[str] = field(default_factory=list)   # every model runs with every encoding
     baselines: list[str] = field(default_factory=list)   # models trained once, without an encoding (pop, gru4rec)
+    train: dict[str, Any] = field(default_factory=dict)   # train: keys this task's runs override (CTR models
+                                                          # want other learning rates and batch sizes)
 
 
 @dataclass(frozen=True)
@@ -166,7 +207,9 @@ class StudyParams:
                                       # (null: the grid's first model with its first encoding)
     next_item: GridParams = field(default_factory=lambda: GridParams(
         datasets=["sample"], models=["sasrec"], encodings=["none", "lpe", "rope"], baselines=["pop"]))
-    ctr: GridParams = field(default_factory=GridParams)
+    ctr: GridParams = field(default_factory=lambda: GridParams(
+        datasets=["sample_ctr"], models=["din"], encodings=["none", "cape"],
+        train={"lr": 0.003, "batch_size": 512, "epochs": 6, "max_len": 30}))
 
     def validate(self, key: str) -> None:
         if not self.seeds:
@@ -179,6 +222,12 @@ class StudyParams:
                 values = getattr(grid, part)
                 _names(f"{key}.{task}.{part}", values, set(values), part[:-1])
             _names(f"{key}.{task}.encodings", grid.encodings, ENCODINGS, "encoding")
+            overrides = {k: v for k, v in grid.train.items()}
+            bad = [k for k in overrides if k not in TRAIN_KEYS]
+            if bad:
+                close = difflib.get_close_matches(bad[0], TRAIN_KEYS, n=1)
+                raise ParamsError(f"unknown params key '{key}.{task}.train.{bad[0]}'",
+                                  f"did you mean '{close[0]}'?" if close else "use keys of the train: section")
             if bool(grid.models) != bool(grid.encodings):
                 raise ParamsError(f"params key '{key}.{task}': models and encodings must both be listed or "
                                   "both be empty", f"list the encodings to run the models with in {key}.{task}")
@@ -186,7 +235,7 @@ class StudyParams:
 
 @dataclass(frozen=True)
 class Params:
-    datasets: list[str] = field(default_factory=lambda: ["sample"])   # what `dvc repro` builds
+    datasets: list[str] = field(default_factory=lambda: ["sample", "sample_ctr"])   # what `dvc repro` builds
     download: DownloadParams = field(default_factory=DownloadParams)
     preprocess: PreprocessParams = field(default_factory=PreprocessParams)
     augment: AugmentParams = field(default_factory=AugmentParams)
@@ -195,12 +244,24 @@ class Params:
     study: StudyParams = field(default_factory=StudyParams)
     # Per-name options, checked against each model's / encoding's own config dataclass
     # (see models/config.py) when the run is built: e.g. `encodings: {rmha: {clip: 4}}`.
-    models: dict[str, dict[str, Any]] = field(default_factory=lambda: {"sasrec": {}, "pop": {}})
-    encodings: dict[str, dict[str, Any]] = field(default_factory=lambda: {"none": {}, "lpe": {}, "rope": {}})
+    models: dict[str, dict[str, Any]] = field(default_factory=lambda: {"sasrec": {}, "pop": {}, "din": {}})
+    encodings: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {"none": {}, "lpe": {}, "rope": {}, "cape": {}})
+
+    def train_for(self, task: str, keep: tuple[str, ...] = ()) -> TrainParams:
+        """The train section with study.<task>.train's overrides applied (and range-checked), except the
+        keys in `keep` (set on the command line with --set, which wins)."""
+        over = {k: v for k, v in getattr(self.study, task).train.items() if k not in keep}
+        if not over:
+            return self.train
+        return from_dict(TrainParams, {**to_dict(self.train), **over}, f"study.{task}.train", run=True)
 
     def validate(self, key: str = "") -> None:
         """Cross-section rules: the study grids train exactly the datasets dvc repro prepares, each in
-        the grid of its task (a CTR dataset in study.ctr, a next-item one in study.next_item)."""
+        the grid of its task (a CTR dataset in study.ctr, a next-item one in study.next_item); each
+        grid's train overrides make a valid train section."""
+        for task in ("next_item", "ctr"):
+            self.train_for(task)
         from .datasets import all_datasets
         known = all_datasets()
         _names("datasets", self.datasets, known, "dataset")
@@ -244,23 +305,26 @@ def _min(key: str, value: float, low: float, *, strict: bool = False, fix: Optio
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise _bad(key, value, f"one of {', '.join(choices)}")
+        close = did_you_mean(value, choices)
+        raise _bad(key, value, f"one of {', '.join(choices)}", f"did you mean '{close}'?" if close else None)
 
 
 def _names(key: str, values: list[str], known, kind: str) -> None:
     for i, name in enumerate(values):
         if name not in known:
-            close = difflib.get_close_matches(name, list(known), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"use one of: {', '.join(sorted(known))}"
-            raise ParamsError(f"params key '{key}[{i}]': unknown {kind} '{name}'", hint)
+            err = unknown(kind, name, known)
+            raise ParamsError(f"params key '{key}[{i}]': {err.problem}", err.fix)
     dup = sorted({v for v in values if values.count(v) > 1})
     if dup:
         raise ParamsError(f"params key '{key}' lists {', '.join(map(str, dup))} twice", "list each once")
 
 
-LOSSES = ("ce", "sampled")
+LOSSES = ("ce", "sampled", "bce")
+CE_IMPLS = ("auto", "plain", "chunked", "cce", "liger")
 SCHEDULES = ("none", "step", "plateau")
 OBJECTIVES = ("prefixes", "sequence")
+PRECISIONS = ("auto", "fp32", "bf16")
+CANDIDATE_SAMPLINGS = ("uniform", "popularity")   # evaluate.candidate_sampling (pipeline/train/candidates.py)
 
 
 # --------------------------------------------------------------------------- loading

@@ -4,6 +4,7 @@ Writes, atomically (all or nothing), into `dst`:
 
     {train,valid,test}/part-NNNNN.parquet   sessions in protocol order (see the protocol module)
     items.parquet                           item_id Int32 (new id), raw_id String, count Int64
+    item_features.parquet                   only for datasets with side information (pipeline/side.py)
     manifest.json                           protocol, params, source hashes, step counts, shards
 
 The protocol module (`pipeline.protocols.<spec.protocol>`) does the work and returns a
@@ -91,6 +92,10 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
             manifest["shards"] += io.write_split(tmp, split, df, rows_per_shard)
         io.write_parquet(tmp / "items.parquet", result.items)
         manifest["shards"].append(io.shard_entry(tmp, "items.parquet"))
+        if result.side:                  # item attributes / interaction context (pipeline/side.py)
+            from . import side
+            manifest["side"], entries = side.write(tmp, result.side, result.n_items, result.splits)
+            manifest["shards"] += entries
         io.write_json(tmp / io.MANIFEST, manifest)
     return manifest
 

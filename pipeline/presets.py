@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from .errors import ParamsError
+from .errors import ParamsError, unknown
 
 PARTS = ("train", "models", "encodings")
 STRUCTURED = PARTS + ("datasets",)
@@ -82,8 +82,8 @@ def resolve(presets: Optional[dict], preset: Optional[str], model: str, dataset:
         return Resolved()
     presets = presets or {}
     if preset not in presets:
-        known = ", ".join(sorted(presets)) or "(this model has none)"
-        raise ParamsError(f"unknown preset '{preset}' for model '{model}'", f"use one of: {known}")
+        err = unknown("preset", preset, presets, None if presets else "this model has none: drop --preset")
+        raise type(err)(f"{err.problem} for model '{model}'", err.fix)
     where = f"preset '{preset}' of model '{model}'"
     base = parts(presets[preset], where)
     variants = base.get("datasets") or {}

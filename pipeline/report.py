@@ -27,7 +27,7 @@ from typing import Iterable, Optional
 from scipy import stats
 
 from . import significance
-from .errors import DataError, ParamsError
+from .errors import DataError, ParamsError, unknown
 from .io import read_json, write_bytes
 
 _FAMILY = {"hr": 0, "recall": 0, "mrr": 1, "ndcg": 2, "auc": 3, "gauc": 4, "logloss": 5}
@@ -83,8 +83,19 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
     return records
 
 
+def protocol_label(rec: dict) -> str:
+    """A run's protocol column: the data protocol, and the evaluation protocol when it is not full ranking
+    (evaluate.candidates > 0), so runs of different protocols are never pooled or compared."""
+    ev = rec.get("evaluate") or {}
+    n = int(ev.get("candidates") or 0)
+    if n == 0:
+        return str(rec.get("protocol"))
+    history = ", input items excluded" if ev.get("mask_history") else ""
+    return f"{rec.get('protocol')}, {n} sampled candidates ({ev.get('candidate_sampling', 'uniform')}{history})"
+
+
 def _config_key(rec: dict) -> tuple:
-    return str(rec.get("dataset")), str(rec.get("protocol")), rec["model"], rec["encoding"], rec.get("tag") or ""
+    return str(rec.get("dataset")), protocol_label(rec), rec["model"], rec["encoding"], rec.get("tag") or ""
 
 
 def _by_config(records: list[dict]) -> dict[tuple, list[dict]]:
@@ -124,7 +135,7 @@ def compare(records: list[dict], rows: list[dict], baseline: Optional[str] = Non
     names = sorted({name for group in configs.values() for name in group})
     if baseline is not None and baseline not in names:
         raise ParamsError(f"baseline '{baseline}' is not a configuration of these runs",
-                          f"use one of: {', '.join(names)}")
+                          unknown("configuration", baseline, names).fix)
     results: dict[tuple, dict] = {}
     for key, group in configs.items():
         base = baseline if baseline is not None else next(iter(group))   # the table's first row
@@ -151,7 +162,8 @@ def _scale(key: str) -> float:
     return 1.0 if key.startswith("logloss") else 100.0
 
 
-TIE_NOTE = ("Ranking metrics x100 (full ranking, PROTOCOLS.md §5). Ties: a target with g items above it and t "
+TIE_NOTE = ("Ranking metrics x100 (full ranking, pipeline/REFERENCE.md §5, unless the protocol names sampled candidates: "
+            "then the rank among that many sampled items per sample, evaluate.candidates). Ties: a target with g items above it and t "
             "tied with it is credited the exact mean over ranks g+1..g+t+1 (HR@K = clamp((K-g)/(t+1), 0, 1)); "
             "NaN/inf scores are errors; AUC and gAUC count tied pairs one half. Cells: mean ± half-width of the "
             "95% confidence interval (Student t over seeds) (sd = sample std); one seed shows the mean only.")
@@ -279,33 +291,78 @@ def to_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def rich_table(rows: list[dict], title: str = "test metrics over seeds (×100, mean ± 95% CI)"):
-    from rich.table import Table
+SUMMARY_TITLE = "test metrics over seeds (×100, mean ± 95% CI)"
+
+
+def summary_view(rows: list[dict], title: str = SUMMARY_TITLE) -> tuple[str, list, list[list[str]]]:
+    """(title, columns, cells) of the summary table: one row per configuration, keyed by its name
+    (and its dataset when the rows span several; one dataset goes into the title)."""
+    from .tables import Col
     keys = metric_keys(rows)
-    t = Table(title=title)
-    for col in ("dataset", "protocol", "model", "encoding", "tag", "seeds", *keys):
-        t.add_column(col, justify="right" if col in keys or col == "seeds" else "left", no_wrap=col in keys)
+    datasets = sorted({row["dataset"] for row in rows})
+    several = len(datasets) > 1
+    if not several and datasets:
+        title = f"{title} · {datasets[0]}"
+    cols = ([Col("dataset", key=True)] if several else []) + [Col("configuration", key=True), Col("seeds", "right")]
+    cols += [Col(k, "right", group=k.split("@")[0]) for k in keys]
+    cells = []
     for row in rows:   # mean ± CI on the first line, the sample std under it
-        t.add_row(row["dataset"], row["protocol"], row["model"], row["encoding"], row.get("tag") or "",
-                  str(len(row["seeds"])),
-                  *[_cell(row["metrics"].get(k), _scale(k)).replace(" (sd ", "\nsd ").rstrip(")") for k in keys])
-    return t
+        cells.append(([row["dataset"]] if several else []) + [row["name"], str(len(row["seeds"]))]
+                     + [_cell(row["metrics"].get(k), _scale(k)).replace(" (sd ", "\nsd ").rstrip(")") for k in keys])
+    return title, cols, cells
 
 
-def comparison_table(rows: list[dict]):
-    """The significance table (rich), or None when no row was compared."""
-    from rich.table import Table
+COMPARISON_TITLE = "vs baseline (Δ = configuration − baseline, ×100 but logloss; tests at 0.05)"
+
+
+def comparison_view(rows: list[dict]) -> Optional[tuple[str, list, list[list[str]]]]:
+    """(title, columns, cells) of the significance table, or None when no row was compared."""
+    from .tables import Col
     compared = _compared(rows)
     if not compared:
         return None
-    t = Table(title="vs baseline (Δ = configuration − baseline, ×100 but logloss; tests at 0.05)")
     head, metrics = comparison_header(rows), _seed_metrics(rows)
-    for col in head:
-        t.add_column(col, justify="left" if col in ("dataset", "configuration", "baseline", "verdict", "per-sample")
-                     else "right")
-    for row in compared:
-        t.add_row(*comparison_cells(row, metrics))
-    return t
+    left = ("dataset", "configuration", "baseline", "verdict", "per-sample")
+    cols = [Col(h, "left" if h in left else "right", key=h in ("dataset", "configuration"), wrap=h == "verdict")
+            for h in head]
+    return COMPARISON_TITLE, cols, [comparison_cells(row, metrics) for row in compared]
+
+
+def print_tables(console, rows: list[dict]) -> None:
+    """The summary and (when there is one) the comparison, fitted to the console's width
+    (pipeline.tables: names never cut, columns split over several tables when needed)."""
+    from .tables import print_tables as show
+    show(console, *summary_view(rows))
+    view = comparison_view(rows)
+    if view is not None:
+        show(console, *view)
+
+
+def rich_table(rows: list[dict], title: str = SUMMARY_TITLE):
+    """The summary as one rich Table (no width fitting; `print_tables` fits it)."""
+    from .tables import tables
+    title, cols, cells = summary_view(rows, title)
+    return tables(title, cols, cells, width=10**6)[0]
+
+
+def comparison_table(rows: list[dict]):
+    """The significance table as one rich Table, or None when no row was compared."""
+    from .tables import tables
+    view = comparison_view(rows)
+    return None if view is None else tables(*view, width=10**6)[0]
+
+
+def to_json(rows: list[dict]) -> list[dict]:
+    """The rows for `seqpe report --json`: stable keys, raw values in [0, 1] (not x100): dataset,
+    protocol, model, encoding, tag, configuration, seeds, best_epochs, metrics {name: {mean, std,
+    ci95, n}} and comparison (None, or the baseline test results of pipeline.significance)."""
+    out = []
+    for row in rows:
+        out.append({"dataset": row["dataset"], "protocol": row["protocol"], "model": row["model"],
+                    "encoding": row["encoding"], "tag": row.get("tag"), "configuration": row["name"],
+                    "seeds": row["seeds"], "best_epochs": row["best_epochs"], "metrics": row["metrics"],
+                    "comparison": row.get("comparison")})
+    return out
 
 
 def write_report(rows: list[dict], out: str | Path) -> Path:

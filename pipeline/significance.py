@@ -11,7 +11,7 @@ over seeds (seeds matched by number, only the seeds both configurations have; me
   With fewer than 3 common seeds the test cannot conclude anything: p, d_z and the CI are left out.
 over test samples (rows of the one test split, in its file order, from each seed's
   `test_samples.parquet`; a configuration's seeds are averaged first, so each sample is one pair):
-    next-item: x_i = expected reciprocal rank under the tie rule (PROTOCOLS.md §5) from (g, t):
+    next-item: x_i = expected reciprocal rank under the tie rule (REFERENCE.md §5) from (g, t):
                RR = mean over r = g+1..g+t+1 of 1/r = (psi(g+t+2) - psi(g+1)) / (t+1)  (psi: digamma)
     CTR:       x_i = per-sample log loss -log sigmoid(+-logit)  (labels from the samples folder)
     Wilcoxon signed-rank on d_i = x_i(config) - x_i(baseline) (scipy.stats.wilcoxon, zero

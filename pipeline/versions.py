@@ -44,3 +44,14 @@ def versions() -> dict:
     if commit is not None:
         out["seqpe_dirty"] = bool(_git("status", "--porcelain", "--untracked-files=no"))
     return out
+
+
+def version_line() -> str:
+    """`seqpe --version`: "seqpe 0.1.0 (git 8b22e0d3f1a2, modified; python 3.11.7, torch 2.13.0, polars 1.x)"."""
+    v = versions()
+    if v.get("seqpe_git"):
+        git = f"git {v['seqpe_git'][:12]}" + (", modified" if v.get("seqpe_dirty") else "")
+    else:
+        git = "not a git checkout"
+    libs = ", ".join(f"{name} {v[name]}" for name in ("python", "torch", "polars") if v.get(name))
+    return f"seqpe {v.get('seqpe') or 'unknown'} ({git}; {libs})"

@@ -1,6 +1,6 @@
 """Test oracle: a plain-Python re-statement of SR-GNN's `datasets/preprocess.py` (2019 version).
 
-Written from the protocol (PROTOCOLS.md §2) and a reading of the original script, not copied:
+Written from the protocol (pipeline/REFERENCE.md §2) and a reading of the original script, not copied:
 dicts and lists, one row at a time, no Polars, so it shares no code (and no bugs) with
 seqpe's vectorised pipeline. The original runs `time.mktime` on local time; it is run
 under TZ=UTC, which is what `calendar.timegm` computes here.

@@ -187,6 +187,45 @@ def test_download_from_the_ratings_csv_installs_it_under_its_own_name(tmp_path):
     # another category's CSV is not taken for this one's .json.gz; the good copy stays
     other = tmp_path / "ratings_Toys_and_Games.csv"
     other.write_text("a,b,1,2\n")
-    with pytest.raises(DownloadError, match="is not gzip data"):
+    with pytest.raises(DownloadError, match="ratings_Toys_and_Games.csv is the file of dataset 'toys', not of 'beauty'"):
         download.run("beauty", raw, DownloadParams(), from_path=other, progress=False)
     assert sorted(p.name for p in raw.iterdir()) == ["ratings_Beauty.csv", "source.json"]
+
+
+# books_hllm (CAPE 001 Table 3, HLLM's filter). Core users A..E rate P..T; X is rated by A..D and by
+# `lazy` (4 ratings: dropped), so X passes the one count on all rows but keeps only 4 interactions;
+# `edge` has 5 ratings, one on an item rated once, so it is left with 4 and dropped by the second
+# user check; A rates T twice (repeats count). Every rating counts, whatever its value.
+HLLM_ROWS = ([(u, i, 1.0 + k % 5, 10 * (1 + k)) for u in "ABCDE" for k, i in enumerate("PQRST")]
+             + [(u, "X", 2.0, 60) for u in "ABCD"] + [("lazy", i, 5.0, 5) for i in "PQXY"] + [("E", "Y", 3.0, 60)]
+             + [("edge", i, 4.0, 7) for i in ("P", "Q", "R", "S", "rare")] + [("A", "T", 1.0, 70)])
+
+
+def test_books_hllm_registry():
+    spec = get("books_hllm")
+    assert spec.protocol == "leave_one_out" and spec.source.archive == "none"
+    assert spec.source.files == ("ratings_Books.csv",) and spec.source.url.endswith("/categoryFiles/ratings_Books.csv")
+    assert spec.options == {"category": "Books", "core": "hllm", "k_core": 5, "context": 50}
+    assert spec.source.name != get("books").source.name     # its own raw folder: the ratings-only file
+
+
+def test_books_hllm_filters_once_like_hllm_then_leave_one_out(tmp_path):
+    from pipeline import download
+    from pipeline.params import DownloadParams
+    csv = tmp_path / "mine" / "ratings_Books.csv"
+    write_csv(csv, "".join(f"{u},{i},{r},{t}\n" for u, i, r, t in HLLM_ROWS))
+    download.run("books_hllm", tmp_path / "raw", DownloadParams(), from_path=csv, progress=False)
+    m = preprocess.run("books_hllm", tmp_path / "raw", tmp_path / "sessions", params(k_core=2))  # k from options
+    assert [(s["step"], s["sessions"], s["clicks"], s["items"]) for s in m["steps"]] == [
+        ("read", 7, 40, 8), ("hllm_users_items_5", 6, 34, 6), ("hllm_users_5_again", 5, 30, 6)]
+    assert m["protocol_info"]["k_core"] == 5 and m["protocol_info"]["core"].startswith("hllm")
+    # users A..E -> 1..5; items by first appearance: P Q R S T X -> 1..6; X kept with 4 interactions
+    assert read_split(tmp_path / "sessions", "test").rows() == [
+        (1, [1, 2, 3, 4, 5, 6, 5]), (2, [1, 2, 3, 4, 5, 6]), (3, [1, 2, 3, 4, 5, 6]), (4, [1, 2, 3, 4, 5, 6]),
+        (5, [1, 2, 3, 4, 5])]
+    assert read_split(tmp_path / "sessions", "valid")["items"].to_list()[0] == [1, 2, 3, 4, 5, 6]
+    # the iterative 5-core of the same file (what `books` would do) also drops X: 26 interactions
+    iterative = dataclasses.replace(get("books_hllm"), options={"category": "Books"})
+    from pipeline.protocols import leave_one_out
+    r = leave_one_out.build(iterative, tmp_path / "raw", params(k_core=5))
+    assert [(s["step"], s["clicks"], s["items"]) for s in r.steps][-1] == ("k_core_round_3", 26, 5)

@@ -1,9 +1,10 @@
-"""models/attention.py: masking, hook order, target attention, PARec without q/k."""
+"""models/attention.py: masking, hook order, target attention, PARec without q/k, the fused SDPA path."""
 from __future__ import annotations
 
 import pytest
 import torch
 
+from models import attention
 from models.attention import MultiHeadAttention, TransformerBlock, masked_softmax
 from models.encodings import ENCODINGS, build_encoding
 from models.encodings.base import PositionalEncoding, Positions, allowed_keys, query_positions
@@ -59,6 +60,8 @@ def test_bidirectional_sees_the_future():
 
 
 class Recorder(PositionalEncoding):
+    fusable = False                                                         # overrides weights and values
+
     def __init__(self):
         super().__init__()
         self.calls = []
@@ -67,8 +70,8 @@ class Recorder(PositionalEncoding):
         self.calls.append(("rotate", layer, tuple(q.shape), tuple(k.shape)))
         return q, k
 
-    def bias(self, q, k, pos, layer):
-        self.calls.append(("bias", layer))
+    def bias(self, q, k, pos, layer, query_input=None, allowed=None):
+        self.calls.append(("bias", layer, tuple(query_input.shape), tuple(allowed.shape)))
         return torch.zeros(1, 1, q.size(2), k.size(2))
 
     def weights(self, probs, pos, layer, allowed=None):
@@ -84,7 +87,7 @@ def test_hooks_called_in_order_with_layer_and_shapes():
     r = Recorder()
     block = TransformerBlock(D, H, 0.0, layer=3)
     block(X, POS, r)
-    assert r.calls == [("rotate", 3, (2, H, L, D // H), (2, H, L, D // H)), ("bias", 3),
+    assert r.calls == [("rotate", 3, (2, H, L, D // H), (2, H, L, D // H)), ("bias", 3, (2, L, D), (2, 1, L, L)),
                        ("weights", 3, (2, H, L, L)), ("values", 3)]
 
 
@@ -135,3 +138,94 @@ def test_post_norm_block_and_padding_rows_zero():
     block = TransformerBlock(D, H, 0.0, layer=0, norm="post").eval()
     out = block(X, POS, None)
     assert torch.all(out[0, :2] == 0) and out.shape == (2, L, D)
+
+
+# --------------------------------------------------------------------------- fused (SDPA) path
+
+def both_paths(monkeypatch, a, *args, **kw):
+    """(fused, explicit) outputs of attention `a` on the same inputs."""
+    with torch.no_grad():
+        fused = a(*args, **kw)
+        monkeypatch.setattr(attention, "SDPA", False)
+        explicit = a(*args, **kw)
+        monkeypatch.setattr(attention, "SDPA", True)
+    return fused, explicit
+
+
+def overrides(e, hook):
+    return getattr(type(e), hook) is not getattr(PositionalEncoding, hook)
+
+
+@pytest.mark.parametrize("name", sorted(ENCODINGS))
+def test_fusable_iff_weights_and_values_are_left_alone(name):
+    e = enc(name)
+    assert e.fusable == (not overrides(e, "weights") and not overrides(e, "values"))
+
+
+@pytest.mark.parametrize("name", sorted(ENCODINGS))
+@pytest.mark.parametrize("mode", ["causal", "bidirectional", "target"])
+@pytest.mark.parametrize("layer", [0, 1])
+def test_fused_path_equals_explicit_path(monkeypatch, name, mode, layer):
+    e = enc(name)
+    if mode == "target" and not e.needs_qk:
+        pytest.skip("positional attention (PARec family) is self-attention only")
+    torch.manual_seed(1)
+    a = MultiHeadAttention(D, H, 0.0, layer=layer, causal=mode == "causal", qk=e.needs_qk).eval()
+    calls = []
+    spy = attention.fused_attention
+    monkeypatch.setattr(attention, "fused_attention", lambda *args: calls.append(1) or spy(*args))
+    query = torch.randn(2, 1, D, generator=torch.Generator().manual_seed(4)) if mode == "target" else None
+    fused, explicit = both_paths(monkeypatch, a, X * 3, POS, e, query=query)   # (2, Lq, D)
+    assert fused.shape == explicit.shape == (2, 1 if query is not None else L, D)
+    assert torch.allclose(fused, explicit, atol=1e-5, rtol=1e-5), (fused - explicit).abs().max()
+    assert len(calls) == (1 if e.fusable and e.needs_qk else 0)         # the fast path ran where it may
+
+
+class Biased(PositionalEncoding):
+    """A fusable encoding whose hooks record their calls; its bias must reach the fused kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def rotate(self, q, k, pos, layer):
+        self.calls.append("rotate")
+        return q.flip(-1), k
+
+    def bias(self, q, k, pos, layer, **hook_args):                         # any further hook arguments
+        self.calls.append("bias")
+        return torch.arange(L, dtype=q.dtype).repeat(q.size(2), 1)[None, None] * 0.7  # (1, 1, Lq, L)
+
+
+def test_fused_path_calls_rotate_and_bias_and_uses_them(monkeypatch):
+    e, a = Biased(), attn()
+    fused, explicit = both_paths(monkeypatch, a, X, POS, e)
+    assert e.calls == ["rotate", "bias", "rotate", "bias"]
+    assert torch.allclose(fused, explicit, atol=1e-6)
+    assert not torch.allclose(fused, a(X, POS, None), atol=1e-3)        # the bias and rotation matter
+
+
+def test_fused_path_dropout_only_in_training():
+    torch.manual_seed(0)
+    a = MultiHeadAttention(D, H, 0.5, layer=0)
+    e = enc("rope")
+    a.train()
+    assert not torch.allclose(a(X, POS, e), a(X, POS, e))               # dropout_p in training
+    a.eval()
+    assert torch.equal(a(X, POS, e), a(X, POS, e))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", [n for n in sorted(ENCODINGS) if enc(n).fusable])
+def test_fused_path_on_the_gpu_equals_explicit_on_the_cpu(monkeypatch, name):
+    e = enc(name)
+    a = attn()
+    monkeypatch.setattr(attention, "SDPA", False)
+    with torch.no_grad():
+        cpu = a(X, POS, e)
+    monkeypatch.setattr(attention, "SDPA", True)
+    pos = Positions.from_mask(MASK.cuda())
+    with torch.no_grad():
+        gpu = a.cuda()(X.cuda(), pos, e.cuda()).cpu()
+    assert torch.allclose(gpu, cpu, atol=1e-4, rtol=1e-4), (gpu - cpu).abs().max()

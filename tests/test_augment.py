@@ -123,17 +123,24 @@ def test_srgnn_ignores_max_len(tmp_path):
     assert samples(tmp_path / "out", "train")[0] == (1, [1, 2, 3], 4)
 
 
-def test_rows_mode_copies(tmp_path):
-    frame = pl.DataFrame({"label": [1, 0], "user": [3, 4]})
-    manifest = {"stage": "preprocess", "protocol": "ctr", "n_items": 2, "augment": {s: "rows" for s in io.SPLITS},
-                "shards": []}
+def test_rows_mode_remaps_ctr_rows_shard_by_shard(tmp_path):
+    """Rows mode (protocol ctr) keeps every row and column in order, maps ids through the train
+    vocabularies (pipeline.ctr_vocab; exact rule in tests/test_ctr_vocab.py) and re-cuts the shards."""
+    layout = {"min_count": 1, "fields": ["item"], "target": {"item": "item"}, "history": {"item": "hist_items"},
+              "extra": {}, "features": [], "group": "user", "label": "label"}
+    frame = pl.DataFrame({"label": [1, 0, 1], "user": [3, 4, 3], "item": [8, 6, 9], "hist_items": [[6], [], [6, 8]]},
+                         schema={"label": pl.Int8, "user": pl.Int64, "item": pl.Int32, "hist_items": pl.List(pl.Int32)})
+    manifest = {"stage": "preprocess", "protocol": "ctr", "n_items": 9, "augment": {s: "rows" for s in io.SPLITS},
+                "params": {"options": {"ctr": layout}}, "shards": []}
     with io.atomic_dir(tmp_path / "sess") as tmp:
         for split in io.SPLITS:
-            manifest["shards"] += io.write_split(tmp, split, frame)
+            manifest["shards"] += io.write_split(tmp, split, frame, rows_per_shard=2)
         io.write_json(tmp / io.MANIFEST, manifest)
-    m = augment.run("sample", tmp_path / "sess", tmp_path / "out", Params())
-    assert io.read_split(tmp_path / "out", "test").equals(frame)
-    assert m["splits"]["train"] == {"rows": 2}
+    m = augment.run("sample", tmp_path / "sess", tmp_path / "out", Params(augment=AugmentParams(rows_per_shard=2)))
+    # train ids {6, 8, 9} -> 2, 3, 4
+    assert io.read_split(tmp_path / "out", "test").rows() == [(1, 3, 3, [2]), (0, 4, 2, []), (1, 3, 4, [2, 3])]
+    assert m["splits"]["train"] == {"rows": 3} and m["ctr"]["vocab"]["item"]["rows"] == 5
+    assert [e["rows"] for e in m["shards"] if e["path"].startswith("valid/")] == [2, 1]
 
 
 def test_yoochoose_fraction_samples_are_the_canonical_slice(tmp_path):

@@ -144,3 +144,28 @@ def test_load_sequences_refuses_null_ids(tmp_path):
                                                 schema={"session_id": pl.Int64, "items": pl.List(pl.Int32)}))
     with pytest.raises(DataError, match="holds a null item id"):
         load_sequences(tmp_path, "train", 4)
+
+
+def test_a_memory_budget_spills_to_memory_maps_with_the_same_batches(tmp_path):
+    """train.memory_budget: a split larger than the budget is built slice by slice into memory-mapped
+    files; the arrays, and so the seeded batches, are those of the in-memory path."""
+    import torch
+    from pipeline.batches import batches, load_sequences
+    from test_train import _shifted_toy, make_samples
+    samples = make_samples(tmp_path / "samples", n_items=12, train=500)
+    full = load_samples(samples, "train", 6)
+    spilled = load_samples(samples, "train", 6, budget_mb=0.001, spill=tmp_path / "spill")
+    assert isinstance(spilled.seqs, np.memmap) and (tmp_path / "spill" / "samples" / "complete").is_file()
+    assert np.array_equal(full.seqs, spilled.seqs) and np.array_equal(full.targets, spilled.targets)
+    again = load_samples(samples, "train", 6, budget_mb=0.001, spill=tmp_path / "spill")     # reused
+    assert np.array_equal(again.lengths, full.lengths)
+    for a, b in zip(batches(full, 64, shuffle=True, generator=torch.Generator().manual_seed(3), bucket=2),
+                    batches(spilled, 64, shuffle=True, generator=torch.Generator().manual_seed(3), bucket=2)):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    (tmp_path / "loo").mkdir()
+    rows = _shifted_toy(tmp_path / "loo")                               # shifted rows: both loaders
+    for loader in (load_samples, load_sequences):
+        whole = loader(rows, "train", 5)
+        part = loader(rows, "train", 5, budget_mb=0.0005, spill=tmp_path / f"spill-{loader.__name__}")
+        assert isinstance(part.seqs, np.memmap)
+        assert np.array_equal(whole.seqs, part.seqs) and np.array_equal(whole.targets, part.targets)

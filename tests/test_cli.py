@@ -1,7 +1,9 @@
 """The CLI edge: one-line errors with exit code 1, no tracebacks, no torch for data commands."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,8 +97,101 @@ def test_damaged_manifest_and_unusable_paths_are_one_line(tmp_path):
 
 def test_error_text_with_brackets_is_printed_verbatim(tmp_path):
     """Messages are not read as rich markup: '[sample]' (a YAML list) must survive."""
-    text = (ROOT / "params.yaml").read_text().replace("datasets:\n  - sample\n", "", 1)
+    text = re.sub(r"(?m)^datasets:\n(  - .*\n)+", "", (ROOT / "params.yaml").read_text(), count=1)
+    assert "\ndatasets:" not in text
     (tmp_path / "params.yaml").write_text(text)
     proc = seqpe("preprocess", "sample", str(tmp_path / "a"), str(tmp_path / "b"), "--params",
                  str(tmp_path / "params.yaml"))
-    assert_one_line_error(proc, "missing params key 'datasets'", "(default: datasets: [sample])")
+    assert_one_line_error(proc, "missing params key 'datasets'", "(default: datasets: [sample, sample_ctr])")
+
+
+# --------------------------------------------------------------------------- hardening (issue 13)
+
+def tiny_samples(root: Path, n_items: int = 9) -> Path:
+    """A samples folder of next-item rows `item -> item + 1` (enough for pop and a 1-epoch SASRec)."""
+    import polars as pl
+    from pipeline.io import write_json, write_split
+    shards = []
+    for split, n in (("train", 60), ("valid", 12), ("test", 12)):
+        prefixes = [[(s + j) % n_items + 1 for j in range(1 + s % 3)] for s in range(n)]
+        frame = pl.DataFrame({"session_id": list(range(n)), "prefix": prefixes,
+                              "target": [p[-1] % n_items + 1 for p in prefixes]},
+                             schema={"session_id": pl.Int64, "prefix": pl.List(pl.Int32), "target": pl.Int32})
+        shards += write_split(root, split, frame)
+    write_json(root / "manifest.json", {"stage": "augment", "kind": "samples", "dataset": "toyset", "protocol": "srgnn",
+                                        "n_items": n_items, "shards": shards})
+    return root
+
+
+@pytest.mark.parametrize("setting, fragment", [
+    ("train.lr=-1", "params key 'train.lr' must be > 0, got -1.0"),
+    ("train.dropout=1.5", "params key 'train.dropout' must be in [0, 1), got 1.5"),
+    ("evaluate.ks=[0]", "params key 'evaluate.ks[0]' must be >= 1, got 0"),
+    ("study.seeds=[]", "params key 'study.seeds' must be a non-empty list of seeds"),
+    ("train.threads=two", "params key 'train.threads' must be auto or a number of threads >= 0"),
+])
+def test_out_of_range_params_are_one_line_through_the_cli(tmp_path, setting, fragment):
+    proc = seqpe("train", "sample", str(tmp_path / "samples"), str(tmp_path / "runs"), "--set", setting)
+    assert_one_line_error(proc, fragment, "Fix:")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--lengths", "100000"], "--lengths 100000 is longer than 1024 positions"),
+    (["--lengths", "1", "2", "3", "4", "5", "6", "7", "8", "9"], "9 distinct lengths; at most 8"),
+    (["--lengths", "10", "--dim", "0"], "--dim must be in 1..4096, got 0"),
+])
+def test_encodings_inspect_bounds_its_inputs(tmp_path, args, fragment):
+    """`--lengths 100000` used to try to allocate a 40 GB dot-product matrix."""
+    proc = seqpe("encodings", "inspect", "ldpe", *args, "--out", str(tmp_path / "figs"))
+    assert_one_line_error(proc, fragment)
+    assert not (tmp_path / "figs").exists()
+
+
+def test_names_get_a_did_you_mean(tmp_path):
+    proc = seqpe("train", "sampel", cwd=tmp_path)
+    assert_one_line_error(proc, "unknown dataset 'sampel'. Fix: did you mean 'sample'? (known: ", "diginetica")
+    proc = seqpe("trian", "sample")
+    assert proc.returncode == 2 and "No such command 'trian'. Did you mean 'train'?" in proc.stderr
+    samples = tiny_samples(tmp_path / "samples")
+    proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "gru4rec", "--encoding", "rope")
+    assert_one_line_error(proc, "model 'gru4rec' takes no positional encoding, so --encoding rope would be ignored")
+    proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "pop", "--encoding", "bogus_enc")
+    assert_one_line_error(proc, "unknown encoding 'bogus_enc'")
+    proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "sasrek")
+    assert_one_line_error(proc, "unknown model 'sasrek'. Fix: did you mean 'sasrec'?")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_version_json_and_80_columns(tmp_path):
+    proc = seqpe("--version")
+    assert proc.returncode == 0 and re.fullmatch(r"seqpe \d+\.\d+\.\d+ \((git [0-9a-f]{12}(, modified)?|not a git "
+                                                 r"checkout); python .*\)\n", proc.stdout), proc.stdout
+    samples = tiny_samples(tmp_path / "samples")
+    stats = json.loads(seqpe("stats", "toyset", str(samples), "--json").stdout)
+    assert stats["n_items"] == 9 and stats["kind"] == "samples" and set(stats) >= {"dataset", "protocol", "splits"}
+    for seed in ("1", "2"):
+        proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "pop", "--seed", seed,
+                     "--quiet")
+        assert proc.returncode == 0, proc.stderr
+    rows = json.loads(seqpe("report", str(tmp_path / "runs"), "--json").stdout)
+    assert [r["configuration"] for r in rows] == ["pop-none"] and rows[0]["seeds"] == [1, 2]
+    assert set(rows[0]["metrics"]["hr@10"]) == {"mean", "std", "ci95", "n"} and 0 <= rows[0]["metrics"]["hr@10"]["mean"] <= 1
+    env = dict(os.environ, COLUMNS="80")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(tmp_path / "runs")], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "…" not in proc.stdout and max(map(len, proc.stdout.splitlines())) <= 80
+    assert proc.stdout.count("pop-none") == 3 and "ndcg@20" in proc.stdout
+
+
+def test_training_lines_go_to_stderr_and_tables_to_stdout(tmp_path):
+    samples = tiny_samples(tmp_path / "samples")
+    env = dict(os.environ, COLUMNS="80")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "train", "toyset", str(samples), str(tmp_path / "r"),
+                           "--model", "sasrec", "--encoding", "none", "--seed", "1", "--set", "train.epochs=2",
+                           "--set", "train.dim=8"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr.splitlines()
+    assert [line.split(":")[0] for line in err] == ["toyset sasrec-none seed 1 epoch 1", "toyset sasrec-none seed 1 "
+                                                    "epoch 2", "toyset sasrec-none seed 1"]
+    assert "loss" not in proc.stdout and "test metrics (×100)" in proc.stdout and "…" not in proc.stdout

@@ -1,4 +1,4 @@
-"""CTR protocol (PROTOCOLS.md §4) on tiny BARS-format files: parsing, truncation, valid carving."""
+"""CTR protocol (pipeline/REFERENCE.md §4) on tiny BARS-format files: parsing, truncation, valid carving."""
 from __future__ import annotations
 
 import dataclasses
@@ -69,6 +69,11 @@ def test_registry():
     assert kv.source.file_md5 == {"train.csv": "16f13734411532cc313caf2180bfcd56",
                                   "test.csv": "ba26c01caaf6c65c272af11aa451fc7a"}
     assert ae.source.file_md5["test.csv"] == "57a20e82fe736dd495f2eaf0669bf6d0"
+    # the BARS DIN configs: min_categr_count, which columns are embedded, which are meta (gAUC group)
+    assert (ae.options["ctr"]["min_count"], kv.options["ctr"]["min_count"]) == (1, 10)
+    assert ae.options["ctr"]["fields"] == ["item", "cate"] and ae.options["ctr"]["features"] == []
+    assert kv.options["ctr"]["extra"] == {"neg_items": "hist_neg_items"} and kv.options["ctr"]["features"] == ["user"]
+    assert ae.options["ctr"]["group"] == kv.options["ctr"]["group"] == "user"
 
 
 def test_amazon_electronics_rows_truncation_and_valid(tmp_path):
@@ -113,7 +118,11 @@ def test_end_to_end_streamed_and_deterministic(tmp_path):
                            "test": {"rows": 4, "clicks": 4}}
     assert read_json(tmp_path / "a" / "samples" / "manifest.json")["splits"]["valid"] == {"rows": 4}
     test = read_split(tmp_path / "a" / "samples", "test")
-    assert test["hist_items"].to_list()[0] == [4, 6, 5]
+    # sessions ids [4, 6, 5] (raw 3, 5, 4 + 1) through the train vocabulary: train items {4, 6, 8, 9}
+    # -> 2, 3, 4, 5; 5 is only a test/valid item -> OOV 1
+    assert test["hist_items"].to_list()[0] == [2, 3, 1]
+    vocab = read_json(tmp_path / "a" / "samples" / "manifest.json")["ctr"]["vocab"]
+    assert {t: (v["rows"], v["min_count"]) for t, v in vocab.items()} == {"item": (6, 1), "cate": (5, 1)}
     assert not list(tmp_path.rglob(".*staging*"))
 
 

@@ -1,5 +1,6 @@
 """pipeline.download against a real HTTP server on 127.0.0.1 (tests/httpserver.py)."""
 from __future__ import annotations
+import re
 
 import hashlib
 import io
@@ -380,8 +381,10 @@ def test_cli_error_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
     shipped = (Path(__file__).resolve().parents[1] / "params.yaml").read_text()
     (tmp_path / "params.yaml").write_text(shipped.replace("  retries: 5", "  retries: 1")     # only `toy` is known:
                                           .replace("  backoff_s: 1.0", "  backoff_s: 0.01")   # no datasets to list
-                                          .replace("datasets:\n  - sample\n", "datasets: []\n")
-                                          .replace("    datasets: [sample]\n", "    datasets: []\n"))
+                                          .replace("    datasets: [sample]\n", "    datasets: []\n")
+                                          .replace("    datasets: [sample_ctr]\n", "    datasets: []\n"))
+    shipped = re.sub(r"(?m)^datasets:\n(  - .*\n)+", "datasets: []\n", (tmp_path / "params.yaml").read_text())
+    (tmp_path / "params.yaml").write_text(shipped)
     monkeypatch.setattr(sys, "argv", ["seqpe", "download", "toy", str(tmp_path / "raw"), "--quiet"])
     with pytest.raises(SystemExit) as exit_:
         cli.main()
@@ -406,3 +409,54 @@ def test_download_from_a_local_zip_never_imports_polars(tmp_path):
                          capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
     assert (tmp_path / "raw" / "train-item-views.csv").read_text().endswith("2016-05-01\n")
+
+
+# --------------------------------------------------------------------------- files recognised by content
+
+def test_a_text_file_under_another_name_is_the_needed_file(tmp_path):
+    """`--from my_views.csv` (a good CSV under another name) used to be read as a corrupt zip."""
+    name = dataset(url=closed_port_url("data.zip"))
+    mine = tmp_path / "my_views.csv"
+    mine.write_bytes(CLICKS)
+    summary = download.run(name, tmp_path / "raw", FAST, from_path=mine, progress=False)
+    assert (tmp_path / "raw" / "clicks.csv").read_bytes() == CLICKS
+    assert "my_views.csv, recognised by its content" in summary["note"]
+    again = download.run(name, tmp_path / "raw", FAST, progress=False)          # source.json vouches for it
+    assert again["note"].startswith("already present")
+
+
+def test_an_archive_under_another_name_is_unpacked_as_what_it_is(tmp_path):
+    name = dataset(url=closed_port_url("data.7z"), filename="data.7z", archive="7z")
+    mine = tmp_path / "download(1).bin"
+    mine.write_bytes(ZIP)                                                  # a zip, where a 7z was expected
+    download.run(name, tmp_path / "raw", FAST, from_path=mine, progress=False)
+    assert (tmp_path / "raw" / "clicks.csv").read_bytes() == CLICKS
+
+
+def test_binary_junk_is_named_and_never_echoed(tmp_path):
+    name = dataset(url=closed_port_url("data.7z"), filename="data.7z", archive="7z")
+    junk = tmp_path / "junk.dat"
+    junk.write_bytes(b"\x1b[31m;;;\x00\x07" + bytes(range(256)))
+    with pytest.raises(DownloadError) as err:
+        download.run(name, tmp_path / "raw", FAST, from_path=junk, progress=False)
+    msg = str(err.value)
+    assert "junk.dat is binary data (starts with bytes 1b 5b 33 31 6d 3b 3b 3b), not a 7z archive" in msg
+    assert "\x1b" not in msg and "\x00" not in msg and not (tmp_path / "raw").exists()
+
+
+def test_an_html_page_instead_of_the_archive_tries_the_next_origin(srv, tmp_path):
+    srv.files["login.zip"] = b"<!DOCTYPE html><html><body>Please log in</body></html>"
+    name = dataset(mirrors=(srv.url("login.zip"),), url=srv.url("data.zip"))
+    summary = download.run(name, tmp_path / "raw", FAST, progress=False)
+    assert summary["origin"] == "url" and (tmp_path / "raw" / "clicks.csv").read_bytes() == CLICKS
+    only = dataset("login_only", mirrors=(srv.url("login.zip"),))
+    with pytest.raises(DownloadError, match=r"is an HTML page \(the host may want a login\), not a zip archive"):
+        download.run(only, tmp_path / "raw2", FAST, progress=False)
+    assert not (tmp_path / "raw2").exists()
+
+
+def test_a_failed_download_leaves_no_empty_folders(tmp_path):
+    name = dataset(url=closed_port_url("data.zip"))
+    with pytest.raises(DownloadError, match="no network"):
+        download.run(name, tmp_path / "x" / "raw" / "y", FAST, progress=False)
+    assert not (tmp_path / "x").exists()

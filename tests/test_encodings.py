@@ -132,6 +132,46 @@ def test_spe_values_are_equation_1():
     assert torch.allclose(dpe[3, D // 2], torch.tensor(0.0)) and torch.allclose(dpe[0, D // 2], torch.tensor(3.0).sin())
 
 
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_learnable_flag_says_whether_the_encoding_has_weights(name):
+    assert ENCODINGS[name].learnable == any(p.requires_grad for p in make(name).parameters()), name
+
+
+def test_rotatory_is_the_studys_learned_sin_cos_table_added_to_the_input():
+    """004 §3 as its released code builds it: learned angles a = Embed[l - 1 - pos] / 10000,
+    PE = (sin 2 pi a_0, cos 2 pi a_0, sin 2 pi a_1, ...), x + PE; reversed positions."""
+    enc = make("rotatory")
+    with torch.no_grad():
+        enc.angles.weight.copy_(torch.arange(MAX_LEN + 1, dtype=torch.float)[:, None] * 100
+                                + torch.arange(D // 2, dtype=torch.float)[None, :] * 2500)
+    pos = batch_positions((3,))
+    x = torch.zeros(1, 3, D)
+    with torch.no_grad():
+        pe = enc.embed(x, pos)[0]                                           # a zero input keeps position
+    assert torch.equal(pe, enc.table(pos)[0])
+    # the last item (backward position 0) reads row 0: angles 2 pi (0, 0.25, 0.5, 0.75, ...)
+    want = torch.tensor([[math.sin(2 * math.pi * k / 4), math.cos(2 * math.pi * k / 4)] for k in range(D // 2)])
+    assert torch.allclose(pe[2], want.flatten(), atol=1e-6)
+    # the first item of 3 (backward position 2): angles 2 pi (0.02, 0.27, ...)
+    a = 2 * math.pi * (200 + 2500 * torch.arange(D // 2, dtype=torch.float64)) / 10000
+    assert torch.allclose(pe[0], torch.stack((a.sin(), a.cos()), -1).flatten().float(), atol=1e-6)
+    assert enc.angles.weight.shape == (MAX_LEN + 1, D // 2)                 # only the angles that are used
+    con = make("rotatory_con")
+    y = torch.randn(1, 3, D, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(con.embed(y, pos), con.proj(torch.cat((y, con.table(pos)), -1)))
+        assert not torch.allclose(con.embed(x, pos)[0, 0], con.embed(x, pos)[0, 1])
+
+
+def test_rotatory_starts_nearly_flat_as_the_studys_initialisation():
+    """Angles N(0, 1) / 10000: at initialisation every position's PE is within 1e-2 of
+    (0, 1, 0, 1, ...) - the study's encoding learns its positions from almost nothing."""
+    table = make("rotatory").table(batch_positions((MAX_LEN,)))[0].detach()  # (n, D)
+    flat = torch.tensor([0.0, 1.0]).repeat(D // 2)
+    assert (table - flat).abs().max() < 1e-2
+    assert torch.unique(table[:, 0]).numel() == MAX_LEN                    # yet every position differs
+
+
 def test_unknown_name_and_bad_options():
     with pytest.raises(UnknownNameError) as e:
         build_encoding("ldpee", dim=D, max_len=MAX_LEN, options={})
@@ -158,10 +198,15 @@ def scores(enc, q, k, pos, layer=0):
     """Content + positional logits as attention.py computes them (B, H, Lq, L)."""
     q, k = enc.rotate(q, k, pos, layer)
     logits = q @ k.transpose(-1, -2) / (q.size(-1) ** 0.5)
-    b = enc.bias(q, k, pos, layer)
+    b = enc.bias(q, k, pos, layer, query_input=item_inputs(q.size(0), q.size(2)))
     logits = logits if b is None else logits + b
     probs = torch.softmax(logits.masked_fill(~allowed_keys(pos, q.size(2)), float("-inf")), -1)
     return enc.weights(probs, pos, layer)
+
+
+def item_inputs(B, L):
+    """(B, L, D) stand-in for what the queries were projected from (CAPE's fusion input, 001 Eq. 5)."""
+    return torch.randn(B, L, D, generator=torch.Generator().manual_seed(2))
 
 
 def qk(L=6, B=2):
@@ -230,11 +275,13 @@ def test_cape_unit_gates_give_relative_positions():
 @pytest.mark.parametrize("name", ["cope", "cape"])
 def test_contextual_bias_with_unit_gates_is_relative_lookup(name):
     enc = make(name)
-    enc.gates = lambda q, k: torch.ones(q.size(0), q.size(1), q.size(2), k.size(2))
+    enc.gates = lambda sim: torch.ones_like(sim)
     q, k = qk(L=5, B=1)
+    x = item_inputs(1, 5)
     pos = batch_positions((5,))
     with torch.no_grad():
-        b, z = enc.bias(q, k, pos, 1), enc.scores(q, 1)                     # (1, H, 5, 5), (1, H, 5, n+1)
+        b, z = enc.bias(q, k, pos, 1, query_input=x), enc.scores(q, 1, x)   # (1, H, 5, 5), (1, H|1, 5, n+1)
+    z = z.expand(1, H, 5, MAX_LEN + 1)
     for i in range(5):
         for j in range(i + 1):
             assert torch.equal(b[0, :, i, j], z[0, :, i, i - j + 1])
@@ -251,11 +298,73 @@ def test_interpolation_is_exact():
 
 def test_cape_target_attention_counts_from_the_target():
     enc = make("cape")
-    enc.gates = lambda q, k: torch.ones(q.size(0), q.size(1), q.size(2), k.size(2))
+    enc.gates = lambda sim: torch.ones_like(sim)
     pos = batch_positions((3,), L=5)
-    q, k = torch.randn(1, H, 1, D // H), torch.randn(1, H, 5, D // H)
-    p = enc.positions(q, k, pos)[0, 0, 0]                                   # (5,)
+    p = enc.positions(torch.randn(1, H, 1, 5), pos)[0, 0, 0]                 # (5,)
     assert p.tolist() == [3.0, 3.0, 3.0, 2.0, 1.0]                          # last item 1 step back; pads add 0
+
+
+def test_cape_bidirectional_positions_count_to_the_end():
+    """With the attention's own bidirectional mask every query counts from the last key (001 Eq. 2:
+    p_j = sum_{k=j}^{n} g_k), so later keys no longer all collapse onto position 0."""
+    enc = make("cape")
+    enc.gates = lambda sim: torch.ones_like(sim)
+    pos = batch_positions((3,), L=4)
+    both = enc.positions(torch.zeros(1, 1, 4, 4), pos, allowed_keys(pos, 4, causal=False))[0, 0]
+    assert both[1].tolist() == [3.0, 3.0, 2.0, 1.0] and both[3].tolist() == [3.0, 3.0, 2.0, 1.0]
+    causal = enc.positions(torch.zeros(1, 1, 4, 4), pos)[0, 0]
+    assert causal[2].tolist() == [2.0, 2.0, 1.0, 0.0]                     # keys after the query: 0
+
+
+def test_cape_equations_by_hand():
+    """001 Eqs. 1, 2, 5, 6, 7 on one target over three keys, with W, b and e set by hand."""
+    enc = build_encoding("cape", dim=2, max_len=4, heads=1, layers=1, options={"pos_dim": 2})
+    with torch.no_grad():
+        enc.fuse[0].weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))   # W (d_pos x d)
+        enc.fuse[0].bias.copy_(torch.tensor([0.0, -1.0]))                  # b
+        enc.emb.copy_(torch.tensor([[[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 0.0]]]))  # e[0..4]
+    t = torch.tensor([[[1.0, 1.0]]])                                        # (1, 1, d): the target item
+    sim = torch.tensor([[[[0.0, math.log(3.0), -math.log(3.0)]]]])          # (1, 1, 1, 3) sim(t, h_j)
+    pos = batch_positions((3,))
+    with torch.no_grad():
+        out = enc.score_bias(sim, t[:, None], pos, 0, query_input=t)[0, 0, 0]
+    g = [0.5, 0.25, 0.75]                                                   # Eq. 1: 1 - sigmoid(sim)
+    p = [g[0] + g[1] + g[2], g[1] + g[2], g[2]]                             # Eq. 2: 1.5, 1.0, 0.75
+    silu = lambda v: v / (1 + math.exp(-v))                                 # noqa: E731
+    tp = [silu(1.0), silu(1.0)]                                             # Eq. 5: SiLU(W t + b) = SiLU([1, 1])
+    z = [0.0, tp[0], tp[1], tp[0] + tp[1], 2 * tp[0]]                       # Eq. 6: t' . e[p]
+    want = [0.5 * z[1] + 0.5 * z[2], z[1], 0.25 * z[0] + 0.75 * z[1]]       # Eq. 7 at p = 1.5, 1.0, 0.75
+    assert out.tolist() == pytest.approx(want, abs=1e-6) and p == [1.5, 1.0, 0.75]
+
+
+def test_cape_fusion_acts_on_the_target_item_not_the_projected_query():
+    """001 Eq. 5: W (d x d_pos) maps the target embedding t. Two targets whose per-head queries are
+    identical (W_Q zeroed) still get different positional scores; a fusion of the projected query
+    (the old per-head one) would give them the same attention output."""
+    from models.attention import MultiHeadAttention
+    enc = make("cape", pos_dim=8)
+    assert enc.fuse[0].in_features == D and enc.fuse[0].out_features == 8
+    torch.manual_seed(3)
+    attn = MultiHeadAttention(D, H, 0.0, layer=1).eval()
+    with torch.no_grad():
+        attn.q.weight.zero_()                                               # q = W_Q t + b_Q = b_Q for any t
+    x = torch.randn(1, 6, D, generator=torch.Generator().manual_seed(5))
+    pos = batch_positions((6,))
+    t1, t2 = torch.randn(2, 1, 1, D, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        o1, o2 = attn(x, pos, enc, query=t1), attn(x, pos, enc, query=t2)   # (1, 1, D) each
+        n1, n2 = attn(x, pos, None, query=t1), attn(x, pos, None, query=t2)
+    assert torch.equal(n1, n2)                                              # no encoding: t is invisible
+    assert (o1 - o2).abs().max() > 1e-4                                     # CAPE sees t through Eq. 5
+    with pytest.raises(AssertionError, match="query_input"):
+        enc.bias(torch.zeros(1, H, 1, D // H), torch.zeros(1, H, 6, D // H), pos, 0)
+
+
+@pytest.mark.parametrize("pos_dim", [16, 32, 64])
+def test_cape_pos_dim_option(pos_dim):
+    enc = make("cape", pos_dim=pos_dim)
+    assert enc.emb.shape == (LAYERS, MAX_LEN + 1, pos_dim) and enc.fuse[1].weight.shape == (pos_dim, D)
+    assert make("cape", pos_dim=0).pos_dim == D
 
 
 # --------------------------------------------------------------------------- PARec family

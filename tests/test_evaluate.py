@@ -24,7 +24,7 @@ def write_run(root: Path, model: str, enc: str, seed: int, test: dict, dataset: 
 
 def params(ks=(5, 10), grid: bool = False) -> Params:
     study = {"seeds": [1, 2, 3], "next_item": {"datasets": ["sample"], "models": ["sasrec"], "encodings": ["lpe"],
-                                               "baselines": ["pop"]}}
+                                               "baselines": ["pop"]}, "ctr": {}}
     return from_dict(Params, {"evaluate": {"ks": list(ks)}, "study": study,
                               "datasets": ["sample"] if grid else []} if grid else {"evaluate": {"ks": list(ks)}})
 

@@ -1,4 +1,4 @@
-"""Leave-one-out protocol (PROTOCOLS.md §3) on a tiny hand-made interaction log."""
+"""Leave-one-out protocol (pipeline/REFERENCE.md §3) on a tiny hand-made interaction log."""
 from __future__ import annotations
 
 import dataclasses

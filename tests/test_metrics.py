@@ -1,4 +1,4 @@
-"""models/metrics.py: ranking metrics under the exact tie rule (PROTOCOLS.md §5) equal hand-computed
+"""models/metrics.py: ranking metrics under the exact tie rule (pipeline/REFERENCE.md §5) equal hand-computed
 values and a brute force over every tie order; CTR metrics exact; non-finite scores are errors."""
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_shipped_params_load_and_match_defaults_where_documented():
     p = load_params(ROOT / "params.yaml", required=True)
     assert isinstance(p, Params)
-    assert p.datasets == ["sample"]
+    assert p.datasets == ["sample", "sample_ctr"]
+    assert p.study.ctr.models == ["din"] and p.train_for("ctr").lr == pytest.approx(0.003)
     assert p.evaluate.ks == [5, 10, 20]
     assert p.train.lr == pytest.approx(1e-3)
 

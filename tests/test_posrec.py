@@ -133,3 +133,22 @@ def test_paper_preset_resolves():
     assert tp.weight_decay > 0
     m = build_model("posrec", n_items=5, max_len=tp.max_len, train=tp, options={}, encoding=None)
     assert isinstance(m, PosRec) and len(m.blocks) == 1 and m.emb.weight.shape == (6, 100)
+    from pipeline.presets import resolve
+    for ds in ("diginetica", "yoochoose_1_64", "beauty"):               # Eq. 7: raw weighted sums
+        assert resolve(MODELS["posrec"].presets, "paper", "posrec", ds).models["posrec"]["normalise"] is False
+    for name in ("paper_diginetica", "paper_yoochoose"):
+        assert MODELS["posrec"].presets[name]["models"]["posrec"]["normalise"] is False
+
+
+def test_normalise_false_feeds_eq_7_raw_sums_to_the_gnn():
+    """Without normalisation X' is the GGNN step on the raw (frequency + hop distance) weights;
+    the default divides each row by its sum, a different function of the same weights."""
+    seqs = torch.tensor([[0, 0, 5, 3, 5, 7, 2], [0, 1, 2, 3, 4, 1, 6]])
+    only_x = {"lambda0": 1.0, "lambda1": 0.0, "lambda2": 0.0}
+    raw, norm = _posrec({**only_x, "normalise": False}), _posrec(only_x)
+    g = build_graph(seqs)
+    r_in, r_out = neighbour_weights(g, anchors=True, normalise=False)
+    with torch.no_grad():
+        x = raw.pggnn(raw.emb(g.items), r_in, r_out)
+        assert torch.allclose(raw.encode(seqs), at_slot(x, g.last), atol=1e-6)
+        assert not torch.allclose(raw.encode(seqs), norm.encode(seqs), atol=1e-3)

@@ -1,6 +1,8 @@
 """SASRec with every registered encoding: shapes, padding, positions, gradients, devices."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -74,6 +76,44 @@ def test_registered_with_options_checked():
         model("none", norm="mid")
     with pytest.raises(ParamsError, match="divisible"):
         build_model("sasrec", n_items=5, max_len=4, train=TrainParams(dim=10, heads=3), options={}, encoding=None)
+
+
+@pytest.mark.parametrize("n, d, items", [(50, 50, 12101), (200, 50, 3416), (7, 12, 30)])
+def test_paper_sasrec_has_003_table_1_parameter_count(n, d, items):
+    """003 Table 1: SASRec's attention layer holds 3d^2 weights (W_Q, W_K, W_V; no W_O). With the
+    `paper` preset (2 blocks, lrpe) the whole model counts, exactly:
+        (items + 1) d                 item table, row 0 = padding
+        (n + 1) d                     lrpe table (one spare row: every seqpe learned table has max_len + 1)
+        2 x [3d^2 + 3d                attention: Table 1's 3d^2 + the biases of the reference code's dense layers
+             + 2d^2 + 2d              point-wise FFN (two d x d layers with biases)
+             + 4d]                    two LayerNorms
+        + 2d                          final LayerNorm
+    (n, d, items) = Beauty's and ML-1m's settings in 003 Tables 2-3, and a small odd case."""
+    from pipeline.presets import resolve
+    from pipeline.train import resolve_train
+    res = resolve(MODELS["sasrec"].presets, "paper", "sasrec", "beauty")
+    assert res.models == {"sasrec": {"out_proj": False}}
+    tp = resolve_train(TrainParams(), MODELS["sasrec"], "paper", "sasrec", None)
+    tp = dataclasses.replace(tp, dim=d, max_len=n)
+    enc = build_encoding(tp.encoding, dim=d, max_len=n, heads=tp.heads, layers=tp.layers, options={})
+    m = build_model("sasrec", n_items=items, max_len=n, train=tp, options=res.models["sasrec"], encoding=enc)
+    for block in m.blocks:
+        weights = [p for p in block.attn.parameters() if p.dim() == 2]
+        assert sum(p.numel() for p in weights) == 3 * d * d                  # Table 1
+        assert sum(p.numel() for p in block.attn.parameters()) == 3 * d * d + 3 * d
+    per_layer = 3 * d * d + 3 * d + 2 * d * d + 2 * d + 4 * d
+    assert sum(p.numel() for p in m.parameters()) == (items + 1) * d + (n + 1) * d + 2 * per_layer + 2 * d
+    default = build_model("sasrec", n_items=items, max_len=n, train=tp, options={}, encoding=enc)
+    assert sum(p.numel() for p in default.blocks[0].attn.parameters()) == 4 * d * d + 4 * d   # seqpe's W_O
+
+
+def test_output_projection_option_changes_the_function():
+    a, b = model("lpe", out_proj=True).eval(), model("lpe", out_proj=False).eval()
+    assert isinstance(b.blocks[0].attn.out, torch.nn.Identity)
+    with torch.no_grad():
+        assert not torch.allclose(a(SEQS)[:, 1:], b(SEQS)[:, 1:])
+    with pytest.raises(ParamsError, match="models.sasrec.out_proj"):
+        model("lpe", out_proj="no")
 
 
 def test_learns_a_tiny_next_item_task():

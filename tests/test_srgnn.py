@@ -1,4 +1,4 @@
-"""The SR-GNN protocol (PROTOCOLS.md §2) on tiny hand-made raw logs, step by step, plus a
+"""The SR-GNN protocol (pipeline/REFERENCE.md §2) on tiny hand-made raw logs, step by step, plus a
 row-for-row comparison with a plain-Python re-statement of the protocol on the `sample` log."""
 from __future__ import annotations
 

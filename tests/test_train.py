@@ -119,7 +119,8 @@ def params(model: str = "toy", encoding: str = "toy_lpe", seeds=(1,), **train) -
     base.update(train)
     return from_dict(Params, {"datasets": [], "train": base, "evaluate": {"ks": [1, 5], "batch_size": 64},
                               "study": {"seeds": list(seeds),
-                                        "next_item": {"models": [model], "encodings": [encoding]}},
+                                        "next_item": {"models": [model], "encodings": [encoding]},
+                                        "ctr": {}},
                               "models": {model: {}}, "encodings": {encoding: {}}})
 
 
@@ -166,7 +167,8 @@ def test_best_epoch_is_chosen_on_valid_and_test_is_scored_once_with_its_weights(
     scripted = iter([0.1, 0.5, 0.3, 0.2, 0.9])          # patience 2: stops after epoch 4, best = 2
     seen: dict[str, list] = {"valid": [], "test": []}
 
-    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False, per_sample=False):
+    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False, per_sample=False,
+                   **kwargs):
         seen[split].append({k: v.clone() for k, v in net.state_dict().items()})
         value = next(scripted) if split == "valid" else 0.25
         out = {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
@@ -258,7 +260,8 @@ def test_plateau_schedule_decays_after_lr_step_epochs_without_improvement(tmp_pa
     samples = make_samples(tmp_path / "samples")
     scripted = iter([0.1, 0.2, 0.2, 0.2, 0.3, 0.3, 0.3])      # stalls after epochs 2 and 5
 
-    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False, per_sample=False):
+    def fake_score(net, data, split, ks, batch_size, device, trim=True, mask_history=False, per_sample=False,
+                   **kwargs):
         value = next(scripted) if split == "valid" else 0.25
         out = {"hr@1": value, "hr@5": value, "mrr@1": value, "mrr@5": value, "ndcg@1": value, "ndcg@5": value}
         return (out, pl.DataFrame({"greater": [0], "ties": [0]})) if per_sample else out
@@ -537,7 +540,7 @@ def test_sequence_objective_learns_and_refuses_what_it_cannot_train(tmp_path):
         assert record["train"]["objective"] == "sequence"
         assert record["samples"]["train"] == len(load_samples(samples, "train", 8))   # predictions, not rows
     with pytest.raises(ParamsError, match="objective sequence needs a causal backbone, and 'posrec' is not one"
-                                          ".*fparec, gru4rec, parec, sasrec"):
+                                          ".*fparec.*gru4rec.*parec.*sasrec"):
         stage.run("toy", samples, tmp_path / "runs", params(model="posrec", encoding="ldpe", objective="sequence"),
                   progress=False)
     with pytest.raises(DataError, match="holds \\(prefix, target\\) samples"):
@@ -551,3 +554,68 @@ def test_sequence_objective_with_sampled_softmax_learns(tmp_path):
                objective="sequence", batch_size=16, loss="sampled", negatives=5)
     [res] = stage.run("toy", samples, tmp_path / "runs", p, progress=False)
     assert res["test"]["hr@1"] > 0.9, res
+
+
+def test_a_backbones_own_training_loss_is_what_the_trainer_minimises(tmp_path, toy_registry, monkeypatch):
+    """Recommender.training_loss (GRU4Rec's BPR-max, BPR-MF's BPR): when a backbone returns a loss,
+    the trainer uses it instead of train.loss."""
+    calls = []
+
+    def own_loss(self, seqs, targets, generator):
+        calls.append(tuple(seqs.shape))
+        return -(self(seqs).log_softmax(-1).gather(1, targets[:, None])).mean() * 0.0 + 7.0 + 0 * self.mix.weight.sum()
+
+    monkeypatch.setattr(ToyRecommender, "training_loss", own_loss)
+    samples = make_samples(tmp_path / "samples")
+    [res] = stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+    record = json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    assert calls and record["history"][0]["loss"] == pytest.approx(7.0)
+
+
+def test_a_diverging_loss_stops_the_run_with_one_line_naming_the_epoch(tmp_path, toy_registry, monkeypatch):
+    from pipeline.errors import TrainingError
+    monkeypatch.setattr(ToyRecommender, "training_loss",
+                        lambda self, seqs, targets, generator: self.mix.weight.sum() * float("nan"))
+    samples = make_samples(tmp_path / "samples")
+    with pytest.raises(TrainingError, match=r"toy-toy_lpe seed 1: the training loss is nan at epoch 1, batch 1"):
+        stage.run("toyset", samples, tmp_path / "runs", params(epochs=2), progress=False)
+    assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()
+
+
+def test_a_memory_budget_trains_the_same_model(tmp_path, toy_registry):
+    samples = make_samples(tmp_path / "samples")
+    [a] = stage.run("toyset", samples, tmp_path / "a", params(epochs=2), progress=False)
+    [b] = stage.run("toyset", samples, tmp_path / "b", params(epochs=2, memory_budget=0.001), progress=False)
+    wa = torch.load(tmp_path / "a" / "toy-toy_lpe" / "seed-1" / "checkpoint.pt", weights_only=True)["model"]
+    wb = torch.load(tmp_path / "b" / "toy-toy_lpe" / "seed-1" / "checkpoint.pt", weights_only=True)["model"]
+    assert all(torch.equal(wa[k], wb[k]) for k in wa) and a["test"] == b["test"]
+    assert (run_files.state_root() / "spill").is_dir()          # the maps were used (and kept for reuse)
+
+
+@pytest.mark.skipif("sasrec" not in MODELS, reason="needs sasrec")
+def test_bf16_autocast_scores_stay_close_and_a_bf16_run_trains(tmp_path):
+    """train.precision bf16: the forward under autocast stays close to fp32; metrics are computed in fp32."""
+    from pipeline.train.setup import autocast
+    net, data = untrained_sasrec_and_test_split(tmp_path)
+    seqs = torch.from_numpy(data.seqs[:32]).long()
+    with torch.no_grad():
+        full = net(seqs)
+        with autocast(dataclasses.replace(TrainParams(), precision="bf16"), torch.device("cpu")):
+            half = net(seqs)
+    assert half.dtype == torch.bfloat16
+    finite = torch.isfinite(full)
+    assert torch.allclose(half.float()[finite], full[finite], atol=0.05, rtol=0.05)
+    samples = make_samples(tmp_path / "s2")
+    [res] = stage.run("toyset", samples, tmp_path / "runs", params("sasrec", "lpe", epochs=2, precision="bf16"),
+                      progress=False)
+    assert 0 < res["test"]["hr@5"] <= 1
+
+
+def test_compile_wraps_the_training_step(tmp_path, toy_registry, monkeypatch):
+    """train.compile: the loss module goes through torch.compile (dynamic shapes). The compiler itself
+    is replaced by a recorder here: compiling on a CPU takes minutes (it runs on the GPU machines)."""
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: seen.append((type(module).__name__, kw)) or module)
+    samples = make_samples(tmp_path / "samples")
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=1, compile=True), progress=False)
+    assert seen == [("LossModule", {"dynamic": True})]

@@ -26,16 +26,23 @@ A backbone maps a batch to `CTROutput(logits (B,), aux_loss)`: logits of P(click
 auxiliary loss of the backbones that have one (DIEN's next-behaviour loss, DMIN's refiner loss;
 None otherwise, and None in eval mode). The trainer adds `aux_loss` to the BCE loss; the
 weight is the backbone's own option.
+
+Encodings: `ModelSpec.build(schema=, train=, options=, encoding=)` receives an `EncodingChoice`
+(name + params.yaml `encodings.<name>` options), not a built module, because the width it acts
+on (D, or E for an extra sequence) and the number of attention layers that call it belong to
+the backbone; the backbone builds it (`EncodingChoice.build`). A plain name or None ("none")
+is accepted too. `paper_preset` holds CAPE's training settings (001 §5.1.4) shared by every
+backbone's `presets={"paper": ...}`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 import torch
 from torch import nn
 
-from ..encodings.base import Positions
+from ..encodings.base import PositionalEncoding, Positions
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,47 @@ class CTROutput(NamedTuple):
     aux_loss: Optional[torch.Tensor] = None  # () auxiliary loss (training only), already weighted
 
 
+@dataclass(frozen=True)
+class EncodingChoice:
+    """Which positional encoding a CTR backbone injects, and its options (params.yaml
+    `encodings.<name>`); the backbone builds it at its own width and layer count."""
+    name: str = "none"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def build(self, *, dim: int, max_len: int, heads: int = 1, layers: int = 1) -> PositionalEncoding:
+        from ..encodings import build_encoding
+        return build_encoding(self.name, dim=dim, max_len=max_len, heads=heads, layers=layers,
+                              options=dict(self.options))
+
+
+def encoding_choice(encoding: Union[EncodingChoice, str, None]) -> EncodingChoice:
+    """What `ModelSpec.build(encoding=...)` may receive for a CTR backbone, as an EncodingChoice."""
+    if encoding is None:
+        return EncodingChoice()
+    if isinstance(encoding, str):
+        return EncodingChoice(encoding)
+    if isinstance(encoding, EncodingChoice):
+        return encoding
+    raise TypeError(f"a CTR backbone builds its own encoding: pass EncodingChoice(name, options), "
+                    f"not {type(encoding).__name__}")
+
+
+def paper_preset(train: Optional[dict] = None, models: Optional[dict] = None) -> dict:
+    """CAPE's settings (001 §5.1.4) as a `presets["paper"]` entry (pipeline/presets.py format):
+    64-wide field embeddings, context 100, Adam (the trainer's optimiser), early stopping with
+    patience 3 on AUC (001 reports "the result with best AUC"); lr 5e-4 / batch 1024 on
+    AmazonElectronics, lr 1e-3 / batch 4096 on KuaiVideo. 001 gives no epoch budget: 100, as
+    the BARS configs, with early stopping ending the run. `train` / `models` add a backbone's own."""
+    base = {"dim": 64, "max_len": 100, "patience": 3, "epochs": 100, "select_metric": "auc",
+            "lr": 5e-4, "batch_size": 1024, **(train or {})}
+    preset: dict[str, Any] = {"train": base,
+                              "datasets": {"electronics": {"train": {"lr": 5e-4, "batch_size": 1024}},
+                                           "kuai": {"train": {"lr": 1e-3, "batch_size": 4096}}}}
+    if models:
+        preset["models"] = models
+    return preset
+
+
 def _table(rows: int, dim: int) -> nn.Embedding:
     emb = nn.Embedding(rows, dim, padding_idx=0)
     nn.init.normal_(emb.weight, std=1e-4)              # FuxiCTR's default embedding initialiser
@@ -113,25 +161,33 @@ class CTREmbedding(nn.Module):
         assert ids.size(-1) == len(self.schema.fields), f"{ids.size(-1)} fields, schema has {self.schema.fields}"
         return torch.cat([self.tables[f](ids[..., i]) for i, f in enumerate(self.schema.fields)], dim=-1)
 
+    def items(self, ids: torch.Tensor) -> torch.Tensor:
+        """(...) item ids -> (..., E): the item table alone (extra sequences share it)."""
+        return self.tables[self.schema.fields[0]](ids)
+
     def target(self, batch: CTRBatch) -> torch.Tensor:
         return self.fields(batch.target)                                   # (B, D)
 
     def history(self, batch: CTRBatch) -> torch.Tensor:
         return self.fields(batch.history)                                  # (B, L, D), 0 at padding
 
+    def features(self, batch: CTRBatch) -> torch.Tensor:
+        """(B, K * E): the embeddings of the other categorical features (K may be 0)."""
+        parts = [self.feature_tables[name](batch.features[:, i]) for i, name in enumerate(self.schema.features)]
+        if not parts:
+            dtype = self.tables[self.schema.fields[0]].weight.dtype
+            return batch.target.new_zeros((batch.target.size(0), 0), dtype=dtype)
+        return torch.cat(parts, dim=-1)                                      # (B, K * E)
+
     def side(self, batch: CTRBatch) -> torch.Tensor:
         """(B, S): masked mean of each extra sequence's item embeddings, then the feature embeddings."""
         parts = []
-        item = self.tables[self.schema.fields[0]]
         for name in self.schema.extra:
             seq = batch.extra[name]                                          # (B, L')
-            keep = (seq != 0).unsqueeze(-1).to(item.weight.dtype)            # (B, L', 1)
-            parts.append((item(seq) * keep).sum(1) / keep.sum(1).clamp(min=1))  # (B, E)
-        for i, name in enumerate(self.schema.features):
-            parts.append(self.feature_tables[name](batch.features[:, i]))    # (B, E)
-        if not parts:
-            return batch.target.new_zeros((batch.target.size(0), 0), dtype=item.weight.dtype)
-        return torch.cat(parts, dim=-1)                                      # (B, S)
+            emb = self.items(seq)                                            # (B, L', E)
+            keep = (seq != 0).unsqueeze(-1).to(emb.dtype)                    # (B, L', 1)
+            parts.append((emb * keep).sum(1) / keep.sum(1).clamp(min=1))     # (B, E)
+        return torch.cat(parts + [self.features(batch)], dim=-1)             # (B, S)
 
 
 class CTRModel(nn.Module):

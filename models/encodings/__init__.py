@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from pipeline.errors import unknown
 
 from ..config import (CAPEConfig, ConcatConfig, ExponentialConfig, FPARecConfig, LearnedConcatConfig, NoOptions,
-                      RMHAConfig, SinusoidConfig, parse_options)
+                      RMHAConfig, RotatoryConConfig, RotatoryConfig, SinusoidConfig, parse_options)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import PositionalEncoding
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 @dataclass(frozen=True)
 class EncodingSpec:
     name: str
-    paper: str                  # "000 Eq. 1" etc. (papers in /work/shared/papers)
+    paper: str                  # "000 Eq. 1" etc. (paper numbers: pipeline/REFERENCE.md §7)
     family: str                 # module in models/encodings/ that implements it
     learnable: bool
     forward_aware: bool         # 000 Def. 3.1
@@ -83,10 +83,10 @@ ENCODINGS: dict[str, EncodingSpec] = {s.name: s for s in [
     _spec("learnt", "004 §3 (LE)", "study", "Learnt", True, False, True, description="learned, reversed"),
     _spec("learnt_con", "004 §3 (CLE)", "study", "LearntCon", True, False, True, LearnedConcatConfig,
           "[x ; learned] -> Linear"),
-    _spec("rotatory", "004 §3 (Rotatory)", "study", "Rotatory", False, False, True, SinusoidConfig,
-          "input vectors rotated by position"),
-    _spec("rotatory_con", "004 §3 (Rotatory+Con)", "study", "RotatoryCon", True, False, True, SinusoidConfig,
-          "[x ; rotated x] -> Linear"),
+    _spec("rotatory", "004 §3 (Rotatory; the study's code)", "study", "Rotatory", True, False, True, RotatoryConfig,
+          "x + [sin ; cos] of learned angles, reversed"),
+    _spec("rotatory_con", "004 §3 (Rotatory+Con)", "study", "RotatoryCon", True, False, True, RotatoryConConfig,
+          "[x ; rotatory PE] -> Linear"),
     _spec("rope", "004 Eqs. 9-10 (Su et al.)", "rotary", "RoPE", False, False, False, SinusoidConfig,
           "q, k rotated in every block"),
     _spec("rope_one", "004 §5 (RopeOne)", "rotary", "RoPEOne", False, False, False, SinusoidConfig,

@@ -11,9 +11,20 @@ needs no flags (attention.py calls the attention hooks):
 
     embed(x, pos)                 input stage: additive / concatenated / learned (B, L, D) -> (B, L, D)
     rotate(q, k, pos, layer)      rotary: returns rotated (q, k), each (B, H, L, E)
-    bias(q, k, pos, layer)        additive logits bias (B or 1, H or 1, L, L), or None
+    bias(q, k, pos, layer, query_input=, allowed=)
+                                  additive logits bias (B or 1, H or 1, L, L), or None
     values(probs, v, pos, layer)  extra value term added to the attention output (B, H, L, E), or None
     weights(probs, pos, layer)    replace / modify the attention probabilities (B, H, L, L) (PARec)
+    score_bias(scores, q, pos, layer, query_input=, allowed=)
+                                  bias for an attention whose similarity is NOT q.k (DIN's MLP unit,
+                                  DIEN's bilinear form: 001 Eq. 4's sim_item), or None
+
+`query_input` (B, Lq, D) is what the queries were projected from: the target item's embedding
+in target attention, the block input in self-attention (CAPE fuses it, 001 Eq. 5). `allowed`
+(B, 1, Lq, L) is the attention's own key mask (causal or bidirectional; None: causal).
+
+An encoding that overrides `weights` or `values` declares `fusable = False`: attention then keeps
+its explicit softmax; the others run through torch's fused scaled_dot_product_attention.
 
 Attention hooks also serve TARGET attention (one query after the last item, Lq = 1):
 `query_positions` says where the queries sit, `allowed_keys` which keys each may see.
@@ -85,6 +96,8 @@ class PositionalEncoding(nn.Module):
 
     name: str = "none"
     needs_qk: bool = True   # False: the encoding's `weights` replace q.k attention (PARec), so no q/k projections
+    fusable: bool = True    # True: acts through rotate / bias only, so attention may run as one fused kernel
+                            # (torch SDPA, models/attention.py); False if it overrides `weights` or `values`
 
     def table(self, pos: Positions) -> Optional[torch.Tensor]:
         """(B, L, m) per-item positional encoding P^l (000 Defs. 3.1/3.2), or None."""
@@ -96,7 +109,16 @@ class PositionalEncoding(nn.Module):
     def rotate(self, q: torch.Tensor, k: torch.Tensor, pos: Positions, layer: int):
         return q, k
 
-    def bias(self, q: torch.Tensor, k: torch.Tensor, pos: Positions, layer: int) -> Optional[torch.Tensor]:
+    def bias(self, q: torch.Tensor, k: torch.Tensor, pos: Positions, layer: int,
+             query_input: Optional[torch.Tensor] = None, allowed: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+        return None
+
+    def score_bias(self, scores: torch.Tensor, q: torch.Tensor, pos: Positions, layer: int,
+                   query_input: Optional[torch.Tensor] = None,
+                   allowed: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+        """Bias (B|1, H|1, Lq, L) for the logits `scores` (B, H, Lq, L) of an attention whose item
+        similarity is not q.k (001 Eq. 4: sim_item may be DIN's or a bilinear attention); q (B, H, Lq, E)
+        is the (rotated) query when the attention has one. None: the encoding adds nothing there."""
         return None
 
     def values(self, probs: torch.Tensor, v: torch.Tensor, pos: Positions, layer: int) -> Optional[torch.Tensor]:

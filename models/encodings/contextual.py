@@ -1,20 +1,48 @@
 """Contextual positions: CoPE (Golovneva et al. 2024) and CAPE (001 Eqs. 1-8).
 
 Notation used for tensor shapes:
-    B  batch, H  heads, Lq  queries, L  keys, E  head size, P  position space width (d_pos)
-    n  largest position (max_len); integer positions 0..n have embeddings
+    B  batch, H  heads, Lq  queries, L  keys, E  head size, D  model size (item width d of 001)
+    P  position space width (d_pos), n  largest position (max_len); integer positions 0..n have
+    embeddings
 
-A position is not an index but a count of the keys that "matter" between a key and the
-query (the target): gates g_ij in [0, 1] are summed from the query backwards,
+A position is not an index but a count of the keys that "matter" between a key and the query
+(the target). 001 §4, line by line, for target attention (the query is the target item t; in
+self-attention query i plays the target, 001: "can be easily extended to self-attention"):
 
-    p_ij = sum_{k=j}^{i} g_ik                 (001 Eq. 2; keys k <= i that are real)
+    Eq. 1  g_j = 1 - sigmoid(sim(t, h_j))            `CAPE.gates`: dissimilarity gate per key. sim is
+                                                     the attention's own item similarity: q.k / sqrt(E)
+                                                     in dot-product attention (`bias`), DIN's activation
+                                                     unit or DIEN's bilinear form elsewhere
+                                                     (`score_bias`, 001 Eq. 4's sim_item)
+    Eq. 2  p_j = sum_{k=j}^{n} g_k                    `contextual_positions`: summed from the target
+                                                     backwards over the allowed keys (causal
+                                                     self-attention: k <= i; bidirectional or target
+                                                     attention: every real key up to the end)
+    Eq. 3  e[p_j] = (p_j - floor p_j) e[ceil p_j] + (1 - p_j + floor p_j) e[floor p_j]
+                                                     never materialised: Eqs. 6-7 interpolate the
+                                                     scores instead (the same number, since the
+                                                     score is linear in e)
+    Eq. 4  a_j = softmax(sim_item(t, f(h_j, e[p_j])))  the fusion f is Eqs. 5-8 below
+    Eq. 5  t' = SiLU(W t + b),  W: d -> d_pos         `CAPE.scores`: W acts on the target / query ITEM
+                                                     embedding t (`query_input`, what the attention's
+                                                     queries are projected from), not on a per-head
+                                                     projected query; one W and b per layer
+    Eq. 6  z[p] = sim_pos(t', e[p]) = t' . e[p]       `CAPE.scores`: for every integer p = 0..n
+    Eq. 7  z[p_j] = (p_j - floor p_j) z[ceil p_j] + (1 - p_j + floor p_j) z[floor p_j]
+                                                     `interpolate`
+    Eq. 8  a_j = exp(sim(t, h_j) + z[p_j]) / sum_i exp(sim(t, h_i) + z[p_i])
+                                                     `bias` / `score_bias` return z[p_j]; the
+                                                     attention adds it to its logits (an attention
+                                                     without softmax, DIN's, adds it to its weights)
 
-Fractional positions interpolate between the two nearest integer positions (001 Eqs.
-3, 7). With every gate 1, p_ij = i - j + 1: plain relative positions (001, remark after
-Eq. 2), so neither forward- nor backward-aware (000 Cor. 3.5). Used in causal
-self-attention (query i = the target) or target attention (the query = the next item).
+With every gate 1, p_j = (keys from j to the target): plain relative positions (001, remark after
+Eq. 2), so neither forward- nor backward-aware (000 Cor. 3.5). CoPE is the same machinery with
+similarity gates g = sigmoid(q.k / sqrt(E)) and z[p] = q . e[p] per head (its positions share the
+head size, 001 §5.1.1: "the dimension of position embedding is same as item embedding").
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -49,51 +77,64 @@ class _Contextual(PositionalEncoding):
 
     def __init__(self, dim, max_len, heads=1, layers=1, config=None):
         super().__init__()
-        self.head_dim, self.n = dim // heads, max_len
+        self.dim, self.head_dim, self.n = dim, dim // heads, max_len
 
-    def gates(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:     # (B, H, Lq, L)
+    def gates(self, sim: torch.Tensor) -> torch.Tensor:                   # (B, H, Lq, L) -> same
         raise NotImplementedError
 
-    def scores(self, q: torch.Tensor, layer: int) -> torch.Tensor:         # (B, H, Lq, n + 1)
+    def scores(self, q: torch.Tensor, layer: int,
+               query_input: Optional[torch.Tensor] = None) -> torch.Tensor:  # (B, H|1, Lq, n + 1)
         raise NotImplementedError
 
-    def positions(self, q, k, pos: Positions) -> torch.Tensor:
-        return contextual_positions(self.gates(q, k), allowed_keys(pos, q.size(2)))  # (B, H, Lq, L)
+    def positions(self, sim: torch.Tensor, pos: Positions, allowed: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """p_ij (B, H, Lq, L) from the item similarities sim (B, H, Lq, L) (Eqs. 1-2)."""
+        if allowed is None:
+            allowed = allowed_keys(pos, sim.size(2))                         # (B, 1, Lq, L), causal
+        return contextual_positions(self.gates(sim), allowed)                 # (B, H, Lq, L)
 
-    def bias(self, q, k, pos, layer):
-        return interpolate(self.scores(q, layer), self.positions(q, k, pos))  # (B, H, Lq, L)
+    def score_bias(self, scores, q, pos, layer, query_input=None, allowed=None):
+        p = self.positions(scores, pos, allowed)                             # (B, H, Lq, L)
+        z = self.scores(q, layer, query_input)                               # (B, H|1, Lq, n+1)
+        return interpolate(z.expand(*p.shape[:-1], -1), p)                   # (B, H, Lq, L), Eq. 7
+
+    def bias(self, q, k, pos, layer, query_input=None, allowed=None):
+        sim = q @ k.transpose(-1, -2) / self.head_dim ** 0.5                 # (B, H, Lq, L)
+        return self.score_bias(sim, q, pos, layer, query_input, allowed)
 
 
 class CoPE(_Contextual):
     """CoPE (Golovneva et al. 2024; CAPE's baseline, 001 §5): similarity gates
-    g_ij = sigmoid(q_i . k_j / sqrt(E)), z_i[p] = q_i . e[p] with e of the head size."""
+    g_ij = sigmoid(sim_ij), z_i[p] = q_i . e[p] with e of the head size."""
 
     def __init__(self, dim, max_len, heads=1, layers=1, config=None):
         super().__init__(dim, max_len, heads, layers, config)
         self.emb = nn.Parameter(torch.randn(layers, max_len + 1, self.head_dim) * 0.02)  # (layers, n+1, E)
 
-    def gates(self, q, k):
-        return torch.sigmoid(q @ k.transpose(-1, -2) / self.head_dim ** 0.5)  # (B, H, Lq, L)
+    def gates(self, sim):
+        return torch.sigmoid(sim)                                            # (B, H, Lq, L)
 
-    def scores(self, q, layer):
+    def scores(self, q, layer, query_input=None):
         return q @ self.emb[layer].t()                                       # (B, H, Lq, n+1)
 
 
 class CAPE(_Contextual):
-    """CAPE (001 Eqs. 1-8): dissimilarity gates g_j = 1 - sigmoid(sim(t, h_j)) (Eq. 1),
-    positions summed from the target backwards (Eq. 2), gated fusion t' = SiLU(W t + b)
-    into a position space of width d_pos (Eq. 5), z[p] = t' . e[p] (Eq. 6) interpolated
-    at fractional p (Eq. 7) and added to the logits (Eq. 8). sim = q.k / sqrt(E)."""
+    """CAPE (001 Eqs. 1-8): dissimilarity gates g_j = 1 - sigmoid(sim(t, h_j)) (Eq. 1), positions
+    summed from the target backwards (Eq. 2), gated fusion t' = SiLU(W t + b) of the query ITEM
+    embedding t into a position space of width d_pos (Eq. 5), z[p] = t' . e[p] (Eq. 6) interpolated
+    at fractional p (Eq. 7) and added to the logits (Eq. 8). One W, b and e per layer; z is shared
+    by the heads, the positions are per head (each head's own sim)."""
 
     def __init__(self, dim, max_len, heads=1, layers=1, config=None):
         super().__init__(dim, max_len, heads, layers, config)
-        self.pos_dim = config.pos_dim or self.head_dim
-        self.fuse = nn.ModuleList(nn.Linear(self.head_dim, self.pos_dim) for _ in range(layers))
+        self.pos_dim = config.pos_dim or dim
+        self.fuse = nn.ModuleList(nn.Linear(dim, self.pos_dim) for _ in range(layers))   # W: d -> d_pos, b
         self.emb = nn.Parameter(torch.randn(layers, max_len + 1, self.pos_dim) * 0.02)  # (layers, n+1, P)
 
-    def gates(self, q, k):
-        return 1 - torch.sigmoid(q @ k.transpose(-1, -2) / self.head_dim ** 0.5)  # (B, H, Lq, L)
+    def gates(self, sim):
+        return 1 - torch.sigmoid(sim)                                        # (B, H, Lq, L), Eq. 1
 
-    def scores(self, q, layer):
-        t = F.silu(self.fuse[layer](q))                                      # (B, H, Lq, P)
-        return t @ self.emb[layer].t()                                       # (B, H, Lq, n+1)
+    def scores(self, q, layer, query_input=None):
+        assert query_input is not None, "CAPE fuses the query item's embedding (001 Eq. 5): pass query_input"
+        assert query_input.size(-1) == self.dim, f"query_input width {query_input.size(-1)} != d = {self.dim}"
+        t = F.silu(self.fuse[layer](query_input))                            # (B, Lq, P), Eq. 5
+        return (t @ self.emb[layer].t())[:, None]                            # (B, 1, Lq, n+1), Eq. 6

@@ -46,6 +46,7 @@ def positional_weights(logits: torch.Tensor, pos: Positions, allowed: Optional[t
 
 class _Positional(PositionalEncoding):
     needs_qk = False
+    fusable = False         # overrides `weights`
 
     def __init__(self, dim, max_len, heads=1, layers=1, config=None):
         super().__init__()

@@ -12,6 +12,11 @@ For every encoding (relative ones have no table):
                                 repeated at every position (block 1): the positional pattern
 Learned encodings come from a trained run's checkpoint.pt when given (its "model" state
 dict and "config"), else from their seeded initialisation.
+
+Inputs are bounded before anything is built (`check_inputs`): a length is at most MAX_LENGTH
+(a dot-product map is l x l: 100,000 positions would be a 40 GB matrix, and a figure of 600 pixels
+cannot show more than a few hundred rows anyway), at most MAX_LENGTHS distinct lengths (every pair
+gets a figure), and a width of 1..MAX_DIM.
 """
 from __future__ import annotations
 
@@ -26,6 +31,27 @@ from pipeline.io import atomic_path
 
 from . import build_encoding, get_spec
 from .base import Positions, allowed_keys
+
+
+MAX_LENGTH = 1024      # positions per figure
+MAX_LENGTHS = 8        # distinct lengths (8 give 28 pair figures)
+MAX_DIM = 4096         # encoding width without --run
+
+
+def check_inputs(lengths: list[int], dim: int) -> None:
+    """One-line ParamsError for lengths or a width that cannot make a useful figure (see the module
+    docstring), before anything is allocated."""
+    if not lengths or min(lengths) < 1:
+        raise ParamsError(f"--lengths must be positive integers, got {lengths}", "pass e.g. --lengths 10 20")
+    if max(lengths) > MAX_LENGTH:
+        raise ParamsError(f"--lengths {max(lengths)} is longer than {MAX_LENGTH} positions (an l x l map of that "
+                          f"size needs {4 * max(lengths) ** 2 / 1e9:.1f} GB and no figure can show it)",
+                          f"pass lengths up to {MAX_LENGTH}, e.g. --lengths 10 20 50")
+    if len(set(lengths)) > MAX_LENGTHS:
+        raise ParamsError(f"--lengths gives {len(set(lengths))} distinct lengths; at most {MAX_LENGTHS} are drawn "
+                          "(every pair gets a figure)", "pass fewer lengths")
+    if not 1 <= dim <= MAX_DIM:
+        raise ParamsError(f"--dim must be in 1..{MAX_DIM}, got {dim}", "pass e.g. --dim 100 (PosRec's width)")
 
 
 def load_from_run(name: str, run_dir: Path):
@@ -64,7 +90,7 @@ def attention_pattern(enc, length: int, head_dim: int, heads: int = 1) -> torch.
     pos = session(length)
     q, k = enc.rotate(v, v, pos, 0)
     logits = q @ k.transpose(-1, -2) / head_dim ** 0.5                     # (1, H, l, l)
-    bias = enc.bias(q, k, pos, 0)
+    bias = enc.bias(q, k, pos, 0, query_input=v.transpose(1, 2).flatten(2))   # the same vector as the item (1, l, D)
     logits = logits if bias is None else logits + bias
     probs = torch.softmax(logits.masked_fill(~allowed_keys(pos, length), float("-inf")), -1)
     return enc.weights(probs, pos, 0)[0, 0]                                 # (l, l)
@@ -94,8 +120,7 @@ def inspect(name: str, lengths: list[int], out_dir: Path, *, run_dir: Optional[P
             dim: int = 100, heads: int = 1) -> dict:
     """Write the PNGs for encoding `name` at session `lengths` into `out_dir`; return a summary."""
     spec = get_spec(name)
-    if not lengths or min(lengths) < 1:
-        raise ParamsError(f"--lengths must be positive integers, got {lengths}", "pass e.g. --lengths 10 20")
+    check_inputs(lengths, dim)
     torch.manual_seed(0)
     if run_dir is not None:
         enc, dim, heads, max_len = load_from_run(name, run_dir)

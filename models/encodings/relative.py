@@ -36,6 +36,8 @@ class RMHA(PositionalEncoding):
         logits_ij += q_i . a^K_ij / sqrt(E)      values: out_i += sum_j alpha_ij a^V_ij
     """
 
+    fusable = False         # overrides `values` (needs the attention probabilities)
+
     def __init__(self, dim, max_len, heads=1, layers=1, config=None):
         super().__init__()
         self.clip, head_dim = config.clip, dim // heads
@@ -46,7 +48,7 @@ class RMHA(PositionalEncoding):
     def buckets(self, pos: Positions, lq: int) -> torch.Tensor:
         return clipped_buckets(distances(pos, lq), self.clip)              # (B, Lq, L)
 
-    def bias(self, q, k, pos, layer):
+    def bias(self, q, k, pos, layer, query_input=None, allowed=None):
         per_bucket = q @ self.key[layer].transpose(-1, -2)[None]            # (B, H, Lq, R)
         idx = self.buckets(pos, q.size(2))[:, None].expand(-1, q.size(1), -1, -1)  # (B, H, Lq, L)
         return per_bucket.gather(-1, idx) / math.sqrt(q.size(-1))          # (B, H, Lq, L)
@@ -71,6 +73,6 @@ class ALiBi(PositionalEncoding):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(heads), persistent=False)  # (H,)
 
-    def bias(self, q, k, pos, layer):
+    def bias(self, q, k, pos, layer, query_input=None, allowed=None):
         dist = distances(pos, q.size(2)).abs().to(q.dtype)                  # (B, Lq, L)
         return -self.slopes.to(q.dtype)[None, :, None, None] * dist[:, None]  # (B, H, Lq, L)

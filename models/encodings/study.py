@@ -7,15 +7,21 @@ Notation used for tensor shapes:
 one" - every table here is indexed by the backward position l - 1 - pos, so all are
 backward-aware and not forward-aware (000 Defs. 3.1/3.2). `_con` variants concatenate
 the PE to the item vector and map back to D with a Linear layer (004 Eq. 6).
+
+Rotatory / Rotatory + Con follow the study's released code (see `Rotatory`): a learned angle
+table through sin / cos, added to (or concatenated with) the input. An earlier seqpe version
+rotated the item vector itself by R(l - 1 - pos); no paper describes that encoding and it
+carries no position for a zero input, so it is gone rather than kept under another name.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
-from .base import PositionalEncoding, Positions
+from .base import Positions
 from .posrec import AdditiveEncoding, LearnedEncoding, sinusoid
-from .rotary import apply_rotary, rotary_angles
 
 
 class Abs(AdditiveEncoding):
@@ -67,32 +73,53 @@ class LearntCon(_Concat):
         return self._index(self.emb, pos.backward)                          # (B, L, P)
 
 
-class Rotatory(PositionalEncoding):
-    """Rotatory (004 §3): the RoPE rotation (004 Eqs. 9-10) applied to the input item
-    vectors instead of q and k, by reversed position: x -> R(l - 1 - pos) x.
-    Its table is the rotation itself, [cos ; sin] of the angles (B, L, D)."""
-
-    def __init__(self, dim, max_len, heads=1, layers=1, config=None):
-        super().__init__()
-        self.dim, self.base = dim, config.base
-
-    def _angles(self, pos: Positions) -> torch.Tensor:
-        return rotary_angles(pos.backward, self.dim, self.base)            # (B, L, D/2)
-
-    def table(self, pos):
-        a = self._angles(pos)
-        return torch.cat((a.cos(), a.sin()), dim=-1)                        # (B, L, 2 * D/2)
-
-    def embed(self, x: torch.Tensor, pos: Positions) -> torch.Tensor:
-        return apply_rotary(x, self._angles(pos))                           # (B, L, D)
+def rotatory_table(angles: torch.Tensor, dim: int) -> torch.Tensor:
+    """The study's rotatory vector (004 §3, released code): learned angles a (..., ceil(D/2)) ->
+    (..., D) with sin(2 pi a / scale) at dims 2i and cos of the same angle at 2i + 1 (an odd D
+    keeps the last sine). `angles` arrive already divided by the scale."""
+    theta = 2 * math.pi * angles                                            # (..., ceil(D/2))
+    out = torch.stack((theta.sin(), theta.cos()), dim=-1).flatten(-2)       # (..., 2 ceil(D/2))
+    return out[..., :dim]                                                   # (..., D)
 
 
-class RotatoryCon(Rotatory):
-    """Rotatory + Con (004 §3): Linear([x ; R(l - 1 - pos) x])."""
+class Rotatory(LearnedEncoding):
+    """Rotatory (004 §3, "applying the rotation matrices to the vector encodings added to the
+    input items"), as the study's released code builds it (`RotaryPositionalEncoding` in
+    src/Encoding.py of researcher1741/Position_encoding_SRS):
+
+        a = Embed[l - 1 - pos] / scale               learned angles, one per pair of dims
+        PE[2i] = sin(2 pi a_i),  PE[2i + 1] = cos(2 pi a_i)
+        x -> x + PE                                  (added: a zero input still carries position)
+
+    The table is indexed by the reversed position (004 reverses every encoding; the code's slot
+    index in a left-padded window of fixed length is the same up to an offset of the table).
+    Learned: 004 Table 1 marks Rotatory "not learnable", but the code's angles are an
+    nn.Embedding trained with the model, so seqpe's registry says learnable. The angles start
+    N(0, 1) (nn.Embedding's default, as in the code) and scale = 10000 (config.scale), so at
+    initialisation 2 pi a ~ 6e-4: PE is close to (0, 1, 0, 1, ...) at every position and only
+    drifts apart as the angles learn - a property of the study's encoding, kept on purpose.
+    The odd dims of the code's embedding are overwritten and never used; seqpe stores only the
+    ceil(D/2) angles that are."""
 
     def __init__(self, dim, max_len, heads=1, layers=1, config=None):
         super().__init__(dim, max_len, heads, layers, config)
-        self.proj = nn.Linear(2 * dim, dim)
+        self.pos_dim = getattr(config, "pos_dim", 0) or dim
+        self.angles = nn.Embedding(max_len + 1, (self.pos_dim + 1) // 2)   # N(0, 1), as the code
+        self.scale = config.scale
+
+    def table(self, pos):
+        a = self._index(self.angles, pos.backward) / self.scale             # (B, L, ceil(P/2))
+        return rotatory_table(a, self.pos_dim)                              # (B, L, P)
+
+
+class RotatoryCon(Rotatory):
+    """Rotatory + Con (004 §3 with Eq. 6): Linear([x ; PE]) with PE the rotatory vector above
+    (width config.pos_dim, 0 = D), as the released code's concatenation branch."""
+
+    def __init__(self, dim, max_len, heads=1, layers=1, config=None):
+        super().__init__(dim, max_len, heads, layers, config)
+        self.proj = nn.Linear(dim + self.pos_dim, dim)
 
     def embed(self, x: torch.Tensor, pos: Positions) -> torch.Tensor:
-        return self.proj(torch.cat((x, super().embed(x, pos)), dim=-1))     # (B, L, D)
+        pe = self.table(pos).to(x.dtype)                                    # (B, L, P)
+        return self.proj(torch.cat((x, pe), dim=-1))                        # (B, L, D)

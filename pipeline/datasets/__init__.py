@@ -7,6 +7,7 @@ and contributes entries to `DATASETS`; `get(name)` fails listing the known names
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import unknown
@@ -30,7 +31,8 @@ class SourceSpec:
     # other single files the reader accepts in place of `files` (Amazon: the ratings-only CSV);
     # `download --from` one of them installs it under its own name (no checksum is published)
     alternates: tuple[str, ...] = ()
-    generate: Optional[Callable] = None  # archive == "generated": generate(dst_file: Path, sample: SampleParams) writes the archive
+    generate: Optional[Callable] = None  # archive == "generated": generate(dst_file: Path, section) writes the archive,
+    generate_params: str = "sample"      # section = the params.preprocess subsection named here (sample | sample_ctr)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,10 @@ class DatasetSpec:
     reader: Callable                   # (raw_dir: Path) -> polars.LazyFrame in the protocol's input schema
     options: dict = field(default_factory=dict)   # protocol constants (split_days, fraction, ...)
     paper_size: str = ""               # e.g. "1,235,380 clicks, 310,324 sessions"
+    # A dataset whose published files are already filtered, numbered and split by their authors (CARCA's)
+    # builds its ProtocolResult itself: build(spec, raw_dir, params) -> ProtocolResult, following `protocol`'s
+    # output contract (splits, augment modes); None = the protocol module builds it from `reader`.
+    build: Optional[Callable] = None
 
 
 DATASETS: dict[str, DatasetSpec] = {}
@@ -59,6 +65,20 @@ def get(name: str) -> DatasetSpec:
     if name not in DATASETS:
         raise unknown("dataset", name, DATASETS)
     return DATASETS[name]
+
+
+def check_name(name: str, folder: Path) -> None:
+    """A dataset name given with its default folder `folder` (data/<kind>/<name>) must be a registered
+    dataset or one prepared there (an imported name); else it is an unknown dataset, with a
+    did-you-mean over the registered names and the folders prepared next to `folder`."""
+    _load_all()
+    folder = Path(folder)
+    if name in DATASETS or folder.exists():
+        return
+    parent = folder.parent
+    prepared = {p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")} \
+        if parent.is_dir() else set()
+    raise unknown("dataset", name, set(DATASETS) | prepared)
 
 
 def all_datasets() -> dict[str, DatasetSpec]:

@@ -1,13 +1,38 @@
 """Amazon 2014 5-core reviews (McAuley): beauty, sports, toys, video_games, electronics, books.
 
 Raw file per category: `reviews_<Category>_5.json.gz`, one JSON object per line with
-`reviewerID`, `asin`, `overall`, `unixReviewTime` (PROTOCOLS.md §1); the reader also takes
+`reviewerID`, `asin`, `overall`, `unixReviewTime` (REFERENCE.md §1); the reader also takes
 the file gunzipped (`reviews_<Category>_5.json`) or the ratings-only variant
 `ratings_<Category>.csv` (`user,item,rating,timestamp`, no header), whichever is present,
 in that order. Protocol: leave-one-out with iterative k-core (§3).
 
 Only the needed fields are parsed (a restricted schema, so review texts are skipped) and
 the JSON is read with Polars' streaming engine: Books (8.9M reviews) stays well within 8 GB.
+
+`books_hllm` is CAPE's Table 3 dataset (001 §5.1.3: "We follow the HLLM (Chen et al., 2024) to
+preprocess the dataset ... we retain only items and the users with at least 5 presences. We only
+keep item_id ... The maximum length of context is set to 50", 10,053,086 interactions, 694,898
+users, 686,624 items). HLLM's own code (bytedance/HLLM: README, process_books.py,
+code/REC/data/dataload.py and dataset/evalset.py) fixes what that means, and seqpe does the same:
+
+- raw file: `ratings_Books.csv`, the Amazon 2014 ratings-only Books file (22,507,155 ratings,
+  `user,item,rating,timestamp`, no header), NOT the 5-core review file `books` reads (8.9M
+  reviews: fewer than HLLM's 10.05M interactions after its filter);
+- every rating is an interaction, whatever its value; repeated (user, item) pairs count and stay;
+- filter, not iterated: rows whose item AND user each have >= 5 ratings in the whole file are
+  kept (one count of each, on all rows), then users left with < 5 rows are dropped; items are not
+  counted again, so some kept items have fewer than 5 interactions (`options["core"] = "hllm"`,
+  `pipeline.protocols.leave_one_out.hllm_core`);
+- split: leave-one-out on each user's interactions in timestamp order: the last item is the
+  test target, the second last the validation target, the rest train (HLLM's Data.build and
+  SeqEvalDataset) — exactly seqpe's leave-one-out split;
+- item id only, context 50: train with `train.max_len: 50` (`options["context"]` records it).
+
+Known differences, none in which rows are kept or which item is held out: timestamp ties
+inside a user keep file order here (HLLM sorts with pandas' default, unstable quicksort); ids are
+numbered by seqpe's rule (HLLM factorizes in file order); HLLM cuts a long train sequence into
+consecutive windows of 51 items and trains on all of them, while seqpe's shifted train rows keep
+the most recent `augment.max_len` + 1 items (set augment.max_len: 0 to keep every item).
 """
 from __future__ import annotations
 
@@ -15,6 +40,7 @@ import gzip
 import json
 from pathlib import Path
 
+from .. import sniff
 from ..errors import DataError
 from ..lazy import lazy
 from . import DatasetSpec, SourceSpec, register
@@ -57,6 +83,11 @@ def _first_bad_json_line(path: Path) -> str:
 
 def read_reviews_json(path: Path) -> pl.DataFrame:
     """JSON lines (gz or plain) -> user, item, rating, timestamp in file order."""
+    if path.suffix != ".gz":
+        sniff.require_text(path)
+    elif sniff.kind_of(path) != "gz":
+        raise DataError(f"{path.name} is {sniff.describe(sniff.head(path))}, not gzip data",
+                        f"the file is damaged or not an Amazon 2014 review dump; {FIX_DOWNLOAD}")
     try:
         df = pl.scan_ndjson(path, schema={k: getattr(pl, t) for k, t in JSON_FIELDS.items()}).collect(engine="streaming")
     except (pl.exceptions.ComputeError, pl.exceptions.SchemaError, OSError) as e:
@@ -73,6 +104,7 @@ def read_reviews_json(path: Path) -> pl.DataFrame:
 
 def read_ratings_csv(path: Path) -> pl.DataFrame:
     """`user,item,rating,timestamp` CSV without header -> the same columns, file order."""
+    sniff.require_text(path)
     try:
         raw = pl.read_csv(path, has_header=False, infer_schema=False, quote_char='"', raise_if_empty=False)
     except (pl.exceptions.ComputeError, pl.exceptions.NoDataError) as e:
@@ -148,3 +180,29 @@ for _name, (_category, _size) in CATEGORIES.items():
         options={"category": _category},
         paper_size=_size,
     ))
+
+
+def ratings_reader(category: str):
+    """A reader of `ratings_<category>.csv` only (the ratings-only file, whatever else is in the folder)."""
+    name = f"ratings_{category}.csv"
+
+    def read(raw_dir: Path) -> pl.LazyFrame:
+        path = Path(raw_dir) / name
+        if not path.is_file():
+            raise DataError(f"{name} is not in {raw_dir}", "run `seqpe download DATASET` (or --from the file you have)")
+        return read_ratings_csv(path).select("user", "item", "timestamp").lazy()
+    read.__doc__ = f"Read the Amazon 2014 ratings-only {category} file ({name})."
+    return read
+
+
+register(DatasetSpec(
+    name="books_hllm",
+    source=SourceSpec(name="amazon_books_ratings", filename="ratings_Books.csv", archive="none",
+                      files=("ratings_Books.csv",), url=f"{HOST}/ratings_Books.csv", homepage=HOMEPAGE),
+    protocol="leave_one_out",
+    description="Amazon 2014 Books ratings under HLLM's protocol (CAPE 001 Table 3): 5 per user and item "
+                "once, item ids only, leave-one-out, context 50",
+    reader=ratings_reader("Books"),
+    options={"category": "Books", "core": "hllm", "k_core": 5, "context": 50},
+    paper_size="10,053,086 interactions, 694,898 users, 686,624 items (HLLM / CAPE 001 §5.1.3)",
+))

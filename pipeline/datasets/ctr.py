@@ -1,5 +1,5 @@
 """reczoo/BARS CTR benchmarks: KuaiVideo_x1 (`kuaivideo`) and AmazonElectronics_x1
-(`amazon_electronics`), CTR protocol (PROTOCOLS.md §4).
+(`amazon_electronics`), CTR protocol (REFERENCE.md §4).
 
 Each zip from the reczoo dataset hub holds `train.csv` and `test.csv` (md5 published in the
 reczoo/Datasets READMEs, checked as `SourceSpec.file_md5`). Columns, as written by reczoo's
@@ -15,12 +15,26 @@ convert scripts and read by the BARS dataset configs (FuxiCTR feature_cols):
 The reader checks each header and returns the CTR protocol's input schema (see
 `pipeline.protocols.ctr`): split, row, label, user, item, [cate], [timestamp], hist_*.
 is_like / is_follow are not used (the BARS configs do not use them either).
+
+`OPTIONS` holds each dataset's BARS DIN config (reczoo/BARS ranking/ctr/DIN/DIN_<dataset>_x1 tuner
+configs) as seqpe applies it in the augment stage (`pipeline.ctr_vocab`):
+
+    AmazonElectronics_x1  min_categr_count 1; user_id is a meta column (the gAUC group, not
+                          embedded); item_id and cate_id categorical; item_history / cate_history
+                          sequences sharing the item / cate tables (target field (item_id, cate_id),
+                          sequence field (item_history, cate_history))
+    KuaiVideo_x1          min_categr_count 10; user_id and item_id categorical (group_id = a copy of
+                          the raw user_id); pos_items (the behaviour sequence) and neg_items (an extra
+                          sequence, mean-pooled) share the item table. The config's frozen visual
+                          item embeddings (item_emb, pos_items_emb, neg_items_emb from
+                          item_visual_emb_dim64.h5) are NOT in seqpe's scope: items are ids only.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import DataError
+from .. import sniff
+from ..errors import DataError, printable
 from ..lazy import lazy
 from . import DatasetSpec, SourceSpec, register
 
@@ -44,6 +58,25 @@ COLUMNS = {
 }
 
 
+# dataset -> protocol options: the valid rule (pipeline.protocols.ctr) and the sample layout
+# (pipeline.ctr_vocab): fields of the target / history in order, the sessions column of each,
+# other item-table sequences, other categorical features (own tables), the gAUC group column
+OPTIONS = {
+    "amazon_electronics": {
+        "valid": "last_per_user",
+        "ctr": {"min_count": 1, "fields": ["item", "cate"], "target": {"item": "item", "cate": "cate"},
+                "history": {"item": "hist_items", "cate": "hist_cates"}, "extra": {}, "features": [],
+                "group": "user", "label": "label"},
+    },
+    "kuaivideo": {
+        "valid": "tail",
+        "ctr": {"min_count": 10, "fields": ["item"], "target": {"item": "item"},
+                "history": {"item": "hist_items"}, "extra": {"neg_items": "hist_neg_items"},
+                "features": ["user"], "group": "user", "label": "label"},
+    },
+}
+
+
 def find_bars_file(raw_dir: Path, name: str) -> Path:
     """`raw_dir/name`, or the one `name` one folder below (the zip may hold a folder)."""
     raw_dir = Path(raw_dir)
@@ -57,6 +90,7 @@ def find_bars_file(raw_dir: Path, name: str) -> Path:
 
 
 def header(path: Path) -> list[str]:
+    sniff.require_text(path)
     with open(path, "rb") as f:
         first = f.readline().decode("utf-8", errors="replace").lstrip("\ufeff").strip()
     if not first:
@@ -72,7 +106,7 @@ def scan_bars(path: Path, columns: dict, split: str) -> pl.LazyFrame:
     if missing or extra or len(cols) != len(columns):
         what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
                                      f"unexpected {', '.join(extra)}" if extra else "") if x) or "duplicated columns"
-        raise DataError(f"{path.name} has the wrong column set ({what})",
+        raise DataError(f"{path.name} has the wrong column set ({printable(what, 160)})",
                         f"expected the BARS columns {','.join(columns)}; re-download the dataset")
     schema = {c: getattr(pl, columns[c][1]) for c in cols}
     keep = [pl.col(c).alias(columns[c][0]) for c in cols if columns[c][0] is not None]
@@ -100,7 +134,7 @@ register(DatasetSpec(
     protocol="ctr",
     description="BARS AmazonElectronics_x1 (DIN's Amazon Electronics), CTR with item/category histories",
     reader=reader_for("amazon_electronics"),
-    options={"valid": "last_per_user"},
+    options=OPTIONS["amazon_electronics"],
     paper_size="2,608,764 train + 384,806 test samples, 63,001 items, 801 categories",
 ))
 
@@ -114,6 +148,6 @@ register(DatasetSpec(
     protocol="ctr",
     description="BARS KuaiVideo_x1 (Kuaishou micro-video clicks), CTR with clicked/unclicked histories",
     reader=reader_for("kuaivideo"),
-    options={"valid": "tail"},
+    options=OPTIONS["kuaivideo"],
     paper_size="10,931,092 train + 2,730,291 test samples, 10,000 users",
 ))

@@ -1,4 +1,4 @@
-"""MovieLens-1M (`ml_1m`): GroupLens `ml-1m.zip`, leave-one-out protocol (PROTOCOLS.md §1, §3).
+"""MovieLens-1M (`ml_1m`): GroupLens `ml-1m.zip`, leave-one-out protocol (REFERENCE.md §1, §3).
 
 `ml-1m/ratings.dat` lines are `UserID::MovieID::Rating::Timestamp` (latin-1); users.dat
 (`UserID::Gender::Age::Occupation::Zip-code`) and movies.dat (`MovieID::Title::Genres`) are
@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from .. import sniff
 from ..errors import DataError
 from ..lazy import lazy
 from . import DatasetSpec, SourceSpec, register
@@ -35,6 +36,7 @@ def read_dat(path: Path, names: tuple[str, ...], numeric: tuple[str, ...]) -> pl
     Blank lines are skipped. A line with the wrong number of fields or a non-numeric value
     in a numeric column raises DataError naming the file, line number and content.
     """
+    sniff.require_text(path)
     text = Path(path).read_bytes().decode("latin-1")
     lines = pl.read_csv(io.BytesIO(text.encode("utf-8")), has_header=False, separator="\x1f",
                         quote_char=None, new_columns=["line"], schema={"line": pl.String},
@@ -63,6 +65,7 @@ def read_numeric_dat(path: Path, names: tuple[str, ...]) -> pl.DataFrame:
     """Fast path for an all-integer `::` file: ':' as the separator gives the values in the odd
     columns and empty strings between them. Anything unexpected (a non-integer, a wrong field
     count) falls back to `read_dat`, whose checks name the offending line."""
+    sniff.require_text(path)
     n = 2 * len(names) - 1
     schema = {f"c{k}": (pl.Int64 if k % 2 == 0 else pl.String) for k in range(n)}
     try:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import DataError
+from .. import sniff
+from ..errors import DataError, printable
 from ..lazy import lazy
 from . import DatasetSpec, SourceSpec, register
 
@@ -54,13 +55,18 @@ def find_file(raw_dir: Path, name: str) -> Path:
 
 
 def _first_lines(path: Path, n: int = 2) -> list[str]:
-    """The first `n` lines of a text file (BOM and line ends stripped); [] for an empty file."""
+    """The first `n` lines of a text file (BOM and line ends stripped). An empty file, or one that is
+    not text (an archive, binary data, an HTML page: pipeline/sniff.py), is a DataError saying what it is."""
+    sniff.require_text(path)
     with open(path, "rb") as f:
         head = f.read(1 << 16)
-    if not head.strip():
-        raise DataError(f"{path} is empty", "re-download it (`seqpe download DATASET`)")
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
     return [line.rstrip("\r") for line in text.split("\n")[:n]]
+
+
+def _shown(text: str) -> str:
+    """File content quoted in a message: control characters escaped, at most 80 characters."""
+    return printable(text, 80)
 
 
 def read_diginetica(raw_dir: Path) -> pl.LazyFrame:
@@ -72,19 +78,19 @@ def read_diginetica(raw_dir: Path) -> pl.LazyFrame:
     if ";" not in header:
         for sep, name in ((",", "commas"), ("\t", "tabs")):
             if sep in header:
-                raise DataError(f"{path} is separated by {name} (header '{header}'), but Diginetica "
+                raise DataError(f"{path} is separated by {name} (header '{_shown(header)}'), but Diginetica "
                                 f"files are ';'-separated with header '{expected}'",
                                 "use the original train-item-views.csv (do not re-save it from a spreadsheet)")
     names = tuple(c.strip() for c in header.split(";"))
     if names not in DIGINETICA_HEADERS:
-        raise DataError(f"{path} has header '{header}', expected '{expected}' "
+        raise DataError(f"{path} has header '{_shown(header)}', expected '{expected}' "
                         f"(or '{';'.join(DIGINETICA_HEADERS[1])}')",
                         "use the original train-item-views.csv from dataset-train-diginetica.zip")
     if len(lines) < 2 or not lines[1].strip():
         raise DataError(f"{path} has a header but no rows", "re-download it (`seqpe download DATASET`)")
     first = lines[1].split(";")
     if len(first) != 5 or not _DATE.fullmatch(first[4].strip()):
-        raise DataError(f"{path}: first row '{lines[1]}' does not end in an eventdate YYYY-MM-DD",
+        raise DataError(f"{path}: first row '{_shown(lines[1])}' does not end in an eventdate YYYY-MM-DD",
                         "use the original train-item-views.csv")
     # Polars keeps the date pattern of the first value for the whole column: rows in another
     # format fail to parse (a one-line DataError when the protocol collects)
@@ -109,18 +115,18 @@ def read_yoochoose(raw_dir: Path) -> pl.LazyFrame:
     if len(fields) != 4:
         for sep, name in ((";", "semicolons"), ("\t", "tabs")):
             if sep in first:
-                raise DataError(f"{path} is separated by {name} (first line '{first}'), but Yoochoose "
+                raise DataError(f"{path} is separated by {name} (first line '{_shown(first)}'), but Yoochoose "
                                 "files are ','-separated: SessionId,Timestamp,ItemId,Category",
                                 "use the original yoochoose-clicks.dat")
-        raise DataError(f"{path} has {len(fields)} fields on its first line '{first}', expected 4: "
+        raise DataError(f"{path} has {len(fields)} fields on its first line '{_shown(first)}', expected 4: "
                         "SessionId,Timestamp,ItemId,Category (no header)", "use the original yoochoose-clicks.dat")
     skip = 0
     if fields[0].isdigit() and not _STAMP.fullmatch(fields[1]):
-        raise DataError(f"{path}: first row '{first}' has timestamp '{fields[1]}', expected ISO-8601 "
+        raise DataError(f"{path}: first row '{_shown(first)}' has timestamp '{_shown(fields[1])}', expected ISO-8601 "
                         "like 2014-04-07T10:51:09.277Z", "use the original yoochoose-clicks.dat")
     if not fields[0].isdigit():
         if [f.lower().replace("_", "") for f in fields] != ["sessionid", "timestamp", "itemid", "category"]:
-            raise DataError(f"{path} starts with '{first}', expected a data row like "
+            raise DataError(f"{path} starts with '{_shown(first)}', expected a data row like "
                             "'1,2014-04-07T10:51:09.277Z,214536502,0' (no header)", "use the original yoochoose-clicks.dat")
         skip = 1
         if len(lines) < 2 or not lines[1].strip():

@@ -37,6 +37,10 @@ class ProtocolResult:
     n_items  number of item ids (the largest new id); 0 is padding.
     augment  split -> mode in AUGMENT_MODES: how `pipeline.augment` turns rows into samples.
     extra    protocol facts for the manifest (split dates, valid rule, options, ...); JSON-able.
+    side     side information (pipeline/side.py), empty for every dataset without it: "item_features"
+             (item_id Int32, features Array(Float32, A)) written next to items.parquet, and "context"
+             (the names of the C per-interaction features; every split then has a `context` column
+             List(Array(Float32, C)) aligned with `items`).
     """
     splits: dict[str, pl.DataFrame]
     items: pl.DataFrame
@@ -44,6 +48,7 @@ class ProtocolResult:
     n_items: int
     augment: dict[str, str]
     extra: dict[str, Any] = field(default_factory=dict)
+    side: dict[str, Any] = field(default_factory=dict)
 
 
 def step(name: str, sessions: int | None, clicks: int | None, items: int | None) -> dict:
@@ -53,9 +58,12 @@ def step(name: str, sessions: int | None, clicks: int | None, items: int | None)
 
 
 def build_protocol(spec, raw_dir: Path, params) -> ProtocolResult:
-    """Run the protocol module named by `spec.protocol` on the raw folder."""
+    """Run the protocol module named by `spec.protocol` on the raw folder (or the dataset's own
+    `build`, for files its authors already split: the result follows the protocol's contract)."""
     if spec.protocol not in PROTOCOLS:
         raise unknown("protocol", spec.protocol, PROTOCOLS)
+    if getattr(spec, "build", None) is not None:
+        return spec.build(spec, Path(raw_dir), params)
     module = importlib.import_module(f"{__name__}.{spec.protocol}")
     return module.build(spec, Path(raw_dir), params)
 

@@ -1,4 +1,4 @@
-"""CTR protocol "ctr" (CAPE's setting, BARS files): PROTOCOLS.md §4.
+"""CTR protocol "ctr" (CAPE's setting, BARS files): REFERENCE.md §4.
 
 One sample = (user, target item, target category, history items, history categories, label).
 The reczoo/BARS files come split into train.csv and test.csv, with no validation file (the
@@ -25,6 +25,11 @@ non-negative integers (DIN's remap; ALPINE's indices, which also key KuaiVideo's
 embeddings), so new id = raw id + 1 and 0 stays padding. hist_cates shares the cate ids,
 every other hist_* shares the item ids. Splits are LazyFrames: `pipeline.preprocess` streams
 them into shards, so KuaiVideo's 13.7M rows never sit in memory at once.
+
+These sessions ids are not yet embedding rows: the augment stage counts the train split and maps
+every id through the dataset's BARS vocabularies (min count, 0 padding, 1 out-of-vocabulary;
+`pipeline.ctr_vocab`, layout in `pipeline.datasets.ctr.OPTIONS`, recorded here in the sessions
+manifest's params.options).
 """
 from __future__ import annotations
 

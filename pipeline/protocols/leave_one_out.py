@@ -1,4 +1,4 @@
-"""Sequential protocol "leave_one_out" (ML-1m, Amazon): PROTOCOLS.md §3.
+"""Sequential protocol "leave_one_out" (ML-1m, Amazon): REFERENCE.md §3.
 
 Input (what a `DatasetSpec.reader` returns): a LazyFrame with one row per rating or
 review, in file order, columns `user` and `item` (Int64 or String raw ids) and
@@ -11,6 +11,10 @@ Steps, in this order:
    interactions per user and per item on the current rows (repeats count) and drops
    every row whose user or item has fewer than k; rounds repeat until one drops
    nothing. Each round is a manifest step (`k_core_round_<r>`).
+   A dataset may ask for HLLM's filter instead (`options["core"] == "hllm"`, k = options["k_core"]):
+   one pass that drops every row whose user or item has fewer than k interactions counted on
+   all rows, then drops users left with fewer than k rows; items are not counted again
+   (`hllm_core`; HLLM's process_books.py, see pipeline.datasets.amazon).
 3. Users with fewer than 3 interactions cannot give train, valid and test; they are
    dropped (only possible when k_core < 3; then recorded as step `min_3_per_user`).
 4. Re-index. Users: 1..U in ascending raw-id order (numeric for ML-1m, lexicographic
@@ -61,6 +65,14 @@ def k_core(df: pl.DataFrame, k: int) -> tuple[pl.DataFrame, list[dict]]:
         df = kept
 
 
+def hllm_core(df: pl.DataFrame, k: int) -> tuple[pl.DataFrame, list[dict]]:
+    """HLLM's filter on columns u, i: rows whose user and item both have >= k interactions on all
+    rows (one pass), then users with >= k rows left; two steps, items never re-counted."""
+    once = df.filter((pl.len().over("u") >= k) & (pl.len().over("i") >= k))
+    users = once.filter(pl.len().over("u") >= k)
+    return users, [step(f"hllm_users_items_{k}", *_counts(once)), step(f"hllm_users_{k}_again", *_counts(users))]
+
+
 def sequences(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Re-index users and items (rules in the module docstring) and build per-user sequences.
 
@@ -81,7 +93,7 @@ def sequences(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def split(seqs: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """train = seq[:-2], valid = seq[:-1], test = seq (PROTOCOLS.md §3)."""
+    """train = seq[:-2], valid = seq[:-1], test = seq (REFERENCE.md §3)."""
     n = pl.col("items").list.len()
     return {
         "train": seqs.with_columns(pl.col("items").list.head(n - 2)),
@@ -92,14 +104,15 @@ def split(seqs: pl.DataFrame) -> dict[str, pl.DataFrame]:
 
 def build(spec, raw_dir: Path, params) -> ProtocolResult:
     """Run the leave-one-out protocol on `spec.reader(raw_dir)`."""
-    k = params.preprocess.k_core
+    hllm = getattr(spec, "options", {}).get("core") == "hllm"
+    k = int(spec.options["k_core"]) if hllm else params.preprocess.k_core
     raw = spec.reader(Path(raw_dir)).select("user", "item", "timestamp").collect()
     if raw.height == 0:
         raise DataError(f"{spec.name}: the raw file has no interactions", "re-download it (`seqpe download`)")
     df = raw.with_row_index("row").with_columns(_code("user", raw.schema["user"]).alias("u"),
                                                      _code("item", raw.schema["item"]).alias("i"))
     steps = [step("read", *_counts(df))]
-    df, rounds = k_core(df, k)
+    df, rounds = hllm_core(df, k) if hllm else k_core(df, k)
     steps += rounds
     if k < MIN_PER_USER:
         df = df.filter(pl.len().over("u") >= MIN_PER_USER)
@@ -118,7 +131,9 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
         augment={"train": "shifted", "valid": "last", "test": "last"},
         extra={
             "k_core": k,
-            "k_core_rounds": len(rounds),
+            "k_core_rounds": 0 if hllm else len(rounds),
+            "core": ("hllm: one pass of user and item counts >= k on all rows, then users with >= k rows left"
+                     if hllm else "iterative user and item k-core until stable"),
             "users": seqs.height,
             "user_order": "ascending raw user id",
             "item_order": "first appearance walking users in new-id order, each by (timestamp, file order)",

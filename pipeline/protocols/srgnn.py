@@ -1,8 +1,8 @@
-"""The SR-GNN session protocol (Diginetica, Yoochoose), bit-exact: PROTOCOLS.md §2 steps 1-9 (+ 11).
+"""The SR-GNN session protocol (Diginetica, Yoochoose), bit-exact: REFERENCE.md §2 steps 1-9 (+ 11).
 
 Reference: Wu et al., "Session-based Recommendation with Graph Neural Networks" (AAAI 2019),
 `datasets/preprocess.py` after its 2019 fix; the same splits are used by NARM, STAMP, GC-SAN,
-PosRec. Steps (numbers as in PROTOCOLS.md §2):
+PosRec. Steps (numbers as in REFERENCE.md §2):
 
 1. A session's date is the date of its last row in FILE order (Yoochoose: timestamp truncated
    to whole seconds, UTC; Diginetica: `eventdate`, a day).

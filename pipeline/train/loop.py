@@ -26,6 +26,9 @@ from typing import Callable, Optional
 from ..errors import NonFiniteScores, TrainingError
 from ..io import write_bytes
 from ..params import TrainParams
+from ..progress import EpochProgress
+from .distributed import Dist
+from .setup import autocast
 
 
 def _make_scheduler(opt, tp: TrainParams, maximise: bool):
@@ -38,31 +41,31 @@ def _make_scheduler(opt, tp: TrainParams, maximise: bool):
     return None
 
 
-class _Bar:
-    """A rich progress bar for one epoch on stderr (or nothing when progress is off)."""
+def loss_module(net, task):
+    """The training step's forward as one module, so DDP (and torch.compile) see the whole loss:
+    the task's loss may call any of the backbone's methods (hidden, encode, item_weights)."""
+    from torch import nn
 
-    def __init__(self, progress, label: str, total: int):
-        self.progress, self.task = progress, progress.add_task(label, total=total, loss=float("nan"))
+    class LossModule(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
 
-    def advance(self, n: int, loss: float) -> None:
-        self.progress.update(self.task, advance=n, loss=loss)
+        def forward(self, batch, generator):
+            return task.loss(self.net, batch, generator)              # (loss (), predictions in the batch)
 
-
-def _progress():
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn(), transient=True,
-                    console=Console(stderr=True))
+    return LossModule()
 
 
-def train_epoch(net, opt, task, generator, epoch: int, label: str, bar=None) -> float:
-    """One pass over the task's shuffled train batches; returns the mean loss per prediction."""
+def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: Dist, amp, bar=None) -> float:
+    """One pass over this process's share of the task's shuffled train batches (`step`: the loss
+    module, DDP-wrapped and/or compiled); returns the mean loss per prediction."""
     net.train()
     total, count = 0.0, 0
-    for b, batch in enumerate(task.batches(generator), start=1):
+    for b, batch in enumerate(dist.shard(task.batches(generator)), start=1):
         opt.zero_grad(set_to_none=True)
-        loss, n = task.loss(net, batch, generator)
+        with amp():
+            loss, n = step(batch, generator)
         value = float(loss.detach())
         if not math.isfinite(value):
             raise TrainingError(f"{label}: the training loss is {value} at epoch {epoch}, batch {b} (the model "
@@ -87,12 +90,17 @@ def checked(evaluate: Callable[[], dict], where: str) -> dict:
 
 def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, generator, device, progress: bool,
                history: list, timing: list, resume_path: Optional[Path],
-               on_epoch: Optional[Callable[[list], None]] = None) -> tuple[int, str, int]:
+               on_epoch: Optional[Callable[[list], None]] = None, dist: Optional[Dist] = None) -> tuple[int, str, int]:
     """Train `net` on `task`; leaves the best weights in `net`. Returns (best epoch, why training
     stopped: "epochs" | "patience" | "time_limit", the epoch a resumed run went on from or 0).
     `on_epoch(history)` is called after each epoch (curves), also for the epochs a resumed run restored."""
     import torch
+    dist = dist or Dist()
     maximise = task.higher_is_better(select)
+    step = dist.wrap(loss_module(net, task))
+    if tp.compile:
+        step = torch.compile(step, dynamic=True)
+    amp = lambda: autocast(tp, device)  # noqa: E731
     opt = torch.optim.Adam(net.parameters(), lr=tp.lr, weight_decay=tp.weight_decay)
     sched = _make_scheduler(opt, tp, maximise)
     sign = 1.0 if maximise else -1.0
@@ -104,7 +112,8 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
         opt.load_state_dict(saved["optimizer"])
         if sched is not None:
             sched.load_state_dict(saved["scheduler"])
-        torch.set_rng_state(saved["torch_rng"])
+        rng = saved["torch_rng"]
+        torch.set_rng_state(rng[dist.rank] if isinstance(rng, list) else rng)
         generator.set_state(saved["generator"])
         if saved.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(saved["cuda_rng"])
@@ -114,9 +123,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
         timing += saved["timing"]
         if on_epoch is not None and history:
             on_epoch(history)
-    prog = _progress() if progress else None
-    if prog is not None:
-        prog.start()
+    prog = EpochProgress(label, tp.epochs, task.n_train, enabled=progress and dist.main)   # stderr (pipeline/progress.py)
 
     def stop_reason() -> Optional[str]:
         if tp.patience > 0 and loop["stale"] >= tp.patience:
@@ -126,16 +133,19 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
             return "time_limit"
         return None
 
+    def decide() -> Optional[str]:                 # rank 0's clock decides for every rank
+        return dist.broadcast_object(stop_reason())
+
     stopped = "epochs"
     try:
         for epoch in range(loop["epoch"] + 1, tp.epochs + 1):
-            if (why := stop_reason()) is not None:                       # stopped before a restart
+            if (why := decide()) is not None:                            # stopped before a restart
                 stopped = why
                 break
             lr = opt.param_groups[0]["lr"]
-            bar = _Bar(prog, f"{label} epoch {epoch}/{tp.epochs}", task.n_train) if prog is not None else None
+            prog.start(epoch)
             t0 = time.perf_counter()
-            loss = train_epoch(net, opt, task, generator, epoch, label, bar)
+            loss = train_epoch(net, step, opt, task, generator, epoch, label, dist, amp, prog)
             train_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             valid = checked(lambda: task.evaluate(net, "valid"), f"{label}, epoch {epoch}, valid split")
@@ -149,29 +159,31 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                             best_state={k: v.detach().to("cpu", copy=True) for k, v in net.state_dict().items()})
             else:
                 loop["stale"] += 1
-            if prog is not None:
-                prog.console.print(f"{label} epoch {epoch}: loss {loss:.4f}, valid {select} {valid[select]:.4f}, "
-                                   f"best epoch {loop['best_epoch']}, {timing[-1]['samples_per_s']:,.0f} samples/s",
-                                   highlight=False)
+            prog.epoch(f"epoch {epoch}: loss {loss:.4f}, valid {select} {valid[select]:.4f}, best epoch "
+                       f"{loop['best_epoch']}, {timing[-1]['samples_per_s']:,.0f} samples/s")
             if tp.lr_schedule == "plateau":
                 sched.step(valid[select])
             elif sched is not None:
                 sched.step()
-            if resume_path is not None:
+            rngs = dist.gather_objects(torch.get_rng_state())               # each rank's dropout stream
+            if resume_path is not None and dist.main:
                 _save_resume(resume_path, {
                     "model": net.state_dict(), "optimizer": opt.state_dict(),
                     "scheduler": sched.state_dict() if sched is not None else None,
-                    "torch_rng": torch.get_rng_state(), "generator": generator.get_state(),
+                    "torch_rng": rngs if dist.active else rngs[0], "generator": generator.get_state(),
                     "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
                     "loop": loop, "history": history, "timing": timing})
-            if on_epoch is not None:
+            if on_epoch is not None and dist.main:
                 on_epoch(history)
-            if (why := stop_reason()) is not None:
+            if (why := decide()) is not None:
                 stopped = why
                 break
     finally:
-        if prog is not None:
-            prog.stop()
+        prog.done()                                                      # an error: the display just stops
+    spent = sum(t["train_s"] + t["valid_s"] for t in timing)
+    best = next(h for h in history if h["epoch"] == loop["best_epoch"])
+    prog.done(f"{loop['epoch']} epoch(s), best epoch {loop['best_epoch']} (valid {select} "
+              f"{best['valid'][select]:.4f}), stopped by {stopped}, {spent:.1f} s")
     net.load_state_dict(loop["best_state"])
     return loop["best_epoch"], stopped, resumed
 

@@ -95,6 +95,11 @@ def forget(fps: list[str]) -> None:
     for fp in fps:
         resume_path(fp).unlink(missing_ok=True)
         shutil.rmtree(done_path(fp), ignore_errors=True)
+    for folder in (state_root() / "resume", state_root() / "done", state_root()):
+        try:
+            folder.rmdir()                       # only when empty: another configuration's state stays
+        except OSError:
+            pass
 
 
 def _record(folder: Path) -> Optional[dict]:

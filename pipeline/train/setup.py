@@ -14,7 +14,7 @@ import re
 from typing import Iterable, Optional
 
 from .. import presets
-from ..errors import ParamsError, unknown
+from ..errors import ParamsError, did_you_mean, unknown
 from ..params import Params, TrainParams, from_dict, to_dict
 
 TASKS = {"next_item": "next-item", "ctr": "CTR"}
@@ -94,9 +94,11 @@ def select_metric(tp: TrainParams, task) -> str:
     name = task.default_select if tp.select_metric == "auto" else tp.select_metric
     keys = task.metric_keys
     if name not in keys:
+        close = did_you_mean(name, keys)
         raise ParamsError(f"train.select_metric '{name}' is not computed for {TASKS[task.kind]} data",
-                          f"use auto or one of: {', '.join(keys)}" + (" (or add its K to evaluate.ks)"
-                                                                     if task.kind == "next_item" else ""))
+                          (f"did you mean '{close}'? " if close else "")
+                          + f"use auto or one of: {', '.join(keys)}" + (" (or add its K to evaluate.ks)"
+                                                                       if task.kind == "next_item" else ""))
     return name
 
 
@@ -123,3 +125,25 @@ def check_tag(tag: Optional[str]) -> None:
     if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.=+]*", tag):
         raise ParamsError(f"run tag {tag!r} is not a folder-safe name",
                           "use letters, digits and _ . = + (e.g. --tag anc or --tag lambda2=0.5)")
+
+
+def amp_dtype(tp: TrainParams, device):
+    """The autocast dtype of train.precision on `device` (None = fp32, no autocast)."""
+    import torch
+    if tp.precision == "fp32":
+        return None
+    if tp.precision == "bf16":
+        return torch.bfloat16
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16                                        # auto on a GPU that has bf16
+    return None
+
+
+def autocast(tp: TrainParams, device):
+    """A context manager: bf16 autocast for train.precision bf16 (or auto on a bf16 GPU), else nothing."""
+    import contextlib
+    import torch
+    dtype = amp_dtype(tp, device)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)

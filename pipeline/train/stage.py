@@ -1,6 +1,7 @@
 """`seqpe train`: every seed of one (model, encoding[, tag]) configuration on one samples folder."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Optional
@@ -11,7 +12,7 @@ from ..io import claim_dir, require_kind
 from ..params import Params, to_dict
 from ..report import config_name
 from ..versions import versions
-from . import runs, setup
+from . import distributed, runs, setup, threads
 from .loop import checked, fit_epochs
 from .tasks import make_task
 
@@ -38,17 +39,17 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     picks the preset's dataset variant. `overrides` are the command line's --set strings: their
     `train.*` keys win over the preset. `metrics_path` / `live_dir`: the configuration's DVC metrics
     file and dvclive curves (the study grid's stages pass them)."""
-    import torch
     from models import MODELS
 
     setup.check_tag(tag)
     manifest = samples_manifest(dataset, Path(samples_dir))
     kind = setup.task_of(manifest)
+    explicit = presets.explicit_train_keys(overrides)
+    params = dataclasses.replace(params, train=params.train_for(kind, tuple(explicit)))   # study.<task>.train
     spec = setup.pick_model(model, kind, params, MODELS)
     res = presets.resolve(spec.presets, preset, spec.name, dataset)
     enc_name = setup.pick_encoding(spec, encoding, kind, params, res.train.get("encoding"))
-    tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset,
-                                            presets.explicit_train_keys(overrides))
+    tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset, explicit)
     if tp.objective == "sequence" and not spec.causal:
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",
@@ -58,32 +59,47 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     run_dirs = {seed: Path(runs_dir) / config / f"seed-{seed}" for seed in seeds}
     for run_dir in run_dirs.values():
         claim_dir(run_dir, None, "run")
-    device = setup.pick_device(tp.device)
-    if tp.threads > 0:
-        torch.set_num_threads(tp.threads)
-    task = make_task(kind, samples_dir, manifest, tp, params, spec, device)
+    if spec.fitted:
+        distributed.refuse(f"train --model {spec.name}")
+    threads.apply(tp.threads)                          # train.threads (pipeline/train/threads.py)
+    dist, device = distributed.setup(tp.device)
+    try:
+        return _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag,
+                      device, dist, progress, metrics_path, live_dir)
+    finally:
+        distributed.teardown(dist)
+
+
+def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag, device,
+           dist, progress, metrics_path, live_dir) -> list[dict]:
+    """Every seed of the configuration (only rank 0 writes when distributed; the others return [])."""
+    task = make_task(kind, samples_dir, manifest, tp, params, spec, device, dist if dist.active else None)
     select = setup.select_metric(tp, task)
     results, records, fps = [], [], []
     for seed in seeds:
         fp = runs.fingerprint(tp, params, manifest, seed)
         fps.append(fp)
-        record = runs.finished(run_dirs[seed], fp)
+        record = dist.broadcast_object(runs.finished(run_dirs[seed], fp) if dist.main else None)
         if record is None:
             label = f"{dataset} {config} seed {seed}"
             curves = (lambda h, s=seed: runs.write_curves(live_dir, s, h)) if live_dir is not None else None
             net, record, timing, per_sample = train_one(spec, task, tp, params, manifest, select, seed, device,
-                                                        progress, runs.resume_path(fp), label, curves)
+                                                        progress, runs.resume_path(fp), label, curves, dist)
             record.update(name=config, tag=tag, preset=applied.record(), fingerprint=fp)
-            runs.save_run(run_dirs[seed], net, record, timing, per_sample)
-            if record["stopped"] != "time_limit":        # kept: the same command with a longer limit goes on
-                runs.resume_path(fp).unlink(missing_ok=True)
-        elif live_dir is not None:
+            if dist.main:
+                runs.save_run(run_dirs[seed], net, record, timing, per_sample)
+                if record["stopped"] != "time_limit":    # kept: the same command with a longer limit goes on
+                    runs.resume_path(fp).unlink(missing_ok=True)
+            dist.barrier()
+        elif live_dir is not None and dist.main:
             runs.write_curves(live_dir, seed, record["history"])
         records.append(record)
         results.append({"name": f"{config}/seed-{seed}", "config": config, "seed": seed,
                         "best_epoch": record["best_epoch"], "valid": record["valid"], "test": record["test"],
                         "epochs_run": record["epochs_run"], "stopped": record["stopped"],
                         "run_dir": str(run_dirs[seed])})
+    if not dist.main:
+        return []
     if metrics_path is not None:
         runs.write_config_metrics(Path(metrics_path), records)
     if all(r["stopped"] != "time_limit" for r in records):
@@ -92,15 +108,16 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
 
 
 def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed: int, device, progress: bool,
-              resume_path: Optional[Path], label: str, on_epoch=None) -> tuple:
+              resume_path: Optional[Path], label: str, on_epoch=None, dist=None) -> tuple:
     """Train (or fit) one seed; return (net with the best weights, record, timing, per-sample test frame)."""
     import torch
 
+    dist = dist or distributed.Dist()
     torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)                      # batch order + negatives
-    enc_options = params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {}
-    encoding = setup.build_encoding(tp.encoding, tp, enc_options) if spec.uses_encoding else None
-    net = task.build(params, encoding).to(device)
+    generator = torch.Generator().manual_seed(seed)                      # batch order + negatives: alike on every rank
+    net = task.build(params).to(device)                                  # same initial weights on every rank
+    if dist.active:
+        torch.manual_seed(seed + 1_000_003 * dist.rank)                  # each rank its own dropout stream
     history, timing = [], []
     t_start = time.perf_counter()
     if spec.fitted:
@@ -117,7 +134,7 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
             on_epoch(history)
     else:
         best_epoch, stopped, resumed = fit_epochs(net, task, tp, select, seed, label, generator, device, progress,
-                                                  history, timing, resume_path, on_epoch)
+                                                  history, timing, resume_path, on_epoch, dist)
     t0 = time.perf_counter()
     test, per_sample = checked(lambda: task.test(net), f"{label}, test split, best epoch {best_epoch}")
     test_s = time.perf_counter() - t0
@@ -128,6 +145,7 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
         "max_len": tp.max_len, "train": to_dict(tp), "options": params.models.get(tp.model, {}),
         "encoding_options": params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {},
         "evaluate": to_dict(params.evaluate), "samples": task.sizes, "device": device.type,
+        "world_size": dist.world,
         "parameters": sum(p.numel() for p in net.parameters()), "versions": versions(),
         "history": history, "epochs_run": 0 if spec.fitted else len(history),
         "best_epoch": best_epoch, "stopped": stopped,

@@ -19,7 +19,11 @@ it shifts every logit alike); a backbone may bring its own objective (`Recommend
 GRU4Rec's BPR-max, BPR-MF). Objective `prefixes` trains on (prefix, next item) samples in
 length-bucketed shuffled batches; `sequence` has a causal backbone read a whole leave-one-out train
 sequence and predict the next item at every position (SASRec's training, 003 Eq. 11). Metrics:
-full-ranking HR / MRR / NDCG at evaluate.ks with the exact tie rule (models/metrics.py).
+full-ranking HR / MRR / NDCG at evaluate.ks with the exact tie rule (models/metrics.py); with
+evaluate.candidates = N > 0, the rank among N sampled negatives per row instead (CARCA's / 004's
+protocol, pipeline/train/candidates.py), never the default. A model that declares side information
+(ModelSpec.side, e.g. CARCA) is built with the samples folder's item features and gets each batch's
+interaction context (pipeline/side.py); other models never load either.
 
 CTRTask (ctr data, CAPE 001 §5): pointwise binary cross-entropy on the click label plus the
 backbone's auxiliary loss (DIEN, DMIN); metrics AUC, gAUC and logloss (models/metrics.py).
@@ -38,70 +42,133 @@ from ..params import Params, TrainParams
 # --------------------------------------------------------------------------- next-item pieces
 
 def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: bool = True,
-          mask_history: bool = False, per_sample: bool = False):
-    """Full-ranking metrics of `net` on one split; scores stay on the device, batch by batch.
-    `mask_history` takes the items of each row's input out of the ranking (models.metrics.mask_seen).
-    With `per_sample`, also return a frame of each row's (greater, ties) counts in file order (the
-    counts the tie rule turns into any metric; pipeline.significance reads them).
+          mask_history: bool = False, per_sample: bool = False, dist=None, amp=None, context: bool = False,
+          candidates=None):
+    """Full-ranking metrics of `net` on one split; scores stay on the device, batch by batch, and are
+    turned into every row's (greater, ties) counts; the metrics come from all rows' counts at once
+    (models.metrics.ranking_from_counts: exact, independent of batching and of the number of
+    processes). `mask_history` takes the items of each row's input out of the ranking
+    (models.metrics.mask_seen). With `per_sample`, also return a frame of the rows' counts in file
+    order (pipeline.significance reads them). `dist` (distributed.Dist): this process scores its
+    share of the rows and the counts of every process are gathered. `amp`: an autocast context
+    factory for the forward pass; scores are compared in fp32.
+
+    `context`: the model takes side information and the samples hold it (pipeline/side.py): it is
+    passed to the model. `candidates` (S, M) int32 (evaluate.candidates > 0, pipeline/train/candidates.py):
+    each row's target is ranked among its own M sampled items instead of all items.
 
     Rows are served sorted by prefix length (every row once, so the metrics are those of any
     order) so that trimmed batches carry little padding."""
+    import contextlib
     import torch
-    from models.metrics import RankingMetrics, mask_seen
-    acc = RankingMetrics(ks)
+    from models.metrics import greater_and_ties, mask_seen, ranking_from_counts
+    from .candidates import counts
     n = len(samples)
-    greater = torch.zeros(n, dtype=torch.int32) if per_sample else None
-    ties = torch.zeros(n, dtype=torch.int32) if per_sample else None
+    rows = dist.rows(n) if dist is not None else None
+    part = samples if rows is None else samples.take(rows.numpy())
+    if candidates is not None:
+        candidates = torch.from_numpy(np.asarray(candidates if rows is None else candidates[rows.numpy()]))
+    greater = torch.zeros(len(part), dtype=torch.int64, device=device)
+    ties = torch.zeros(len(part), dtype=torch.int64, device=device)
     net.eval()
     with torch.inference_mode():
-        for seqs, targets, idx in batches(samples, batch_size, device=device, trim=trim, by_length=trim,
-                                          with_index=True):
-            scores = net(seqs)                                           # (B, N)
+        for seqs, targets, *side, idx in batches(part, batch_size, device=device, trim=trim, by_length=trim,
+                                                 with_index=True, context=context):
+            kw = {"context": side[0]} if side else {}
+            if candidates is not None:
+                with (amp() if amp is not None else contextlib.nullcontext()):
+                    g, t = counts(net, seqs, targets, candidates[idx].to(device).long(), mask_history=mask_history,
+                                  **kw)
+                idx = idx.to(device)
+                greater[idx], ties[idx] = g, t
+                continue
+            with (amp() if amp is not None else contextlib.nullcontext()):
+                scores = net(seqs, **kw)                                 # (B, N)
+            scores = scores.float()
             scores = mask_seen(scores, seqs) if mask_history else scores
-            g, t = acc.update(scores, targets)                           # (B,), (B,): above / tied with target
-            if per_sample:
-                greater[idx], ties[idx] = g.to("cpu", torch.int32), t.to("cpu", torch.int32)
-    metrics = acc.compute()
+            g, t = greater_and_ties(scores, targets)                     # (B,), (B,): above / tied with target
+            idx = idx.to(device)
+            greater[idx], ties[idx] = g, t
+    if dist is not None:
+        greater, ties = dist.gather_rows(greater, n), dist.gather_rows(ties, n)
+    metrics = ranking_from_counts(greater, ties, ks)
     if not per_sample:
         return metrics
     import polars as pl
-    return metrics, pl.DataFrame({"greater": greater.numpy(), "ties": ties.numpy()})
+    return metrics, pl.DataFrame({"greater": greater.to("cpu", torch.int32).numpy(),
+                                  "ties": ties.to("cpu", torch.int32).numpy()})
+
+
+def ce_impl(tp: TrainParams, device) -> str:
+    """train.ce_impl with auto resolved: the chunked loss on CPU (bench/results/train.md: 1.3-2.1x faster
+    steps, 1/34 to 1/113 of the loss's memory), the plain one on CUDA until fused kernels are measured."""
+    if tp.ce_impl != "auto":
+        return tp.ce_impl
+    return "plain" if device.type == "cuda" else "chunked"
 
 
 def loss_fn(net, seqs, targets, tp: TrainParams, n_items: int, generator):
-    """Cross-entropy over all items, or sampled softmax over target + shared uniform negatives.
+    """The trainer's objective on one batch (`train.loss`, models/losses.py):
+
+        ce       softmax cross-entropy over all items (plain or chunked, `train.ce_impl`)
+        sampled  softmax over the target and `negatives` uniform items shared by the batch
+        bce      SASRec's sigmoid BCE, one uniform negative per prediction (Kang & McAuley 2018)
 
     targets (B,): one next item per row (objective prefixes). targets (B, L): the next item of every
     position, 0 where none (objective sequence): the causal backbone's hidden state at each real
     position is scored against its own target, all positions of the batch weighted alike."""
     import torch
     import torch.nn.functional as F
+    from models.losses import linear_cross_entropy, sampled_bce
+    w = net.item_weights()                                               # (N, D), row 0 = padding
     if targets.dim() == 2:
+        h = net.hidden(seqs)                                             # (B, L, D)
+        if tp.loss == "bce":
+            return sampled_bce(h, w, targets, generator)
         where = targets != 0                                             # (B, L)
-        h, targets = net.hidden(seqs)[where], targets[where]             # (T, D), (T,)
-        if tp.loss == "ce":                                              # column 0 (padding) left out, as
-            return F.cross_entropy(h @ net.item_weights()[1:].t(), targets - 1)  # forward's -inf does
-    elif tp.loss == "ce":
-        return F.cross_entropy(net(seqs), targets)                       # (B, N) logits, col 0 = -inf
+        h, targets = h[where], targets[where]                            # (T, D), (T,)
     else:
         h = net.encode(seqs)                                             # (B, D)
-    w = net.item_weights()                                               # (N, D)
+        if tp.loss == "bce":
+            return sampled_bce(h, w, targets, generator)
+    if tp.loss == "ce":
+        return linear_cross_entropy(h.float(), w.float(), targets, impl=ce_impl(tp, h.device))
     neg = torch.randint(1, n_items + 1, (tp.negatives,), generator=generator).to(seqs.device)  # (M,)
     pos = (h * w[targets]).sum(-1, keepdim=True)                         # (B, 1)
     negs = h @ w[neg].t()                                                # (B, M)
     negs = negs.masked_fill(neg[None, :] == targets[:, None], float("-inf"))  # accidental hits
     logits = torch.cat([pos, negs], 1)                                   # (B, 1 + M)
-    return F.cross_entropy(logits, torch.zeros_like(targets))
+    return F.cross_entropy(logits.float(), torch.zeros_like(targets))
+
+
+def spill_dir(manifest: dict, split: str, max_len: int, kind: str) -> Path:
+    """Where a split's memory-mapped matrices go under train.memory_budget: keyed by the split's shard
+    hashes and the layout, so a changed dataset never reuses stale ones."""
+    import hashlib
+    from ..io import dumps_json
+    from .runs import state_root
+    shards = [e for e in manifest.get("shards", []) if e.get("path", "").startswith(f"{split}/")]
+    key = hashlib.sha256(dumps_json({"shards": shards, "max_len": max_len, "kind": kind}).encode()).hexdigest()[:20]
+    return state_root() / "spill" / key
 
 
 class NextItemTask:
     kind = "next_item"
 
-    def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device):
-        self.tp, self.ev, self.spec, self.device = tp, params.evaluate, spec, device
+    def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device, dist=None):
+        from .. import side
+        self.tp, self.ev, self.spec, self.device, self.dist = tp, params.evaluate, spec, device, dist
         self.n_items = int(manifest["n_items"])
-        self.data = {split: (load_sequences if split == "train" and tp.objective == "sequence" else load_samples)(
-            samples_dir, split, tp.max_len) for split in SPLITS}
+        # side information (pipeline/side.py): loaded only for a model that declares it (ModelSpec.side)
+        self.side = side.SideInfo(side.item_features(samples_dir, manifest), side.context_names(manifest)) \
+            if getattr(spec, "side", False) else None
+        width = self.side.context_width if self.side is not None else 0
+        self.data = {}
+        for split in SPLITS:
+            loader = load_sequences if split == "train" and tp.objective == "sequence" else load_samples
+            extra = {"context": width} if width and loader is load_samples else {}
+            self.data[split] = loader(samples_dir, split, tp.max_len, tp.memory_budget,
+                                      spill_dir(manifest, split, tp.max_len, loader.__name__), **extra)
         for split in SPLITS:
             d = self.data[split]
             if len(d) == 0:
@@ -111,6 +178,31 @@ class NextItemTask:
                 raise DataError(f"{split} samples hold item ids outside 1..{self.n_items} (n_items)",
                                 "re-run `seqpe augment` so samples and manifest agree")
         self.sessions = load_sessions(samples_dir, "train") if spec.fitted else None
+        self.candidates = self._candidates(samples_dir, manifest) if self.ev.candidates > 0 else {}
+
+    def _candidates(self, samples_dir: Path, manifest: dict) -> dict:
+        """evaluate.candidates > 0: each valid / test row's sampled negatives (pipeline/train/candidates.py),
+        drawn against the rows' whole stored prefixes (not cut to train.max_len), so that they depend on
+        the samples folder only and every model ranks the same ones."""
+        from .candidates import popularity, sample_candidates
+        weights = None
+        if self.ev.candidate_sampling == "popularity":
+            weights = popularity(load_sessions(samples_dir, "train")[0], self.n_items)
+        import polars as pl
+        from ..io import scan_split
+        out = {}
+        for split in ("valid", "test"):
+            lf = scan_split(samples_dir, split)
+            longest = (lf.select(pl.col("prefix").list.len().max()).collect().item()
+                       if "prefix" in lf.collect_schema().names() else None)
+            rows = load_samples(samples_dir, split, int(longest)) if longest else self.data[split]
+            out[split] = sample_candidates(rows.seqs, rows.targets, self.n_items, self.ev.candidates,
+                                           exclude_history=self.ev.mask_history, weights=weights)
+        return out
+
+    @property
+    def _context(self) -> bool:
+        return self.side is not None and self.side.context_width > 0
 
     # -- what the loop and the records read
     @property
@@ -134,10 +226,16 @@ class NextItemTask:
         return True
 
     # -- model, batches, loss, metrics
-    def build(self, params: Params, encoding):
+    def build(self, params: Params):
+        """The backbone with its encoding object built at train.dim (None for models that take none)."""
         from models import build_model
-        return build_model(self.tp.model, n_items=self.n_items, max_len=self.tp.max_len, train=self.tp,
-                           options=params.models.get(self.tp.model, {}), encoding=encoding)
+        from . import setup
+        tp = self.tp
+        encoding = (setup.build_encoding(tp.encoding, tp, params.encodings.get(tp.encoding, {}))
+                    if self.spec.uses_encoding else None)
+        extra = {"side": self.side} if self.side is not None else {}
+        return build_model(tp.model, n_items=self.n_items, max_len=tp.max_len, train=tp,
+                           options=params.models.get(tp.model, {}), encoding=encoding, **extra)
 
     def fit(self, net) -> None:
         """Fitted baselines (POP, S-POP, Item-KNN): one pass over the train sessions."""
@@ -148,24 +246,30 @@ class NextItemTask:
     def batches(self, generator):
         tp = self.tp
         return batches(self.data["train"], tp.batch_size, shuffle=True, generator=generator, device=self.device,
-                       trim=tp.trim_padding, bucket=tp.bucket if tp.trim_padding else 0)
+                       trim=tp.trim_padding, bucket=tp.bucket if tp.trim_padding else 0, context=self._context)
 
     def loss(self, net, batch, generator):
-        seqs, targets = batch
-        own = net.training_loss(seqs, targets, generator)
+        seqs, targets, *side = batch
+        own = net.training_loss(seqs, targets, generator, **({"context": side[0]} if side else {}))
         loss = own if own is not None else loss_fn(net, seqs, targets, self.tp, self.n_items, generator)
         n = int((targets != 0).sum()) if targets.dim() == 2 else len(targets)   # predictions in the batch
         return loss, n
 
+    def _amp(self):
+        from .setup import autocast
+        return autocast(self.tp, self.device)
+
     def evaluate(self, net, split: str) -> dict[str, float]:
         ev = self.ev
         return score(net, self.data[split], split, ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
-                     mask_history=ev.mask_history)
+                     mask_history=ev.mask_history, dist=self.dist, amp=self._amp, context=self._context,
+                     candidates=self.candidates.get(split))
 
     def test(self, net):
         ev = self.ev
         return score(net, self.data["test"], "test", ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
-                     mask_history=ev.mask_history, per_sample=True)
+                     mask_history=ev.mask_history, per_sample=True, dist=self.dist, amp=self._amp,
+                     context=self._context, candidates=self.candidates.get("test"))
 
 
 # --------------------------------------------------------------------------- CTR
@@ -174,9 +278,9 @@ class CTRTask:
     kind = "ctr"
     METRICS = ("auc", "gauc", "logloss")
 
-    def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device):
+    def __init__(self, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec, device, dist=None):
         from ..ctr_batches import ctr_schema, load_ctr
-        self.tp, self.ev, self.spec, self.device = tp, params.evaluate, spec, device
+        self.tp, self.ev, self.spec, self.device, self.dist = tp, params.evaluate, spec, device, dist
         self.schema = ctr_schema(manifest, tp.max_len)
         self.data = {split: load_ctr(samples_dir, split, tp.max_len) for split in SPLITS}
         for split in SPLITS:
@@ -197,36 +301,53 @@ class CTRTask:
     def higher_is_better(self, metric: str) -> bool:
         return metric != "logloss"
 
-    def build(self, params: Params, encoding):
+    def build(self, params: Params):
+        """The backbone; it builds the encoding itself, at the width and layer count of the attention
+        that uses it (models/ctr/base.py EncodingChoice)."""
         from models import build_model
-        return build_model(self.tp.model, schema=self.schema, train=self.tp,
-                           options=params.models.get(self.tp.model, {}), encoding=encoding)
+        from models.ctr.base import EncodingChoice
+        tp = self.tp
+        return build_model(tp.model, schema=self.schema, train=tp, options=params.models.get(tp.model, {}),
+                           encoding=EncodingChoice(tp.encoding, params.encodings.get(tp.encoding, {})))
 
     def batches(self, generator):
         from ..ctr_batches import ctr_batches
         return ctr_batches(self.data["train"], self.tp.batch_size, shuffle=True, generator=generator,
-                           device=self.device)
+                           device=self.device, trim=self.tp.trim_padding)
 
     def loss(self, net, batch, generator):
+        """Pointwise binary cross-entropy on the click (CAPE 001 §5.1.4) plus the backbone's auxiliary loss."""
         import torch.nn.functional as F
         out = net(batch)
-        loss = F.binary_cross_entropy_with_logits(out.logits, batch.label)
+        loss = F.binary_cross_entropy_with_logits(out.logits.float(), batch.label)
         if out.aux_loss is not None:
             loss = loss + out.aux_loss
         return loss, len(batch)
 
     def _score(self, net, split: str):
+        """Every row's logit in file order (this process's rows, gathered when distributed), then the
+        metrics from all rows at once: exact, the same bits for any batching or number of processes."""
         import torch
         from models.metrics import CTRMetrics
         from ..ctr_batches import ctr_batches
-        acc, logits = CTRMetrics(), []
+        from .setup import autocast
+        data = self.data[split]
+        rows = self.dist.rows(len(data)) if self.dist is not None else None
+        part = data if rows is None else data.take(rows.numpy())
+        logits = []
         net.eval()
         with torch.inference_mode():
-            for batch in ctr_batches(self.data[split], self.ev.batch_size, device=self.device):
-                out = net(batch).logits.float()                          # (B,) metrics in fp32 or better
-                acc.update(out, batch.label, batch.group)
-                logits.append(out.to("cpu"))
-        return acc.compute(), torch.cat(logits)
+            for batch in ctr_batches(part, self.ev.batch_size, device=self.device, trim=self.tp.trim_padding):
+                with autocast(self.tp, self.device):
+                    out = net(batch).logits
+                logits.append(out.float())                                   # (B,) metrics in fp32 or better
+        logits = torch.cat(logits) if logits else torch.zeros(0, device=self.device)
+        if self.dist is not None:
+            logits = self.dist.gather_rows(logits, len(data))
+        logits = logits.cpu()
+        acc = CTRMetrics()
+        acc.update(logits, torch.from_numpy(data.label), torch.from_numpy(data.group))
+        return acc.compute(), logits
 
     def evaluate(self, net, split: str) -> dict[str, float]:
         return self._score(net, split)[0]
@@ -238,6 +359,6 @@ class CTRTask:
 
 
 def make_task(kind: str, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec,
-              device) -> "NextItemTask | CTRTask":
-    return (CTRTask if kind == "ctr" else NextItemTask)(Path(samples_dir), manifest, tp, params, spec, device)
+              device, dist=None) -> "NextItemTask | CTRTask":
+    return (CTRTask if kind == "ctr" else NextItemTask)(Path(samples_dir), manifest, tp, params, spec, device, dist)
 

@@ -1,0 +1,290 @@
+"""Use a trained run: the top K items for sessions (`seqpe recommend`, `load_run`).
+
+    from pipeline.recommend import load_run
+    model = load_run("data/runs/sample/sasrec-lpe/seed-1")      # a seed's run folder
+    top = model.recommend([[12, 55, 9], [3, 4]], k=10)            # TopK: items (S, K) int64, scores (S, K)
+    frame = model.recommend_frame(sessions, k=10)                   # session_id, rank, item, score (Polars)
+
+A run folder is what `seqpe train` writes for one seed: checkpoint.pt (weights of the best epoch
+and the settings that built the model) and run.json. The model is rebuilt from those settings
+(pipeline/train/setup.py, models/), its weights loaded strictly, and put in eval mode.
+
+Item ids are seqpe's internal ids, 1..n_items (the numbering of the dataset's sessions folder,
+items.parquet: item_id, raw_id). With `raw_ids=True` ids are the dataset's raw ids, mapped through
+that items.parquet both ways (a sessions folder is then required).
+
+Refused, each with a one-line error: a CTR run (a CTR model scores (user, item) pairs, it ranks no
+items); a run folder without checkpoint.pt / run.json (a configuration folder: pass one seed's);
+a sessions folder whose vocabulary is not the run's (manifest n_items, items.parquet numbering
+1..n_items); an internal id outside 1..n_items; an unknown raw id (unless `drop_unknown`); a
+session left with no item; K outside 1..n_items.
+
+Scoring: each session's most recent `max_len` items (the run's train.max_len), left-padded as in
+training, scored in batches on the device (auto: CUDA when present). `exclude_seen` (default: the
+run's evaluate.mask_history) takes a session's own items out of its list. The top K are the K
+highest scores, ties broken by the lower item id (a stable sort), so the output is the same on
+every run. Scores are the model's raw scores (logits; POP / S-POP / Item-KNN: their counts or
+similarities), not probabilities; an item with no finite score (padding, excluded) is never listed,
+so a list is shorter than K only when fewer items can be ranked. A NaN or infinite score is an
+error (a diverged model), as in evaluation.
+
+Batch input (`read_sessions`), Parquet or CSV, one of two layouts:
+    list   a column `items` holding each session's items in order (Parquet: a list column; CSV: ids
+           separated by spaces, commas, `^`, `|` or `;`), and optionally `session_id`
+           (default: the row number, from 0)
+    long   columns `session_id`, `item_id`: one row per click, a session's clicks in file order,
+           sessions in order of first appearance
+Output (`write_topk`): Parquet with session_id, rank (1..K), item, score, sessions in input order.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .errors import DataError, NonFiniteScores, ParamsError, printable
+from .io import read_json, read_manifest, write_parquet
+from .lazy import lazy
+
+pl = lazy("polars")
+
+_SEPARATORS = re.compile(r"[\s,^|;]+")
+
+
+@dataclass(frozen=True)
+class TopK:
+    items: np.ndarray    # (S, K) int64 internal ids, -1 where a list is shorter than K
+    scores: np.ndarray   # (S, K) float32, nan where a list is shorter than K
+
+
+class RunModel:
+    """A trained next-item model ready to rank items (see the module docstring)."""
+
+    def __init__(self, run_dir: Path, net, record: dict, device, items: Optional["pl.DataFrame"] = None):
+        self.run_dir, self.net, self.record, self.device = run_dir, net, record, device
+        self.n_items = int(record["n_items"])
+        self.max_len = int(record["max_len"])
+        self.exclude_seen = bool((record.get("evaluate") or {}).get("mask_history", False))
+        self.items = items            # items.parquet of the vocabulary (raw ids), when a sessions folder was given
+
+    # -- ids
+    def to_internal(self, sessions: Sequence[Sequence], drop_unknown: bool = False) -> list[list[int]]:
+        """Raw ids -> internal ids through items.parquet."""
+        if self.items is None:
+            raise ParamsError("raw ids need the dataset's items.parquet", "pass the sessions folder (--sessions DIR)")
+        table = dict(zip(self.items.get_column("raw_id").to_list(), self.items.get_column("item_id").to_list()))
+        out = []
+        for s, session in enumerate(sessions):
+            ids = []
+            for raw in session:
+                new = table.get(str(raw))
+                if new is None and not drop_unknown:
+                    raise DataError(f"raw item id {printable(str(raw), 40)!r} (session {s}) is not in the vocabulary of "
+                                    f"{self.run_dir} ({self.n_items:,} items)",
+                                    "check the ids, or pass --drop-unknown to leave such clicks out")
+                if new is not None:
+                    ids.append(int(new))
+            out.append(ids)
+        return out
+
+    def to_raw(self, items: np.ndarray) -> list[list[Optional[str]]]:
+        raw = np.array([None] + self.items.sort("item_id").get_column("raw_id").to_list(), dtype=object)
+        return [[raw[i] if i > 0 else None for i in row] for row in items.tolist()]
+
+    # -- ranking
+    def recommend(self, sessions: Sequence[Sequence[int]], k: int = 10, *, exclude_seen: Optional[bool] = None,
+                  batch_size: int = 512) -> TopK:
+        """The top `k` items of each session (internal ids), batched on the run's device."""
+        import torch
+        if not 1 <= k <= self.n_items:
+            raise ParamsError(f"-k {k} is outside 1..{self.n_items} (the run's n_items)", "pass e.g. -k 10")
+        if batch_size < 1:
+            raise ParamsError(f"batch size {batch_size} is not positive", "pass e.g. --batch-size 512")
+        exclude = self.exclude_seen if exclude_seen is None else exclude_seen
+        seqs = self._matrix(sessions)                                           # (S, L)
+        items = np.full((len(sessions), k), -1, dtype=np.int64)
+        scores = np.full((len(sessions), k), np.nan, dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(seqs), batch_size):
+                batch = torch.from_numpy(seqs[start:start + batch_size]).long().to(self.device)   # (B, L)
+                s = self.net(batch).float()                                     # (B, N)
+                real = s[:, 1:]
+                if torch.isnan(real).any() or torch.isposinf(real).any() or torch.isneginf(real).any():
+                    raise NonFiniteScores(f"the model of {self.run_dir} gives NaN or infinite scores",
+                                          "it diverged: retrain it (lower train.lr)")
+                s[:, 0] = float("-inf")
+                if exclude:
+                    s = s.scatter(1, batch, float("-inf"))                      # a session's own items
+                val, idx = torch.sort(s, dim=1, descending=True, stable=True)   # ties: lower item id first
+                val, idx = val[:, :k], idx[:, :k]                               # (B, K)
+                keep = torch.isfinite(val)
+                end = start + len(batch)
+                items[start:end] = torch.where(keep, idx, -1).cpu().numpy()
+                scores[start:end] = torch.where(keep, val, float("nan")).cpu().numpy()
+        return TopK(items=items, scores=scores)
+
+    def recommend_frame(self, sessions: "pl.DataFrame", k: int = 10, *, raw_ids: bool = False,
+                        drop_unknown: bool = False, exclude_seen: Optional[bool] = None,
+                        batch_size: int = 512) -> "pl.DataFrame":
+        """(session_id, items) frame -> top-K long frame: session_id, rank, item, score."""
+        ids = sessions.get_column("session_id")
+        lists = sessions.get_column("items").to_list()
+        internal = self.to_internal(lists, drop_unknown) if raw_ids else [[_as_id(i) for i in s] for s in lists]
+        for sid, s in zip(ids.to_list(), internal):
+            if not s:
+                raise DataError(f"session {printable(str(sid), 40)} has no item"
+                                + (" in the run's vocabulary" if raw_ids else ""),
+                                "leave empty sessions out of the input")
+        top = self.recommend(internal, k, exclude_seen=exclude_seen, batch_size=batch_size)
+        s_idx, rank = np.nonzero(top.items >= 0)
+        item_col = top.items[s_idx, rank]
+        if raw_ids:
+            raw = self.to_raw(top.items)
+            item = pl.Series("item", [raw[i][j] for i, j in zip(s_idx, rank)], dtype=pl.String)
+        else:
+            item = pl.Series("item", item_col, dtype=pl.Int32)
+        return pl.DataFrame({"session_id": ids.gather(s_idx), "rank": pl.Series(rank + 1, dtype=pl.Int32),
+                             "item": item, "score": pl.Series(top.scores[s_idx, rank], dtype=pl.Float32)})
+
+    def _matrix(self, sessions: Sequence[Sequence[int]]) -> np.ndarray:
+        """Left-padded (S, max_len) int32 of the most recent max_len items, ids checked."""
+        from .batches import pad_left
+        if len(sessions) == 0:
+            raise DataError("no sessions to recommend for", "pass at least one session")
+        cut = [list(s)[-self.max_len:] for s in sessions]
+        for n, s in enumerate(cut):
+            if not s:
+                raise DataError(f"session {n} has no item", "leave empty sessions out of the input")
+        flat = np.fromiter((int(i) for s in cut for i in s), dtype=np.int64)
+        bad = flat[(flat < 1) | (flat > self.n_items)]
+        if bad.size:
+            raise DataError(f"item id {int(bad[0])} is outside 1..{self.n_items:,}, the vocabulary of {self.run_dir}",
+                            "pass seqpe's internal ids (items.parquet item_id), or raw ids with --raw-ids")
+        lengths = np.array([len(s) for s in cut], dtype=np.int32)
+        return pad_left(flat.astype(np.int32), lengths, self.max_len)
+
+
+def _as_id(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise DataError(f"item id {printable(str(value), 40)!r} is not an integer",
+                        "pass seqpe's internal ids, or raw ids with --raw-ids") from None
+
+
+def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, device: str = "auto") -> RunModel:
+    """A seed's run folder as a ready model; `sessions_dir` (the dataset's sessions folder) is
+    checked against the run's vocabulary and gives raw ids."""
+    import torch
+
+    from .params import TrainParams, from_dict
+    from .train.setup import build_encoding, pick_device
+    run_dir = Path(run_dir)
+    if not (run_dir / "checkpoint.pt").is_file() or not (run_dir / "run.json").is_file():
+        seeds = sorted(p.name for p in run_dir.glob("seed-*") if (p / "checkpoint.pt").is_file()) \
+            if run_dir.is_dir() else []
+        fix = f"pass one seed's folder, e.g. {run_dir / seeds[0]}" if seeds else \
+            "pass a run folder written by `seqpe train` (data/runs/DATASET/MODEL-ENCODING/seed-N)"
+        raise DataError(f"{run_dir} is not a run folder (it needs checkpoint.pt and run.json)", fix)
+    record = read_json(run_dir / "run.json")
+    if record.get("task") == "ctr" or record.get("protocol") == "ctr":
+        raise DataError(f"{run_dir} is a CTR run ({record.get('model')}): it scores (user, item) pairs and ranks no "
+                        "items, while recommend ranks items", "pass a next-item run (srgnn or leave-one-out data)")
+    from models import MODELS, build_model
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    cfg = ckpt.get("config", {})
+    if not isinstance(cfg.get("n_items"), int) or cfg.get("model") not in MODELS:
+        raise DataError(f"{run_dir}/checkpoint.pt does not describe a next-item model (config: model "
+                        f"{cfg.get('model')!r}, n_items {cfg.get('n_items')!r})", "re-run `seqpe train` for it")
+    record = {**record, "n_items": cfg["n_items"], "max_len": cfg["max_len"]}
+    items = _vocabulary(Path(sessions_dir), cfg["n_items"], run_dir) if sessions_dir is not None else None
+    tp = from_dict(TrainParams, dict(cfg["train"]), "train", run=True)
+    spec = MODELS[cfg["model"]]
+    encoding = build_encoding(tp.encoding, tp, cfg.get("encoding_options", {})) if spec.uses_encoding else None
+    dev = pick_device(device)
+    net = build_model(cfg["model"], n_items=cfg["n_items"], max_len=cfg["max_len"], train=tp,
+                      options=cfg.get("options", {}), encoding=encoding)
+    net.load_state_dict(ckpt["model"])
+    net.to(dev).eval()
+    return RunModel(run_dir, net, record, dev, items)
+
+
+def _vocabulary(folder: Path, n_items: int, run_dir: Path) -> "pl.DataFrame":
+    """items.parquet of a sessions folder, checked to be the run's vocabulary (n_items, ids 1..n)."""
+    manifest = read_manifest(folder)
+    if manifest.get("n_items") != n_items:
+        raise DataError(f"{folder} has n_items {manifest.get('n_items')}, but {run_dir} was trained on {n_items:,} "
+                        "items: another dataset, or another preprocessing", "pass the sessions folder the run's "
+                        "samples came from")
+    path = folder / "items.parquet"
+    if not path.is_file():
+        raise DataError(f"{folder} has no items.parquet (raw ids): it is not a sessions folder",
+                        "pass the dataset's sessions folder (data/sessions/DATASET)")
+    items = pl.read_parquet(path, columns=["item_id", "raw_id"]).with_columns(pl.col("raw_id").cast(pl.String))
+    ids = items.get_column("item_id")
+    if items.height != n_items or ids.n_unique() != n_items or ids.min() != 1 or ids.max() != n_items:
+        raise DataError(f"{path} does not number items 1..{n_items:,}", "re-run `seqpe preprocess` for it")
+    return items
+
+
+# --------------------------------------------------------------------------- batch files
+
+def read_sessions(path: str | Path) -> "pl.DataFrame":
+    """A Parquet or CSV file of sessions (layouts in the module docstring) -> session_id, items (a list
+    of ids: Int64, or String for CSV lists and raw ids)."""
+    from . import sniff
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"sessions file {path} does not exist", "pass a Parquet or CSV file")
+    head = sniff.head(path, 4)
+    try:
+        if head == b"PAR1":
+            df = pl.read_parquet(path)
+        else:
+            sniff.require_text(path)
+            df = pl.read_csv(path, infer_schema=False)
+    except (pl.exceptions.ComputeError, pl.exceptions.NoDataError, OSError) as e:
+        raise DataError(f"{path} could not be read as Parquet or CSV ({printable(str(e).splitlines()[0], 120)})",
+                        "pass a Parquet file or a CSV with a header line") from None
+    if "items" in df.columns:
+        col = df.get_column("items")
+        if col.dtype == pl.String:
+            col = pl.Series("items", [[t for t in _SEPARATORS.split(v.strip()) if t] if v else []
+                                      for v in col.to_list()], dtype=pl.List(pl.String))
+        elif not isinstance(col.dtype, pl.List):
+            raise DataError(f"{path}: column items is {col.dtype}, not a list of item ids",
+                            "write each session's items as a list (Parquet) or as ids separated by spaces (CSV)")
+        ids = df.get_column("session_id") if "session_id" in df.columns else pl.Series("session_id", range(df.height))
+        out = pl.DataFrame({"session_id": ids, "items": col})
+    elif {"session_id", "item_id"} <= set(df.columns):
+        out = (df.select("session_id", "item_id").group_by("session_id", maintain_order=True)
+                 .agg(pl.col("item_id").alias("items")))
+    else:
+        raise DataError(f"{path} has columns {', '.join(df.columns[:8]) or 'none'}: neither an `items` list column nor "
+                        "`session_id`, `item_id`", "see `seqpe recommend --help` for the two layouts")
+    ids = out.get_column("session_id")
+    if ids.dtype == pl.String:                   # CSV: integer ids stay integers
+        as_int = ids.str.strip_chars().cast(pl.Int64, strict=False)
+        if as_int.null_count() == ids.null_count():
+            out = out.with_columns(as_int.alias("session_id"))
+    if out.get_column("session_id").null_count() or out.get_column("items").null_count():
+        raise DataError(f"{path} has a session without an id or items", "fill or drop those rows")
+    if out.get_column("session_id").n_unique() != out.height:
+        raise DataError(f"{path} lists a session_id twice", "give every session one row (list layout)")
+    return out
+
+
+def parse_ids(text: str) -> list[str]:
+    """`--items 12,55,9` (or spaces) -> ["12", "55", "9"]."""
+    return [t for t in _SEPARATORS.split(text.strip()) if t]
+
+
+def write_topk(frame: "pl.DataFrame", out: str | Path) -> Path:
+    out = Path(out)
+    if out.suffix.lower() != ".parquet":
+        raise ParamsError(f"output file '{out}' must end in .parquet", "pass e.g. --out topk.parquet")
+    write_parquet(out, frame)
+    return out

@@ -1,0 +1,138 @@
+"""Ctrl-C: one line saying what the interrupted command left, exit code 130, and it is true.
+
+Each stage is re-run over its own earlier output and interrupted in the middle of writing the new
+one (the CLI's SIGINT handler raises `cli.Interrupted`; here a patched internal raises it at that
+point): the earlier output must be byte for byte what it was, with no temporary entries left.
+One test sends a real SIGINT to a real process.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipeline import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--set", "preprocess.sample.sessions=300", "--set", "preprocess.sample.items=100"]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def seqpe(argv: list[str], capsys) -> tuple[int, str]:
+    """Run the CLI in-process through main(); (exit code, stderr)."""
+    old = signal.getsignal(signal.SIGINT)
+    sys_argv = sys.argv
+    sys.argv = ["seqpe", *argv]
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+    finally:
+        sys.argv = sys_argv
+        signal.signal(signal.SIGINT, old)
+    return exit_.value.code, capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ctrlc")
+    for argv in (["download", "sample", str(root / "raw"), *SMALL], ["preprocess", "sample", str(root / "raw"),
+                 str(root / "sessions"), *SMALL], ["augment", "sample", str(root / "sessions"), str(root / "samples")],
+                 ["export", "sample", str(root / "export"), "--sessions", str(root / "sessions")]):
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *argv, "--quiet"], cwd=ROOT, capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def interrupt_after(monkeypatch, target: str, calls: int = 1):
+    """Patch `module.function` so that its `calls`-th call runs and then Ctrl-C arrives."""
+    module, name = target.rsplit(".", 1)
+    mod = __import__(module, fromlist=[name])
+    original, seen = getattr(mod, name), []
+
+    def patched(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append(1)
+        if len(seen) == calls:
+            raise cli.Interrupted()
+        return out
+    monkeypatch.setattr(mod, name, patched)
+
+
+@pytest.mark.parametrize("argv, folder, target, note", [
+    (["download", "sample", "{root}/raw", "--set", "preprocess.sample.seed=5", *SMALL], "raw",
+     "pipeline.archive.unpack", "nothing was written: the destination keeps its previous content"),
+    (["preprocess", "sample", "{root}/raw", "{root}/sessions", "--set", "preprocess.valid_fraction=0.3", *SMALL],
+     "sessions", "pipeline.io.write_parquet", "nothing was written"),
+    (["augment", "sample", "{root}/sessions", "{root}/samples", "--set", "augment.max_len=3"], "samples",
+     "pipeline.io.write_parquet", "nothing was written"),
+    (["export", "sample", "{root}/export", "--sessions", "{root}/sessions", "--format", "srgnn"], "export",
+     "pipeline.formats.write_bytes", "nothing was written"),
+])
+def test_an_interrupted_stage_leaves_its_previous_output(prepared, monkeypatch, capsys, argv, folder, target, note):
+    root = prepared
+    before = snapshot(root / folder)
+    interrupt_after(monkeypatch, target, calls=2 if target.endswith("write_parquet") else 1)
+    code, err = seqpe([a.format(root=root) for a in argv], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 130 and len(lines) == 1 and lines[0].startswith("interrupted: " + note), err
+    assert snapshot(root / folder) == before
+    assert not [p.name for p in root.iterdir() if p.name.startswith(".")]       # no temporary folders
+
+
+def test_an_interrupted_training_keeps_finished_seeds_and_resumes(prepared, tmp_path, monkeypatch, capsys):
+    root = prepared
+    import pipeline.train.loop as loop
+    original, epochs = loop.train_epoch, []
+
+    def epoch(*args, **kwargs):                      # Ctrl-C in seed 2's second epoch
+        epochs.append(1)
+        if len(epochs) == 4:
+            raise cli.Interrupted()
+        return original(*args, **kwargs)
+    monkeypatch.setattr(loop, "train_epoch", epoch)
+    argv = ["train", "sample", str(root / "samples"), str(tmp_path / "runs"), "--model", "sasrec", "--encoding",
+            "none", "--seed", "1", "--seed", "2", "--set", "train.epochs=2", "--set", "train.dim=8", "--quiet"]
+    code, err = seqpe(argv, capsys)
+    assert code == 130 and err.strip().startswith("interrupted: the seed being trained wrote nothing")
+    assert sorted(p.name for p in (tmp_path / "runs" / "sasrec-none").iterdir()) == ["seed-1"]
+    assert len(list(Path(os.environ["SEQPE_STATE"]).glob("resume/*.pt"))) == 1   # seed 2's epoch 1
+    monkeypatch.setattr(loop, "train_epoch", original)
+    code, err = seqpe(argv, capsys)
+    assert code == 0 and sorted(p.name for p in (tmp_path / "runs" / "sasrec-none").iterdir()) == ["seed-1", "seed-2"]
+
+
+def test_a_real_sigint_during_evaluate_writes_all_reports_or_none(prepared, tmp_path):
+    """A SIGINT that arrives while evaluate writes its five reports takes effect after the last one."""
+    root = prepared
+    runs = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "train", "sample", str(root / "samples"), str(runs),
+                           "--model", "pop", "--seed", "1", "--quiet"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        import pipeline.evaluate as ev
+        from pipeline import cli
+        original, calls = ev.write_bytes, []
+        def write(*a, **k):
+            calls.append(1)
+            if len(calls) == 2:
+                os.kill(os.getpid(), signal.SIGINT)          # a real Ctrl-C, in the middle of the writes
+            return original(*a, **k)
+        ev.write_bytes = write
+        sys.argv = ["seqpe", "evaluate", "sample", {str(runs)!r}, {str(tmp_path / "reports")!r}, "--all", "--quiet"]
+        cli.main()
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().startswith("interrupted:")
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
+        "comparison.csv", "comparison.png", "report.csv", "report.md", "summary.json"]

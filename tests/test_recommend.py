@@ -1,0 +1,144 @@
+"""pipeline/recommend.py and `seqpe recommend`: a tiny SASRec trained on the embedded sample ranks
+items for sessions given as internal ids, raw ids, a Parquet list file or a CSV long file, and
+refuses what does not fit its vocabulary."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from pipeline import augment, download, preprocess, recommend
+from pipeline import train as stage
+from pipeline.errors import DataError, ParamsError
+from pipeline.io import read_json, write_json
+from pipeline.params import Params, SampleParams
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(root, run folder, sessions folder) of a 2-epoch SASRec (dim 16) on a 400-session sample."""
+    root = tmp_path_factory.mktemp("rec")
+    sample = SampleParams(sessions=400, items=120)
+    p = Params()
+    p = dataclasses.replace(p, preprocess=dataclasses.replace(p.preprocess, sample=sample),
+                            train=dataclasses.replace(p.train, epochs=2, dim=16, lr=0.01, threads=1))
+    download.run("sample", root / "raw", p.download, progress=False, sample=sample)
+    preprocess.run("sample", root / "raw", root / "sessions", p)
+    augment.run("sample", root / "sessions", root / "samples", p)
+    os.environ.setdefault("SEQPE_STATE", str(root / "state"))
+    stage.run("sample", root / "samples", root / "runs", p, model="sasrec", encoding="lpe", seeds=[1], progress=False)
+    stage.run("sample", root / "samples", root / "runs", p, model="pop", seeds=[1], progress=False)
+    return root, root / "runs" / "sasrec-lpe" / "seed-1", root / "sessions"
+
+
+def full_ranking(model, session: list[int]) -> list[tuple[int, float]]:
+    """Every item by descending score, ties by ascending id: NumPy on the model's raw scores."""
+    seq = torch.zeros(1, model.max_len, dtype=torch.long)
+    seq[0, -len(session):] = torch.tensor(session[-model.max_len:])
+    with torch.inference_mode():
+        scores = model.net(seq)[0, 1:].float().numpy()                 # (n_items,)
+    order = np.lexsort((np.arange(len(scores)), -scores))                # score desc, then id asc
+    return [(int(i) + 1, float(scores[i])) for i in order]
+
+
+def test_top_k_is_the_model_ranking_and_the_cli_agrees(trained):
+    root, run, sessions = trained
+    model = recommend.load_run(run)
+    top = model.recommend([[3, 5, 9]], k=10)
+    expected = full_ranking(model, [3, 5, 9])[:10]
+    assert top.items[0].tolist() == [i for i, _ in expected]
+    np.testing.assert_allclose(top.scores[0], [s for _, s in expected], rtol=1e-6)
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items", "3,5,9", "-k", "10",
+                           "--json"], cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, COLUMNS="80"))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [r["rank"] for r in out] == list(range(1, 11)) and [r["item"] for r in out] == top.items[0].tolist()
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items", "3 5 9", "-k", "3"],
+                          cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, COLUMNS="80"))
+    assert proc.returncode == 0 and str(top.items[0][0]) in proc.stdout and "score" in proc.stdout
+
+
+def test_batch_files_list_and_long_layouts_give_the_same_parquet(trained, tmp_path):
+    _, run, _ = trained
+    model = recommend.load_run(run)
+    sessions = {7: [1, 2, 3], 3: [4], 11: [5, 5, 6, 7, 2]}
+    pl.DataFrame({"session_id": list(sessions), "items": list(sessions.values())}).write_parquet(tmp_path / "s.parquet")
+    (tmp_path / "s.csv").write_text("session_id,item_id\n" + "".join(
+        f"{s},{i}\n" for s, items in sessions.items() for i in items))
+    a = model.recommend_frame(recommend.read_sessions(tmp_path / "s.parquet"), k=4)
+    b = model.recommend_frame(recommend.read_sessions(tmp_path / "s.csv"), k=4, batch_size=2)   # 2 batches
+    recommend.write_topk(a, tmp_path / "a.parquet")
+    back = pl.read_parquet(tmp_path / "a.parquet")
+    assert back.columns == ["session_id", "rank", "item", "score"] and back.height == 12
+    assert back.get_column("session_id").to_list() == [7] * 4 + [3] * 4 + [11] * 4
+    assert back.get_column("rank").to_list() == [1, 2, 3, 4] * 3
+    assert a.select("session_id", "rank", "item").equals(b.select("session_id", "rank", "item"))
+    for sid, items in sessions.items():
+        want = [i for i, _ in full_ranking(model, items)[:4]]
+        assert back.filter(pl.col("session_id") == sid).get_column("item").to_list() == want
+
+
+def test_raw_ids_map_through_items_parquet(trained):
+    _, run, sessions = trained
+    model = recommend.load_run(run, sessions)
+    items = pl.read_parquet(sessions / "items.parquet")
+    raw_of = dict(zip(items["item_id"].to_list(), items["raw_id"].to_list()))
+    internal = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [[3, 5, 9]]}), k=5)
+    raw = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [[raw_of[3], raw_of[5], raw_of[9]]]}),
+                                k=5, raw_ids=True)
+    assert raw.get_column("item").to_list() == [raw_of[i] for i in internal.get_column("item").to_list()]
+    with pytest.raises(DataError, match="raw item id 'nope' .* is not in the vocabulary"):
+        model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [["nope", raw_of[3]]]}), k=5, raw_ids=True)
+    kept = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [["nope", raw_of[3]]]}), k=5,
+                                 raw_ids=True, drop_unknown=True)
+    alone = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [[raw_of[3]]]}), k=5, raw_ids=True)
+    assert kept.equals(alone)
+
+
+def test_exclude_seen_and_ties_by_lower_id(trained):
+    root, run, _ = trained
+    model = recommend.load_run(run)
+    top = model.recommend([[1, 2, 3]], k=model.n_items, exclude_seen=True)
+    listed = top.items[0][top.items[0] >= 0].tolist()
+    assert not {1, 2, 3} & set(listed) and len(listed) == model.n_items - 3   # the rest, never the seen
+    pop = recommend.load_run(root / "runs" / "pop-none" / "seed-1")
+    top = pop.recommend([[1]], k=pop.n_items)
+    pairs = list(zip(top.scores[0].tolist(), top.items[0].tolist()))
+    assert pairs == sorted(pairs, key=lambda p: (-p[0], p[1]))               # score desc, ties: lower id first
+    assert len({s for s, _ in pairs}) < len(pairs)                            # there were ties to break
+
+
+def test_refusals_are_one_line_errors(trained, tmp_path):
+    root, run, sessions = trained
+    model = recommend.load_run(run)
+    with pytest.raises(DataError, match=rf"item id {model.n_items + 1} is outside 1..{model.n_items}"):
+        model.recommend([[1, model.n_items + 1]], k=3)
+    with pytest.raises(ParamsError, match=r"-k 0 is outside"):
+        model.recommend([[1]], k=0)
+    with pytest.raises(DataError, match="is not a run folder.*pass one seed's folder"):
+        recommend.load_run(run.parent)
+    other = tmp_path / "other_sessions"                          # a vocabulary of another size
+    other.mkdir()
+    write_json(other / "manifest.json", {**read_json(sessions / "manifest.json"), "n_items": model.n_items + 1})
+    with pytest.raises(DataError, match="has n_items .* but .* was trained on"):
+        recommend.load_run(run, other)
+    ctr = tmp_path / "ctr-run"                                   # a CTR run ranks no items
+    ctr.mkdir()
+    (ctr / "checkpoint.pt").write_bytes((run / "checkpoint.pt").read_bytes())
+    write_json(ctr / "run.json", {**read_json(run / "run.json"), "task": "ctr", "protocol": "ctr", "model": "din"})
+    with pytest.raises(DataError, match="is a CTR run .* recommend ranks items"):
+        recommend.load_run(ctr)
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(ctr), "--items", "1"], cwd=ROOT,
+                          capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1 and len(lines) == 1 and "recommend ranks items" in lines[0]

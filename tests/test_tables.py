@@ -1,0 +1,72 @@
+"""pipeline/tables.py and the CLI's tables at 80 columns (a CI log, a pipe): names never cut, no
+value ending in "…", no line wider than the console; --json for scripts."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from pipeline import report
+from pipeline.tables import Col, print_tables, split_columns
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = [f"{m}@{k}" for m in ("hr", "mrr", "ndcg") for k in (5, 10, 20)]
+
+
+def render(fn, width: int = 80) -> str:
+    console = Console(width=width, record=True, file=open(os.devnull, "w"))
+    fn(console)
+    return console.export_text()
+
+
+def rows(datasets=("sample",)) -> list[dict]:
+    stat = {"mean": 0.3456, "std": 0.0123, "ci95": 0.0234, "n": 3}
+    return [{"dataset": d, "protocol": "srgnn", "model": m, "encoding": e, "tag": None, "name": f"{m}-{e}",
+             "seeds": [1, 2, 3], "best_epochs": [1, 2, 3], "metrics": {k: stat for k in KEYS}}
+            for d in datasets for m, e in (("sasrec", "rotatory_con"), ("pop", "none"))]
+
+
+def test_report_at_80_columns_keeps_every_name_and_value():
+    text = render(lambda c: report.print_tables(c, rows()))
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    assert text.count("sasrec-rotatory_con") == 3 and text.count("34.56 ± 2.34") == 18
+    # the metric families stay together: hr@*, mrr@*, ndcg@* each in one table
+    tables = text.split("test metrics over seeds")[1:]
+    assert [sorted({k for k in KEYS if f" {k} " in t}) for t in tables] == [
+        sorted(KEYS[:3]), sorted(KEYS[3:6]), sorted(KEYS[6:])]
+    wide = render(lambda c: report.print_tables(c, rows(("sample", "diginetica"))), width=250)
+    assert "(1/" not in wide and "diginetica" in wide          # wide enough: one table, dataset as a column
+
+
+def test_split_packs_value_columns_and_repeats_keys():
+    cols = [Col("name", key=True)] + [Col(f"c{i}") for i in range(6)]
+    cells = [["a-rather-long-name"] + ["1234567890"] * 6]
+    blocks = split_columns(cols, cells, 60)
+    assert all(b[0] == 0 for b in blocks) and sorted(i for b in blocks for i in b[1:]) == list(range(1, 7))
+    assert all(18 + 1 + 3 + sum(10 + 3 for _ in b[1:]) <= 60 for b in blocks)
+    text = render(lambda c: print_tables(c, "t", cols, cells), width=60)
+    assert max(map(len, text.splitlines())) <= 60 and text.count("a-rather-long-name") == len(blocks)
+
+
+def cli(*args: str, columns: str = "80") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS=columns))
+
+
+def test_datasets_table_at_80_columns_and_piped(tmp_path):
+    proc = cli("datasets", "--data-dir", str(tmp_path))             # stdout is a pipe here
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in proc.stdout
+    for name in ("yoochoose", "yoochoose_1_4", "yoochoose_1_64", "amazon_electronics", "kuaivideo"):
+        assert any(f"│ {name} " in line for line in lines), name
+    data = json.loads(cli("datasets", "--json", "--data-dir", str(tmp_path)).stdout)
+    assert [d["dataset"] for d in data] == sorted(d["dataset"] for d in data)
+    assert set(data[0]) == {"dataset", "protocol", "source", "origin", "url", "paper_size", "enabled", "raw",
+                            "sessions", "samples"}
+    assert next(d for d in data if d["dataset"] == "sample")["enabled"] is True

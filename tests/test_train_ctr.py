@@ -1,0 +1,89 @@
+"""The train stage on CTR data (CAPE 001 §5): the same `seqpe train` as next-item data, with pointwise
+BCE, selection on valid AUC, AUC / gAUC / logloss and per-sample logits; the wrong kind of model is a
+one-line error naming the ones that fit; on the embedded planted dataset a position-aware encoding
+learns what `none` cannot."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline import augment, download, preprocess
+from pipeline import train as stage
+from pipeline.errors import ParamsError
+from pipeline.params import DownloadParams, Params, PreprocessParams, SampleCTRParams, from_dict
+from test_cli import assert_one_line_error, seqpe
+
+SMALL = SampleCTRParams(users=300, items=200, cates=12, min_length=5, max_length=12, seed=7)
+
+
+@pytest.fixture(scope="module")
+def ctr_samples(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("ctr")
+    p = Params(preprocess=PreprocessParams(sample_ctr=SMALL))
+    download.run("sample_ctr", d / "raw", DownloadParams(), progress=False, sample=SMALL)
+    preprocess.run("sample_ctr", d / "raw", d / "sessions", p)
+    augment.run("sample_ctr", d / "sessions", d / "samples", p)
+    return d / "samples"
+
+
+def params(model: str = "sasrec_ctr", encoding: str = "cape", **train) -> Params:
+    base = dict(epochs=3, batch_size=128, lr=0.005, dim=16, layers=1, heads=1, dropout=0.0, max_len=12,
+                patience=0, device="cpu", threads=1)
+    base.update(train)
+    return from_dict(Params, {"datasets": [], "train": base, "study": {"seeds": [1], "ctr": {
+        "models": [model], "encodings": [encoding]}, "next_item": {"datasets": [], "models": [], "encodings": [],
+                                                                   "baselines": []}},
+        "models": {model: {}}, "encodings": {encoding: {}}})
+
+
+def test_a_ctr_run_records_auc_gauc_logloss_and_per_sample_logits(ctr_samples, tmp_path):
+    [res] = stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params(), progress=False)
+    record = json.loads((tmp_path / "runs" / "sasrec_ctr-cape" / "seed-1" / "run.json").read_text())
+    assert record["task"] == "ctr" and record["select_metric"] == "auc"
+    assert set(record["test"]) == {"auc", "gauc", "logloss"} and 0 <= record["test"]["auc"] <= 1
+    assert record["best_epoch"] == max(record["history"], key=lambda h: h["valid"]["auc"])["epoch"]
+    logits = pl.read_parquet(tmp_path / "runs" / "sasrec_ctr-cape" / "seed-1" / "test_samples.parquet")
+    assert logits.columns == ["logit"] and logits.height == record["samples"]["test"]
+    again = stage.run("sample_ctr", ctr_samples, tmp_path / "again", params(), progress=False)
+    assert again[0]["test"] == res["test"]                                  # same seed, same numbers
+
+
+def test_logloss_selection_minimises(ctr_samples, tmp_path):
+    stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params(select_metric="logloss"), progress=False)
+    record = json.loads((tmp_path / "runs" / "sasrec_ctr-cape" / "seed-1" / "run.json").read_text())
+    assert record["best_epoch"] == min(record["history"], key=lambda h: h["valid"]["logloss"])["epoch"]
+
+
+def test_models_of_the_other_task_are_refused_naming_the_ones_that_fit(ctr_samples, tmp_path):
+    with pytest.raises(ParamsError, match="model 'sasrec' is a next-item model, but these samples are CTR data"
+                                          ".*din.*sasrec_ctr"):
+        stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params(), model="sasrec", encoding="lpe",
+                  progress=False)
+    proc = seqpe("train", "sample_ctr", str(ctr_samples), str(tmp_path / "r"), "--model", "pop", "--quiet")
+    assert_one_line_error(proc, "model 'pop' is a next-item model", "use one of: bst, dien, din, dmin, sasrec_ctr")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_ctr_model_on_next_item_data_is_refused(tmp_path):
+    from test_train import make_samples
+    samples = make_samples(tmp_path / "samples")
+    proc = seqpe("train", "toyset", str(samples), str(tmp_path / "r"), "--model", "din", "--encoding", "none",
+                 "--quiet")
+    assert_one_line_error(proc, "model 'din' is a CTR model, but these samples are next-item data", "sasrec")
+
+
+def test_a_position_aware_encoding_learns_the_planted_signal_that_none_cannot(ctr_samples, tmp_path):
+    """sample_ctr's clicks follow the category two steps back; negatives come from categories the user
+    HAS seen, at the wrong position (pipeline/datasets/ctr_sample.py). Without positions the classes
+    are indistinguishable (test AUC ~0.5); with CAPE, DIN separates them. Margin >= 0.15 (seen on this
+    300-user sample: cape 0.767, none 0.477; on the default 2000-user sample with 6 epochs of lr 0.003:
+    cape 0.908, none 0.501)."""
+    aucs = {}
+    for encoding in ("none", "cape"):
+        [res] = stage.run("sample_ctr", ctr_samples, tmp_path / encoding,
+                          params("din", encoding, epochs=6, lr=0.005), progress=False)
+        aucs[encoding] = res["test"]["auc"]
+    assert aucs["none"] < 0.6 and aucs["cape"] > aucs["none"] + 0.15, aucs
