@@ -27,7 +27,9 @@ def panel_metrics(task: str, rows: list[dict]) -> list[str]:
 
 
 def _scale(metric: str) -> float:
-    return 1.0 if metric.startswith(("auc", "gauc", "logloss")) else 100.0
+    """As in the report's tables: x100 for every metric but logloss."""
+    from .report import _scale as scale
+    return scale(metric)
 
 
 def comparison_csv(rows: list[dict], metrics: list[str]) -> str:
@@ -76,8 +78,11 @@ def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: 
         ax.set_xlabel(f"test {metric.upper()}{unit}, mean and 95% CI over seeds", fontsize=9)
         lo = min(m - h for m, h in zip(means, halves)) if means else 0.0
         hi = max(m + h for m, h in zip(means, halves)) if means else 1.0
+        if not metric.startswith("logloss"):       # a t-interval may pass a bounded metric's ceiling
+            hi = min(hi, s * 1.0)
         pad = (hi - lo) * 0.25 or 0.05 * max(hi, 1e-9)
-        ax.set_xlim(max(0.0, lo - pad) if s == 1.0 and lo > 0.3 else 0.0, hi + pad)
+        floor = 0.5 * s if metric.startswith(("auc", "gauc")) and lo > 0.5 * s else 0.0   # AUC: chance is 0.5
+        ax.set_xlim(max(floor, lo - pad) if metric.startswith("logloss") and lo > 0.3 else floor, hi + pad)
         ax.grid(axis="x", alpha=0.3)
         ax.tick_params(labelsize=8)
     ref = f"; orange = reference {reference}" if reference in names else ""

@@ -195,7 +195,7 @@ def _params(model: str, encoding: str, **evaluate) -> Params:
         "datasets": [], "evaluate": {"ks": [1, 5, 10], "batch_size": 64, **evaluate},
         "train": dict(epochs=2, batch_size=32, lr=0.01, dim=16, layers=1, heads=2, dropout=0.0, max_len=8,
                       patience=0, device="cpu"),
-        "study": {"seeds": [1], "next_item": {"models": [model], "encodings": [encoding]}},
+        "study": {"seeds": [1], "next_item": {"models": [model], "encodings": [encoding]}, "ctr": {}},
         "models": {model: {}}, "encodings": {encoding: {}}})
 
 
