@@ -9,7 +9,7 @@
 # its newest release that fits them. Run it with the Python CI runs (3.11) after changing a floor or
 # the code's use of a dependency. Not part of .ci/run: a second full install and suite.
 #
-# The torch floor is not the CPU build CI installs: pip takes PyPI's build of it, which pulls ~2.5 GB
+# The torch floor is not the CPU build CI installs: pip takes PyPI's build of it, which pulls some GB
 # of nvidia-* wheels and runs on CPU. Setting PIP_EXTRA_INDEX_URL to PyTorch's CPU wheel index
 # (README, "Set up on a fresh machine") avoids that download.
 set -euo pipefail
