@@ -30,8 +30,8 @@ NAMES = {"none": "None", "lpe": "Naïve", "rope": "RoPE", "cope": "CoPE", "cape"
          "din": "DIN", "dien": "DIEN", "bst": "BST", "dmin": "DMIN", "sasrec_ctr": "SASRec", "sasrec": "SASRec"}
 KS = ("5", "10", "50", "200")
 WARNING = ("**Generated data: these numbers are NOT comparable with the paper's.** The rows come from data "
-           "seqpe generates (a planted positional signal, other sizes, other vocabularies) and from short "
-           "runs; the paper's column is shown only so that the layout matches 001's table.")
+           "seqpe generates (other sizes and vocabularies; the CTR sets follow a planted positional rule) and "
+           "from short runs; the paper's column is shown only so that the layout matches 001's table.")
 
 
 def read_rows(paths: list[Path]) -> list[dict]:
