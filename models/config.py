@@ -91,7 +91,7 @@ class RMHAConfig:
 @dataclass(frozen=True)
 class CAPEConfig:
     """CAPE (001 Eqs. 1-8): gated fusion into a smaller position space of width d_pos."""
-    pos_dim: int = 16                 # d_pos of Eq. 5, W: d -> d_pos (001 §5.1.4 grid: 16, 32, 64; 0 = d)
+    pos_dim: int = 16                 # d_pos of Eq. 5, W: d -> d_pos (001 §5.1.5 grid: 16, 32, 64; 0 = d)
 
     def check(self, name: str) -> None:
         if self.pos_dim < 0:

@@ -1,10 +1,10 @@
-"""The contract every CTR backbone follows (CAPE 001 §5.1.4, BARS/FuxiCTR feature layout).
+"""The contract every CTR backbone follows (CAPE 001 §5.1.5, BARS/FuxiCTR feature layout).
 
 Notation used for tensor shapes:
     B  batch size
     L  history length (LEFT-padded with id 0, most recent behaviour last)
     F  fields of an item representation (AmazonElectronics: item, cate -> 2; KuaiVideo: item -> 1)
-    E  width of one field's embedding (001 §5.1.4: 64)
+    E  width of one field's embedding (001 §5.1.5: 64)
     D  width of an item representation, F * E (the concatenation; 128 on AmazonElectronics)
     S  width of the side input to the final MLP (pooled extra sequences + other features)
 
@@ -31,7 +31,7 @@ Encodings: `ModelSpec.build(schema=, train=, options=, encoding=)` receives an `
 (name + params.yaml `encodings.<name>` options), not a built module, because the width it acts
 on (D, or E for an extra sequence) and the number of attention layers that call it belong to
 the backbone; the backbone builds it (`EncodingChoice.build`). A plain name or None ("none")
-is accepted too. `paper_preset` holds CAPE's training settings (001 §5.1.4) shared by every
+is accepted too. `paper_preset` holds CAPE's training settings (001 §5.1.5) shared by every
 backbone's `presets={"paper": ...}`.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ class CTRSchema:
     vocab: dict[str, int] = field(default_factory=dict)  # table name -> rows (padding 0 and OOV 1 included)
     extra: tuple[str, ...] = ()                        # other behaviour sequences of item ids (KuaiVideo: neg items)
     features: tuple[str, ...] = ()                     # other categorical features (KuaiVideo: user), own tables
-    max_len: int = 100                                 # history length L (001 §5.1.4: context 100)
+    max_len: int = 100                                 # history length L (001 §5.1.5: context 100)
 
     def rows(self, table: str) -> int:
         assert table in self.vocab, f"no vocabulary for '{table}' in {sorted(self.vocab)}"
@@ -116,7 +116,7 @@ def encoding_choice(encoding: Union[EncodingChoice, str, None]) -> EncodingChoic
 
 
 def paper_preset(train: Optional[dict] = None, models: Optional[dict] = None) -> dict:
-    """CAPE's settings (001 §5.1.4) as a `presets["paper"]` entry (pipeline/presets.py format):
+    """CAPE's settings (001 §5.1.5) as a `presets["paper"]` entry (pipeline/presets.py format):
     64-wide field embeddings, context 100, Adam (the trainer's optimiser), early stopping with
     patience 3 on AUC (001 reports "the result with best AUC"); lr 5e-4 / batch 1024 on
     AmazonElectronics, lr 1e-3 / batch 4096 on KuaiVideo. 001 gives no epoch budget: 100, as
@@ -140,7 +140,7 @@ def _table(rows: int, dim: int) -> nn.Embedding:
 
 
 class CTREmbedding(nn.Module):
-    """Field embeddings shared by every backbone (item and category tables at E each, 001 §5.1.4)."""
+    """Field embeddings shared by every backbone (item and category tables at E each, 001 §5.1.5)."""
 
     def __init__(self, schema: CTRSchema, field_dim: int = 64):
         super().__init__()

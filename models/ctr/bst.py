@@ -102,7 +102,7 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
                dropout=train.dropout, cfg=cfg, encoding=encoding_choice(encoding))
 
 
-# 001 §5.1.4; one Transformer layer (BST's experiments find b = 1 layer best; CAPE's BST config: 1).
+# 001 §5.1.5; one Transformer layer (BST's experiments find b = 1 layer best; CAPE's BST config: 1).
 register_model(ModelSpec(name="bst", build=build, task="ctr", paper="Chen et al., DLP-KDD 2019 (BST)",
                          description="Transformer over [history ; target], pooled outputs + MLP",
                          presets={"paper": paper_preset(train={"layers": 1})}))

@@ -88,7 +88,7 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
                encoding=encoding_choice(encoding))
 
 
-# 001 §5.1.4, and CAPE's released DIN config (yjdy/CAPE experiment/config/DIN_*_tuner_config.yaml:
+# 001 §5.1.5, and CAPE's released DIN config (yjdy/CAPE experiment/config/DIN_*_tuner_config.yaml:
 # din_use_softmax: True) for the weights.
 register_model(ModelSpec(name="din", build=build, task="ctr", paper="Zhou et al., KDD 2018 (DIN)",
                          description="target attention by DIN's activation unit; encoding in the unit",

@@ -87,7 +87,7 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
                      dropout=train.dropout, cfg=cfg, encoding=encoding_choice(encoding))
 
 
-# 001 §5.1.4; two blocks (SASRec's default).
+# 001 §5.1.5; two blocks (SASRec's default).
 register_model(ModelSpec(name="sasrec_ctr", build=build, task="ctr", paper="Kang & McAuley, ICDM 2018 (SASRec)",
                          description="causal self-attention blocks, then target attention; CTR head",
                          presets={"paper": paper_preset(train={"layers": 2})}))

@@ -316,7 +316,7 @@ class CTRTask:
                            device=self.device, trim=self.tp.trim_padding)
 
     def loss(self, net, batch, generator):
-        """Pointwise binary cross-entropy on the click (CAPE 001 §5.1.4) plus the backbone's auxiliary loss."""
+        """Pointwise binary cross-entropy on the click (CAPE 001 §5.1.5) plus the backbone's auxiliary loss."""
         import torch.nn.functional as F
         out = net(batch)
         loss = F.binary_cross_entropy_with_logits(out.logits.float(), batch.label)
