@@ -105,12 +105,58 @@ def _by_config(records: list[dict]) -> dict[tuple, list[dict]]:
     return groups
 
 
+# train keys that change how fast a run goes or where, not what it computes: seeds of one configuration
+# may differ in them (a resumed run with another time limit, another machine's thread count)
+_MACHINE_KEYS = {"threads", "device", "time_limit", "memory_budget", "compile"}
+
+
+def _settings(rec: dict) -> dict:
+    """What a run computed with, besides its seed: seeds pooled into one row must agree on it."""
+    train = {k: v for k, v in (rec.get("train") or {}).items() if k not in _MACHINE_KEYS}
+    evaluate = {k: v for k, v in (rec.get("evaluate") or {}).items() if k != "batch_size"}
+    return {"train": train, "evaluate": evaluate, "options": rec.get("options"),
+            "encoding_options": rec.get("encoding_options"), "preset": rec.get("preset"),
+            "samples": rec.get("samples")}
+
+
+def _differs(a: dict, b: dict, prefix: str = "") -> str:
+    """The first key where two settings differ, as `key: a vs b`."""
+    for k in sorted(set(a) | set(b), key=str):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):
+            if x != y:
+                return _differs(x, y, f"{prefix}{k}.")
+        elif x != y:
+            return f"{prefix}{k}: {x!r} vs {y!r}"
+    return ""
+
+
+def _check_pooled(name: str, recs: list[dict]) -> None:
+    """Seeds of one row must be distinct runs of the same settings, else the row's mean and CI mix
+    different experiments (two runs folders holding sasrec-none trained with ce and with bce)."""
+    seen: dict = {}
+    for rec in recs:
+        if rec["seed"] in seen:
+            raise DataError(f"{name} has seed {rec['seed']} twice ({seen[rec['seed']]} and {rec.get('_path', '?')})",
+                            "report one runs folder at a time, or give one of them a --tag")
+        seen[rec["seed"]] = rec.get("_path", "?")
+    first = _settings(recs[0])
+    for rec in recs[1:]:
+        why = _differs(first, _settings(rec))
+        if why:
+            raise DataError(f"{name}: seed {recs[0]['seed']} and seed {rec['seed']} were trained with different "
+                            f"settings ({why}), so they cannot be pooled into one mean",
+                            "retrain one of them with the other's settings, or give the variant its own --tag")
+
+
 def aggregate(records: list[dict]) -> list[dict]:
-    """Group runs by (dataset, protocol, model, encoding, tag); summarise every test metric over seeds."""
+    """Group runs by (dataset, protocol, model, encoding, tag); summarise every test metric over seeds
+    (refused when a group's seeds repeat or were trained with different settings)."""
     groups = _by_config(records)
     rows = []
     for (dataset, protocol, model, encoding, tag), recs in sorted(groups.items()):
         recs = sorted(recs, key=lambda r: r["seed"])
+        _check_pooled(f"{dataset} {config_name(model, encoding, tag or None)}", recs)
         keys = sorted({k for r in recs for k in r["test"]}, key=metric_order)
         rows.append({
             "dataset": dataset, "protocol": protocol, "model": model, "encoding": encoding, "tag": tag or None,

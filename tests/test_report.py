@@ -236,3 +236,28 @@ def test_cli_report_with_baseline_prints_the_tests(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, env=env)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     assert "baseline 'x' is not a configuration" in proc.stderr
+
+
+def test_seeds_trained_differently_or_repeated_are_not_pooled(tmp_path):
+    """Two runs folders holding sasrec-none (one trained with ce, one with bce) used to come out as one
+    row of '2 seeds'; a machine-only difference (threads, time limit) still pools."""
+    import json
+    test = {"hr@10": 0.5}
+    for root, seed, loss, threads in ((tmp_path / "a", 1, "ce", 1), (tmp_path / "b", 2, "bce", 2)):
+        write_run(root, "sasrec", "none", seed, test)
+        path = root / "sasrec-none" / f"seed-{seed}" / "run.json"
+        rec = json.loads(path.read_text())
+        rec["train"] = {"loss": loss, "lr": 0.001, "threads": threads}
+        write_json(path, rec)
+    with pytest.raises(DataError, match=r"toyset sasrec-none: seed 1 and seed 2 were trained with different "
+                                         r"settings \(train.loss: 'ce' vs 'bce'\).*--tag"):
+        report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "b"]))
+    path = tmp_path / "b" / "sasrec-none" / "seed-2" / "run.json"
+    rec = json.loads(path.read_text())
+    rec["train"]["loss"] = "ce"
+    write_json(path, rec)
+    [row] = report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "b"]))
+    assert row["seeds"] == [1, 2]
+    write_run(tmp_path / "c", "sasrec", "none", 1, test)
+    with pytest.raises(DataError, match="sasrec-none has seed 1 twice"):
+        report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "c"]))
