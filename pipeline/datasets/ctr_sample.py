@@ -264,24 +264,16 @@ def _generator(frames):
 generate_amazon = _generator(amazon_frames)
 generate_kuai = _generator(kuai_frames)
 
-register(DatasetSpec(
-    name="sample_ctr",
-    source=SourceSpec(name="sample_ctr", filename="sample-AmazonElectronics_x1.zip", archive="generated",
-                      files=BARS_FILES, generate=generate_amazon, generate_params="sample_ctr"),
-    protocol="ctr",
-    description="embedded CTR sample in the AmazonElectronics_x1 format (positional signal, generated)",
-    reader=reader_for("amazon_electronics"),
-    options=OPTIONS["amazon_electronics"],
-    paper_size="generated: preprocess.sample_ctr",
-))
-
-register(DatasetSpec(
-    name="sample_kuai",
-    source=SourceSpec(name="sample_kuai", filename="sample-KuaiVideo_x1.zip", archive="generated",
-                      files=BARS_FILES, generate=generate_kuai, generate_params="sample_ctr"),
-    protocol="ctr",
-    description="embedded CTR sample in the KuaiVideo_x1 format (positional signal, generated)",
-    reader=reader_for("kuaivideo"),
-    options=OPTIONS["kuaivideo"],
-    paper_size="generated: preprocess.sample_ctr",
-))
+for _name, _format, _real, _generate in (("sample_ctr", "AmazonElectronics_x1", "amazon_electronics", generate_amazon),
+                                         ("sample_kuai", "KuaiVideo_x1", "kuaivideo", generate_kuai)):
+    register(DatasetSpec(
+        name=_name,
+        source=SourceSpec(name=_name, filename=f"sample-{_format}.zip", archive="generated",
+                          files=BARS_FILES, generate=_generate, generate_params="sample_ctr"),
+        protocol="ctr",
+        description=f"embedded CTR sample in the {_format} format (positional signal, generated)",
+        reader=reader_for(_real),
+        options=OPTIONS[_real],
+        paper_size="generated: preprocess.sample_ctr",
+    ))
+del _name, _format, _real, _generate
