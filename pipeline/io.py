@@ -210,10 +210,11 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
 
 # --------------------------------------------------------------------------- whose folder is it
 
-KINDS = ("raw", "sessions", "samples", "run")
+KINDS = ("raw", "sessions", "samples", "run", "report")
 _WHAT = {"raw": "raw data (source.json)", "sessions": "sessions (manifest.json)",
-         "samples": "samples (manifest.json)", "run": "training run (run.json)"}
-_MAKER = {"raw": "download", "sessions": "preprocess", "samples": "augment", "run": "train"}
+         "samples": "samples (manifest.json)", "run": "training run (run.json)",
+         "report": "evaluation report (summary.json)"}
+_MAKER = {"raw": "download", "sessions": "preprocess", "samples": "augment", "run": "train", "report": "evaluate"}
 
 
 def manifest_kind(manifest: dict) -> Optional[str]:
@@ -233,8 +234,9 @@ def manifest_kind(manifest: dict) -> Optional[str]:
 
 
 def _owner(folder: Path) -> tuple[Optional[str], Optional[str]]:
-    """(kind, dataset) of a folder seqpe wrote, from its source.json / manifest.json / run.json."""
-    for name, kind in (("source.json", "raw"), (MANIFEST, None), ("run.json", "run")):
+    """(kind, dataset) of a folder seqpe wrote, from its source.json / manifest.json / run.json /
+    summary.json (an evaluate report: one with the report's `configs`)."""
+    for name, kind in (("source.json", "raw"), (MANIFEST, None), ("run.json", "run"), ("summary.json", "report")):
         path = folder / name
         if not path.is_file():
             continue
@@ -242,7 +244,7 @@ def _owner(folder: Path) -> tuple[Optional[str], Optional[str]]:
             rec = read_json(path)
         except (DataError, OSError):
             return None, None
-        if not isinstance(rec, dict):
+        if not isinstance(rec, dict) or (kind == "report" and "configs" not in rec):
             return None, None
         return (kind or manifest_kind(rec)), rec.get("dataset")
     return None, None

@@ -88,3 +88,20 @@ def test_the_study_grid_is_reported_in_grid_order_without_hand_runs(tmp_path):
     (runs / "pop-none" / "seed-3" / "run.json").unlink()
     with pytest.raises(DataError, match="the study grid of 'sample' has no runs for pop-none/seed-3"):
         stage.run("sample", runs, tmp_path / "r2", params(grid=True))
+
+
+def test_reports_never_land_among_a_users_files(tmp_path):
+    """evaluate used to write report.md & co. into any folder, over a user's own report.md."""
+    runs = tmp_path / "runs"
+    write_run(runs, "sasrec", "rope", 1, {"hr@10": 0.1})
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes")
+    with pytest.raises(DataError, match=r"mine holds files seqpe did not write \(report.md\)"):
+        stage.run("toyset", runs, mine, params())
+    assert [p.name for p in mine.iterdir()] == ["report.md"] and (mine / "report.md").read_text() == "my notes"
+    stage.run("toyset", runs, tmp_path / "rep", params())
+    stage.run("toyset", runs, tmp_path / "rep", params())                  # its own report: replaced
+    write_run(tmp_path / "runs2", "sasrec", "rope", 1, {"hr@10": 0.1}, dataset="other")
+    with pytest.raises(DataError, match="holds toyset's evaluation report"):
+        stage.run("other", tmp_path / "runs2", tmp_path / "rep", params())
