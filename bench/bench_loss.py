@@ -3,14 +3,25 @@
     .venv/bin/python bench/bench_loss.py --beauty DATA/amazon-s3rec/Beauty.txt
 
 One SASRec (paper settings: dim 50, 2 blocks, 1 head, dropout 0.5, `lrpe`, max_len 50, Adam 1e-3)
-trained with the sequence objective on batches of 128 real Beauty users (train part = all but the
+trained with the sequence objective on batches of 128 Beauty users (train part = all but the
 last two items, the most recent 50 inputs, each position predicting its next item: pipeline/REFERENCE.md
-§3), 12,101 items. Every implementation starts from the same weights and sees the same batches;
+§3), 12,101 items. `--batches` says which batches:
+
+  trainer   (default) the batches `seqpe train` serves: every user once, the epoch's seeded permutation
+            length-bucketed (`train.bucket`, default 50) and each batch trimmed to its longest user
+            (`train.trim_padding`), via pipeline.batches.batch_order; the first `--steps` + 2 of the
+            shuffled batch order, a random sample of one epoch's batches
+  random    128 users drawn at random, no bucketing and no trimming (every batch 50 wide, 89% padding)
+  full      random ids filling all 50 positions (T = 6,400 predictions per batch)
+
+Every implementation starts from the same weights and sees the same batches;
 the implementations alternate inside each of `--repeats` rounds, so a load change on the machine
 hits them alike. Printed (Markdown, for bench/results/train.md):
 
-  step      wall and CPU ms per optimiser step (median of `--steps` after 2 warm-up steps) per round,
-            and each implementation's step time relative to plain's in the same round
+  step      wall and CPU ms per optimiser step (median of `--steps` after 2 warm-up steps; with
+            `--batches trainer` the mean, since bucketed batches differ in size and the mean is what
+            an epoch costs) per round, and each implementation's step time relative to plain's in the
+            same round
   memory    peak resident memory the loss forward + backward adds, in a child process started with
             MALLOC_MMAP_THRESHOLD_=65536 (glibc then gives every tensor over 64 KiB its own mapping,
             returned to the system when freed, so RSS follows the live tensors; VmHWM reset via
@@ -52,6 +63,25 @@ def read_beauty(path: Path, max_len: int) -> list[list[int]]:
         if len(items) >= 2:
             users.append(items[-(max_len + 1):])
     return users
+
+
+def trainer_batches(users, n: int, batch: int, max_len: int, bucket: int, seed: int):
+    """The first n batches of one epoch as the trainer serves them: (seqs (B, L'), targets (B, L'))."""
+    import numpy as np
+    from pipeline.batches import batch_order
+    seqs = torch.zeros(len(users), max_len, dtype=torch.long)           # (S, L) left-padded
+    targets = torch.zeros(len(users), max_len, dtype=torch.long)        # (S, L) 0 = no prediction
+    lengths = np.zeros(len(users), dtype=np.int64)                      # (S,)
+    for row, u in enumerate(users):
+        k = len(u) - 1
+        seqs[row, max_len - k:], targets[row, max_len - k:] = torch.tensor(u[:-1]), torch.tensor(u[1:])
+        lengths[row] = k
+    order = batch_order(lengths, batch, shuffle=True, generator=torch.Generator().manual_seed(seed), bucket=bucket)
+    out = []
+    for idx in order[:n]:
+        width = int(lengths[idx.numpy()].max())                          # trim: the batch's longest user
+        out.append((seqs[idx, max_len - width:], targets[idx, max_len - width:]))
+    return out
 
 
 def make_batches(users, n: int, batch: int, max_len: int, n_items: int, full: bool, seed: int):
@@ -112,7 +142,10 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=None, help="chunked's items per block (default: default_chunk)")
     ap.add_argument("--chunks", default="64,128,256,512,1024,4096", help="sizes for the loss-only sweep ('' = none)")
     ap.add_argument("--profile-steps", type=int, default=5)
-    ap.add_argument("--full", action="store_true", help="random ids filling all max_len positions")
+    ap.add_argument("--batches", choices=("trainer", "random", "full"), default="trainer",
+                    help="the trainer's bucketed, trimmed batches; random users untrimmed; all positions real")
+    ap.add_argument("--bucket", type=int, default=50, help="train.bucket for --batches trainer")
+    ap.add_argument("--full", action="store_true", help="the same as --batches full")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)   # the child process
     args = ap.parse_args()
@@ -122,14 +155,22 @@ def main() -> None:
 
     users = read_beauty(args.beauty, args.max_len)
     n_items = max(max(u) for u in users)
-    data = make_batches(users, args.steps + 2, args.batch_size, args.max_len, n_items, args.full, seed=0)
+    if args.full:
+        args.batches = "full"
+    if args.batches == "trainer":
+        data = trainer_batches(users, args.steps + 2, args.batch_size, args.max_len, args.bucket, seed=0)
+    else:
+        data = make_batches(users, args.steps + 2, args.batch_size, args.max_len, n_items, args.batches == "full", 0)
     T_mean = statistics.mean(int((t != 0).sum()) for _, t in data)
+    # the batch the loss-only measurements use: the one whose T is nearest the mean
+    typical = min(data, key=lambda b: abs(int((b[1] != 0).sum()) - T_mean))
+    summary = statistics.mean if args.batches == "trainer" else statistics.median
     torch.manual_seed(0)
     enc = build_encoding("lrpe", dim=args.dim, max_len=args.max_len, heads=1, layers=2)
     base = SASRec(n_items, args.max_len, dim=args.dim, heads=1, layers=2, dropout=0.5, encoding=enc)
     if args.memory_only:
         net = base.eval()
-        seqs, targets = data[0]
+        seqs, targets = typical
         for impl in ("plain", "chunked"):
             peaks = [loss_peak_mb(net, seqs, targets, impl, chunk) for _ in range(3)]
             T = peaks[0][1]
@@ -139,9 +180,10 @@ def main() -> None:
 
     print(f"machine: {os.cpu_count()} cores visible, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"load average at start {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(f"data: {args.beauty.name} {len(users):,} users, {n_items:,} items, batch {args.batch_size} x "
-          f"{args.max_len}{' (random, all positions real)' if args.full else ''}, mean T = {T_mean:,.0f} predictions "
-          f"per batch; SASRec dim {args.dim}, chunk {chunk}\n")
+    width = statistics.mean(s.size(1) for s, _ in data)
+    print(f"data: {args.beauty.name} {len(users):,} users, {n_items:,} items, {args.batches} batches of {args.batch_size}, "
+          f"max_len {args.max_len}, mean width {width:.1f}, mean T = {T_mean:,.0f} predictions per batch; "
+          f"SASRec dim {args.dim}, chunk {chunk}; step time = {summary.__name__} of {args.steps} steps\n")
 
     rows = {impl: [] for impl in impls}
     for r in range(args.repeats):
@@ -156,7 +198,7 @@ def main() -> None:
                 if i >= 2:
                     walls.append(time.perf_counter() - t0)
                     cpus.append(time.process_time() - c0)
-            rows[impl].append((1e3 * statistics.median(walls), 1e3 * statistics.median(cpus)))
+            rows[impl].append((1e3 * summary(walls), 1e3 * summary(cpus)))
     print("| round | " + " | ".join(f"{i} wall ms | {i} CPU ms" for i in impls) + " | "
           + " | ".join(f"plain / {i} (wall, CPU)" for i in impls if i != "plain") + " |")
     print("|---" * (1 + 2 * len(impls) + len(impls) - 1) + "|")
@@ -180,7 +222,7 @@ def main() -> None:
     print("".join(line + "\n" for line in child.stdout.splitlines() if line.startswith("|")), end="")
 
     net = copy.deepcopy(base).eval()
-    seqs, targets = data[0]
+    seqs, targets = typical
 
     sizes = [int(c) for c in args.chunks.split(",") if c]
     if sizes:

@@ -11,8 +11,9 @@ gets exactly zero gradient, as in the trainer's `ce` loss (pipeline/train.py sli
 `linear_cross_entropy(h, weight, targets, impl=...)` = mean_t -log softmax(h W^T)_t[target_t]:
 
     plain    F.cross_entropy(h @ weight[1:].T, targets - 1): the reference; builds (T, N - 1) logits,
-             their log-softmax and their gradient (half a CPU SASRec step on Beauty batches, 90% on
-             full-length ones: bench/results/train.md, Session 6)
+             their log-softmax and their gradient (half a CPU SASRec step on untrimmed Beauty batches,
+             over 80% on the trimmed ones the trainer serves and on full-length ones:
+             bench/results/train.md, Sessions 6-7)
     chunked  `chunked_cross_entropy`: the item axis in chunks of C items, log-sum-exp accumulated
              online (running max and sum per row: Milakov & Gimelshein 2018, the softmax of
              FlashAttention, Dao et al. 2022; Wijmans et al. 2024 (Cut Cross-Entropy) do the same in

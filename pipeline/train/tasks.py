@@ -100,8 +100,9 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
 
 
 def ce_impl(tp: TrainParams, device) -> str:
-    """train.ce_impl with auto resolved: the chunked loss on CPU (bench/results/train.md: 1.3-2.1x faster
-    steps, 1/34 to 1/113 of the loss's memory), the plain one on CUDA until fused kernels are measured."""
+    """train.ce_impl with auto resolved: the chunked loss on CPU (bench/results/train.md: steps 1.7x
+    faster on the Beauty batches the trainer serves, 2.1x on full-length ones, 1/34 to 1/113 of the
+    loss's memory), the plain one on CUDA until fused kernels are measured."""
     if tp.ce_impl != "auto":
         return tp.ce_impl
     return "plain" if device.type == "cuda" else "chunked"
