@@ -42,10 +42,10 @@ from .augment import last_samples, prefix_samples, shifted_samples
 from .errors import DataError, unknown
 from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, deferred_interrupt, read_manifest, read_split,
                  sha256_file, shard_entry, verify_shards, write_bytes, write_json, write_parquet, write_split)
-from .params import Params, to_dict
+from .params import IMPORT_FORMATS, Params, to_dict
 from .protocols.srgnn import valid_count
 
-FORMATS = ("srgnn", "sasrec")
+FORMATS = IMPORT_FORMATS
 PICKLE_PROTOCOL = 3          # what SR-GNN's preprocess.py wrote (Python 3.6 default): same bytes
 SRGNN_FILES = ("all_train_seq.txt", "test.txt", "train.txt")
 _NO_CLOBBER = "pick a new or empty folder (export replaces the whole folder)"

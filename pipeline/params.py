@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -241,6 +242,9 @@ class StudyParams:
 @dataclass(frozen=True)
 class Params:
     datasets: list[str] = field(default_factory=lambda: ["sample", "sample_ctr"])   # what `dvc repro` builds
+    # Prepared files `dvc repro` imports (dvc.yaml stage `import`, `seqpe import`): name -> {path: file or
+    # folder, format: srgnn | sasrec}; each name is a next-item dataset the study grid can train.
+    imports: dict[str, dict[str, Any]] = field(default_factory=dict)
     download: DownloadParams = field(default_factory=DownloadParams)
     preprocess: PreprocessParams = field(default_factory=PreprocessParams)
     augment: AugmentParams = field(default_factory=AugmentParams)
@@ -270,12 +274,19 @@ class Params:
         from .datasets import all_datasets
         known = all_datasets()
         _names("datasets", self.datasets, known, "dataset")
+        self._validate_imports(known)
         where: dict[str, str] = {}
         for task in ("next_item", "ctr"):
             for name in getattr(self.study, task).datasets:
+                if name in self.imports:
+                    if task == "ctr":
+                        raise ParamsError(f"'{name}' is an imported next-item dataset but is listed under "
+                                          "study.ctr.datasets", "move it to study.next_item.datasets")
+                    where[name] = task
+                    continue
                 if name not in self.datasets:
-                    raise ParamsError(f"study.{task}.datasets lists '{name}', which is not under datasets:",
-                                      f"add {name} to datasets: (dvc repro prepares only those)")
+                    raise ParamsError(f"study.{task}.datasets lists '{name}', which is not under datasets: "
+                                      "or imports:", f"add {name} to datasets: (dvc repro prepares only those)")
                 is_ctr = known[name].protocol == "ctr"
                 if is_ctr != (task == "ctr"):
                     right = "ctr" if is_ctr else "next_item"
@@ -295,6 +306,36 @@ class Params:
             if name not in where:
                 raise ParamsError(f"dataset '{name}' is under datasets: but no study grid trains it",
                                   f"add it to study.{'ctr' if known[name].protocol == 'ctr' else 'next_item'}.datasets")
+        for name in self.imports:
+            if name not in where:
+                raise ParamsError(f"imported dataset '{name}' is under imports: but no study grid trains it",
+                                  "add it to study.next_item.datasets")
+
+    def _validate_imports(self, known) -> None:
+        """imports: NAME -> {path, format}: a folder-safe new name, a path, a known format."""
+        if not isinstance(self.imports, dict):
+            raise _bad("imports", self.imports, "a mapping NAME: {path: ..., format: srgnn | sasrec}",
+                       "write e.g. `imports: {beauty_s3rec: {path: data/inbox/Beauty.txt, format: sasrec}}`")
+        for name, spec in self.imports.items():
+            key = f"imports.{name}"
+            if not isinstance(name, str) or not IMPORT_NAME.fullmatch(name):
+                raise ParamsError(f"params key 'imports': '{name}' is not a usable dataset name",
+                                  "use lower-case letters, digits, '_' and '-' (it names data/ folders)")
+            if name in known or name in self.datasets:
+                raise ParamsError(f"params key '{key}': '{name}' is a registered dataset, prepared by its own stages",
+                                  f"import under another name, e.g. {name}_imported")
+            if not isinstance(spec, dict):
+                raise _bad(key, spec, "a mapping {path: ..., format: srgnn | sasrec}")
+            extra = sorted(set(spec) - {"path", "format"})
+            if extra:
+                close = difflib.get_close_matches(str(extra[0]), ["path", "format"], n=1)
+                raise ParamsError(f"unknown params key '{key}.{extra[0]}'",
+                                  f"did you mean '{close[0]}'?" if close else "an import has path: and format:")
+            for part in ("path", "format"):
+                if not isinstance(spec.get(part), str) or not spec[part]:
+                    raise _bad(f"{key}.{part}", spec.get(part), "a non-empty string",
+                               f"give {key}.{part} (path: the file or folder to import; format: srgnn | sasrec)")
+            _choice(f"{key}.format", spec["format"], IMPORT_FORMATS)
 
 # --------------------------------------------------------------------------- value ranges
 
@@ -324,6 +365,8 @@ def _names(key: str, values: list[str], known, kind: str) -> None:
         raise ParamsError(f"params key '{key}' lists {', '.join(map(str, dup))} twice", "list each once")
 
 
+IMPORT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
+IMPORT_FORMATS = ("srgnn", "sasrec")       # what `seqpe import` reads (pipeline/formats.py)
 LOSSES = ("ce", "sampled", "bce")
 CE_IMPLS = ("auto", "plain", "chunked", "cce", "liger")
 SCHEDULES = ("none", "step", "plateau")

@@ -147,6 +147,36 @@ def test_one_encodings_options_retrain_only_that_configuration_and_hand_runs_sur
     assert params_diff["params.yaml"]["encodings.rope.base"] == {"old": 10000.0, "new": 500.0, "diff": -9500.0}
 
 
+def test_imported_files_go_through_the_pipeline_and_train_like_the_dataset_they_came_from(clone_a, tmp_path):
+    """`imports:` makes `dvc repro` import prepared files (here sample exported as SR-GNN pickles) and
+    train and report them with the grid; the round trip is exact, so the metrics equal sample's."""
+    b = tmp_path / "b"
+    shutil.copytree(clone_a, b, symlinks=True)
+    run([str(BIN / "seqpe"), "export", "sample", "data/inbox/sample_srgnn", "--format", "srgnn",
+         "--sessions", "data/sessions/sample", "--quiet"], b)
+    params = yaml.safe_load((b / "params.yaml").read_text())
+    params["imports"] = {"sample_srgnn": {"path": "data/inbox/sample_srgnn", "format": "srgnn"}}
+    (b / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    refused = dvc("repro", cwd=b, check=False)                           # imported but trained by no grid
+    assert refused.returncode != 0 and "add it to study.next_item.datasets" in refused.stdout + refused.stderr
+    params["study"]["next_item"]["datasets"].append("sample_srgnn")
+    (b / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert ran(dvc("repro", cwd=b).stdout) == [                          # (reports follow study:, which changed)
+        "evaluate@sample", "evaluate@sample_ctr", "evaluate_imports@sample_srgnn", "import@sample_srgnn",
+        "train@sample_srgnn-sasrec-lpe", "train@sample_srgnn-sasrec-rope"]
+    shown = json.loads(dvc("metrics", "show", "--json", cwd=b).stdout)
+    metrics = next(iter(shown.values()))["data"]
+    for config in CONFIGS:
+        assert metrics[f"data/metrics/sample_srgnn/{config}.json"]["data"] == \
+            metrics[f"data/metrics/sample/{config}.json"]["data"]
+    assert "| sample_srgnn | srgnn | sasrec | rope |" in (b / "data/reports/sample_srgnn/report.md").read_text()
+    assert ran(dvc("repro", cwd=b).stdout) == []
+    test_txt = b / "data/inbox/sample_srgnn/test.txt"                   # rewritten, same content: nothing to do
+    test_txt.write_bytes(test_txt.read_bytes())
+    os.utime(test_txt, (1, 1))
+    assert ran(dvc("repro", cwd=b).stdout) == []
+
+
 def test_dvc_lock_is_reproduced_by_a_fresh_clone(clone_a, tmp_path):
     c = tmp_path / "c"
     run(["git", "clone", "-q", str(clone_a), str(c)], tmp_path)          # the commit before any result

@@ -115,3 +115,38 @@ def test_cli_names_a_missing_key_and_a_missing_params_file(tmp_path):
                               cwd=ROOT)
         assert proc.returncode == 1 and proc.stderr.startswith(message), proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+IMPORTED = ["imports={beauty_s3rec: {path: data/inbox/Beauty.txt, format: sasrec}}",
+            "study.next_item.datasets=[sample, beauty_s3rec]"]
+
+
+def test_an_import_is_a_next_item_dataset_of_the_grid():
+    p = load_params(ROOT / "params.yaml", IMPORTED, required=True)
+    assert p.imports == {"beauty_s3rec": {"path": "data/inbox/Beauty.txt", "format": "sasrec"}}
+    assert load_params(ROOT / "params.yaml", required=True).imports == {}
+
+
+@pytest.mark.parametrize("over, problem, fix", [
+    (["imports={beauty_s3rec: {path: a, format: sasrec}}"],
+     "imported dataset 'beauty_s3rec' is under imports: but no study grid trains it",
+     "add it to study.next_item.datasets"),
+    (["imports={beauty_s3rec: {path: a, format: sasrc}}"], "'imports.beauty_s3rec.format' must be one of srgnn, sasrec",
+     "did you mean 'sasrec'?"),
+    (["imports={beauty_s3rec: {pth: a, format: sasrec}}"], "unknown params key 'imports.beauty_s3rec.pth'",
+     "did you mean 'path'?"),
+    (["imports={beauty_s3rec: {format: sasrec}}"], "'imports.beauty_s3rec.path' must be a non-empty string",
+     "give imports.beauty_s3rec.path"),
+    (["imports={sample: {path: a, format: srgnn}}"], "'sample' is a registered dataset", "import under another name"),
+    (["imports={../x: {path: a, format: srgnn}}"], "'../x' is not a usable dataset name", "lower-case letters"),
+    (["imports={beauty_s3rec: {path: a, format: sasrec}}", "study.ctr.datasets=[sample_ctr, beauty_s3rec]",
+      "study.next_item.datasets=[sample, beauty_s3rec]"],
+     "'beauty_s3rec' is an imported next-item dataset but is listed under study.ctr.datasets",
+     "move it to study.next_item.datasets"),
+    (["study.next_item.datasets=[sample, beauty_s3rec]"],
+     "study.next_item.datasets lists 'beauty_s3rec', which is not under datasets: or imports:", "add beauty_s3rec"),
+])
+def test_a_wrong_import_is_one_line_naming_the_key_and_the_fix(over, problem, fix):
+    with pytest.raises(ParamsError) as e:
+        load_params(ROOT / "params.yaml", over, required=True)
+    assert problem in str(e.value) and fix in str(e.value).split("Fix: ")[1] and "\n" not in str(e.value)
