@@ -110,6 +110,13 @@ def datasets(params: ParamsOpt = None,
         entries.append({"dataset": name, "protocol": spec.protocol, "source": spec.source.name, "origin": origin,
                         "url": spec.source.url, "paper_size": spec.paper_size, "enabled": name in p.datasets,
                         **on_disk})
+    for name, spec in sorted(p.imports.items()):                     # prepared files under imports:
+        protocol = "leave_one_out" if spec["format"] == "sasrec" else "srgnn"
+        entries.append({"dataset": name, "protocol": protocol, "source": f"imports: {spec['path']}",
+                        "origin": f"{spec['format']} format", "url": None, "paper_size": "", "enabled": True,
+                        "raw": False, **{kind: (data_dir / kind / name / "manifest.json").is_file()
+                                         for kind in ("sessions", "samples")}})
+    entries.sort(key=lambda e: e["dataset"])
     if as_json:
         to_json(entries)
         return

@@ -70,3 +70,19 @@ def test_datasets_table_at_80_columns_and_piped(tmp_path):
     assert set(data[0]) == {"dataset", "protocol", "source", "origin", "url", "paper_size", "enabled", "raw",
                             "sessions", "samples"}
     assert next(d for d in data if d["dataset"] == "sample")["enabled"] is True
+
+
+def test_datasets_lists_the_imports_of_params_yaml(tmp_path):
+    import yaml
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["imports"] = {"beauty_s3rec": {"path": "inbox/Beauty.txt", "format": "sasrec"}}
+    params["study"]["next_item"]["datasets"].append("beauty_s3rec")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp_path / "data/samples/beauty_s3rec").mkdir(parents=True)
+    (tmp_path / "data/samples/beauty_s3rec/manifest.json").write_text("{}")
+    data = json.loads(cli("datasets", "--json", "--params", str(tmp_path / "params.yaml"),
+                          "--data-dir", str(tmp_path / "data")).stdout)
+    assert [d["dataset"] for d in data] == sorted(d["dataset"] for d in data)
+    entry = next(d for d in data if d["dataset"] == "beauty_s3rec")
+    assert entry["protocol"] == "leave_one_out" and entry["enabled"] is True and entry["source"] == \
+        "imports: inbox/Beauty.txt" and (entry["sessions"], entry["samples"]) == (False, True)
