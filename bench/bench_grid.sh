@@ -2,11 +2,9 @@
 # 003's validation-selected grid (Luo et al., §4.2: "tuned on the validation set") for FPARec on
 # Beauty through DVC's experiment queue: a throwaway DVC project (a git repo under OUT) with the
 # repo's dvc.yaml and params.yaml, one queued experiment per grid point, `dvc exp show` sorted by
-# the valid metric. Getting Beauty in: the study grid trains only datasets under `datasets:`
-# (params validation), and those get download/preprocess/augment stages, whose download needs
-# Amazon's raw review dump (not the S3-Rec sequences 003 used). So the three data stages' outputs
-# are written by `seqpe import` of the S3-Rec file (kept as the raw folder's content) and recorded
-# with `dvc commit`: DVC then treats them as up to date and every experiment re-runs only the
+# the valid metric. Beauty comes in as S3-Rec's prepared file through `imports:` in params.yaml: the
+# `import@beauty_s3rec` stage (`seqpe import`), the file tracked with `dvc add` so that every queued
+# experiment's workspace has it; imported once before the queue, so each experiment re-runs only the
 # train and evaluate stages.
 # Results: bench/results/reproduction.md (issue 15).
 #
@@ -17,7 +15,8 @@
 # with every position predicting (003 Eq. 11), full ranking, selection of the epoch and of the
 # configuration on valid NDCG@10, test reported once per configuration.
 # Variables: DATA (required: the folder holding amazon-s3rec/Beauty.txt), OUT (default /tmp/grid;
-# never inside the repo; wiped first), JOBS (queue workers, default 1).
+# never inside the repo; wiped first), JOBS (queue workers, default 1), EPOCHS_OVERRIDE (replaces the profile's:
+# EPOCHS_OVERRIDE=1 is a quick check that the flow works).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 DATA=${DATA:?set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)}
@@ -33,16 +32,18 @@ case $PROFILE in
              -S 'train.max_len=50,100' -S 'encodings.fparec.rank=20,40') ;;
   *) echo "PROFILE must be cpu or gpu" >&2; exit 2 ;;
 esac
+EPOCHS=${EPOCHS_OVERRIDE:-$EPOCHS}
 rm -rf "$OUT"; mkdir -p "$OUT"; cd "$OUT"
 cp "$REPO/dvc.yaml" "$REPO/.gitignore" "$REPO/.dvcignore" .
 python - "$REPO/params.yaml" "$EPOCHS" "$PATIENCE" "$SEEDS" <<'PY'
 import sys, yaml
 p = yaml.safe_load(open(sys.argv[1]))
-p["datasets"] = ["beauty"]
+p["datasets"] = []
+p["imports"] = {"beauty_s3rec": {"path": "data/inbox/Beauty.txt", "format": "sasrec"}}
 p["train"].update(epochs=int(sys.argv[2]), patience=int(sys.argv[3]), batch_size=128, dim=64, layers=2,
                   heads=1, dropout=0.2, lr=0.001, max_len=50, loss="ce", objective="sequence", threads=1)
 p["study"]["seeds"] = yaml.safe_load(sys.argv[4])
-p["study"]["next_item"].update(datasets=["beauty"], models=["fparec"], encodings=["fparec"], baselines=[])
+p["study"]["next_item"].update(datasets=["beauty_s3rec"], models=["fparec"], encodings=["fparec"], baselines=[])
 p["study"]["ctr"].update(datasets=[], models=[], encodings=[], baselines=[])
 p["models"] = {"fparec": {}}
 p["encodings"] = {"fparec": {"rank": 40}}
@@ -50,16 +51,15 @@ yaml.safe_dump(p, open("params.yaml", "w"), sort_keys=False)
 PY
 git init -q -b main
 dvc init -q
-mkdir -p data/raw/beauty && cp "$DATA/amazon-s3rec/Beauty.txt" data/raw/beauty/
-seqpe import beauty data/raw/beauty/Beauty.txt --format sasrec \
-    --sessions data/sessions/beauty --samples data/samples/beauty --quiet
-dvc commit -f -q download@beauty preprocess@beauty augment@beauty
+mkdir -p data/inbox && cp "$DATA/amazon-s3rec/Beauty.txt" data/inbox/
+dvc add -q data/inbox/Beauty.txt
+dvc repro -q import@beauty_s3rec          # imported once, in dvc.lock: the experiments skip it
 git add -A
 git -c user.name=bench -c user.email=bench@example.invalid commit -qm "FPARec grid on imported Beauty"
 dvc exp run --queue "${GRID[@]}"
 dvc queue start -j "$JOBS"
 while dvc queue status | grep -E 'Queued|Running' > /dev/null; do sleep 10; done   # no -q: pipefail
 dvc queue status
-M=data/metrics/beauty/fparec-fparec.json
+M=data/metrics/beauty_s3rec/fparec-fparec.json
 dvc exp show --sort-by "$M:valid.ndcg@10" --sort-order desc --md --drop '.*' \
     --keep 'Experiment|train\.lr$|train\.dropout$|train\.dim$|train\.max_len$|.*rank$|.*ndcg@10$|.*hr@10$'
