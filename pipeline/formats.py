@@ -45,7 +45,7 @@ from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, deferred_interrupt, re
 from .params import IMPORT_FORMATS, Params, to_dict
 from .protocols.srgnn import valid_count
 
-FORMATS = IMPORT_FORMATS
+FORMATS = tuple(IMPORT_FORMATS)
 PICKLE_PROTOCOL = 3          # what SR-GNN's preprocess.py wrote (Python 3.6 default): same bytes
 SRGNN_FILES = ("all_train_seq.txt", "test.txt", "train.txt")
 _NO_CLOBBER = "pick a new or empty folder (export replaces the whole folder)"
@@ -136,7 +136,7 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
     if cut:
         info["fraction_cut"] = {"cut": cut}
     return Imported(
-        protocol="srgnn", sessions={"train": train, "valid": valid, "test": test}, samples=samples,
+        protocol=IMPORT_FORMATS["srgnn"], sessions={"train": train, "valid": valid, "test": test}, samples=samples,
         items=_items(train_all, n_items), n_items=n_items,
         augment={"train": "prefixes", "valid": "prefixes", "test": test_mode}, steps=steps,
         source={n: sha256_file(src / n) for n in SRGNN_FILES if (src / n).is_file()},
@@ -222,7 +222,7 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
              "session_ids": "the file's user ids",
              "split": "leave-one-out: train = items[:-2], valid = items[:-1], test = all items"}
     return Imported(
-        protocol="leave_one_out", sessions=sessions, samples=samples, items=_items(kept, n_items),
+        protocol=IMPORT_FORMATS["sasrec"], sessions=sessions, samples=samples, items=_items(kept, n_items),
         n_items=n_items, augment=modes, steps=steps, source={src.name: sha256_file(src)},
         params={"preprocess": to_dict(params.preprocess)}, summary=summary, max_len=max_len, info=info)
 

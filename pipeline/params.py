@@ -335,7 +335,7 @@ class Params:
                 if not isinstance(spec.get(part), str) or not spec[part]:
                     raise _bad(f"{key}.{part}", spec.get(part), "a non-empty string",
                                f"give {key}.{part} (path: the file or folder to import; format: srgnn | sasrec)")
-            _choice(f"{key}.format", spec["format"], IMPORT_FORMATS)
+            _choice(f"{key}.format", spec["format"], tuple(IMPORT_FORMATS))
 
 # --------------------------------------------------------------------------- value ranges
 
@@ -366,7 +366,8 @@ def _names(key: str, values: list[str], known, kind: str) -> None:
 
 
 IMPORT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
-IMPORT_FORMATS = ("srgnn", "sasrec")       # what `seqpe import` reads (pipeline/formats.py)
+IMPORT_FORMATS = {"srgnn": "srgnn", "sasrec": "leave_one_out"}   # what `seqpe import` reads -> the protocol
+                                                                # its files follow (pipeline/formats.py)
 LOSSES = ("ce", "sampled", "bce")
 CE_IMPLS = ("auto", "plain", "chunked", "cce", "liger")
 SCHEDULES = ("none", "step", "plateau")
