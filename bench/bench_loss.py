@@ -139,7 +139,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="timed steps per implementation and round")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--impls", default="plain,chunked,bce", help="plain, chunked, bce (SASRec's sampled BCE)")
-    ap.add_argument("--chunk", type=int, default=None, help="chunked's items per block (default: default_chunk)")
+    ap.add_argument("--chunk", type=int, default=None,
+                    help="chunked's items per block (default: the trainer's rule, default_chunk of each batch's T)")
     ap.add_argument("--chunks", default="64,128,256,512,1024,4096", help="sizes for the loss-only sweep ('' = none)")
     ap.add_argument("--profile-steps", type=int, default=5)
     ap.add_argument("--batches", choices=("trainer", "random", "full"), default="trainer",
@@ -151,7 +152,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     impls = args.impls.split(",")
-    chunk = args.chunk or default_chunk(torch.device("cpu"))
+    chunk = args.chunk or None                       # None: the trainer's rule, default_chunk(cpu, T) per batch
 
     users = read_beauty(args.beauty, args.max_len)
     n_items = max(max(u) for u in users)
@@ -174,7 +175,7 @@ def main() -> None:
         for impl in ("plain", "chunked"):
             peaks = [loss_peak_mb(net, seqs, targets, impl, chunk) for _ in range(3)]
             T = peaks[0][1]
-            largest = T * (n_items if impl == "plain" else chunk) * 4 / 2 ** 20
+            largest = T * (n_items if impl == "plain" else chunk or default_chunk(torch.device("cpu"), T)) * 4 / 2 ** 20
             print(f"| {impl} (T = {T:,}) | {', '.join(f'{p:.1f}' for p, _ in peaks)} | {largest:.1f} |")
         return
 
@@ -183,7 +184,7 @@ def main() -> None:
     width = statistics.mean(s.size(1) for s, _ in data)
     print(f"data: {args.beauty.name} {len(users):,} users, {n_items:,} items, {args.batches} batches of {args.batch_size}, "
           f"max_len {args.max_len}, mean width {width:.1f}, mean T = {T_mean:,.0f} predictions per batch; "
-          f"SASRec dim {args.dim}, chunk {chunk}; step time = {summary.__name__} of {args.steps} steps\n")
+          f"SASRec dim {args.dim}, chunk {chunk or 'by T (default_chunk)'}; step time = {summary.__name__} of {args.steps} steps\n")
 
     rows = {impl: [] for impl in impls}
     for r in range(args.repeats):

@@ -88,6 +88,10 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--no-trim", action="store_true", help="keep all max_len columns (train.trim_padding: false)")
     ap.add_argument("--bucket", type=int, default=50, help="train.bucket (0 = plain shuffle)")
+    ap.add_argument("--adam", default="trainer", choices=["trainer", "loop"],
+                    help="the trainer's Adam (fused where possible) or torch's single-tensor loop (before session 8)")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="chunked loss: items per block (0 = the trainer's rule, models.losses.default_chunk)")
     args = ap.parse_args()
 
     import torch
@@ -96,6 +100,10 @@ def main() -> None:
     from pipeline.batches import Samples, batches, load_samples
     from pipeline.io import read_json
     from pipeline.params import TrainParams
+    from pipeline.train.loop import make_optimizer
+    if args.chunk:
+        import models.losses
+        models.losses.default_chunk = lambda device, rows=1: args.chunk  # a fixed size, for comparison
 
     torch.set_num_threads(args.threads)
     tmp = None
@@ -122,7 +130,7 @@ def main() -> None:
     torch.manual_seed(1)
     encoding = stage.build_encoding(tp.encoding, tp, {})
     net = build_model(tp.model, n_items=n_items, max_len=tp.max_len, train=tp, options={}, encoding=encoding).to(device)
-    opt = torch.optim.Adam(net.parameters(), lr=tp.lr)
+    opt = make_optimizer(net, tp) if args.adam == "trainer" else torch.optim.Adam(net.parameters(), lr=tp.lr)
     gen = torch.Generator().manual_seed(1)
     net.train()
     it = batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim,
@@ -169,6 +177,7 @@ def main() -> None:
           f"n_items {n_items:,}")
     print(f"model: {tp.model}-{tp.encoding} dim {tp.dim} layers {tp.layers} heads {tp.heads} max_len {tp.max_len} "
           f"batch {tp.batch_size} loss {tp.loss} trim_padding {not args.no_trim} bucket {args.bucket}, "
+          f"adam {args.adam}, chunk {args.chunk or 'rule'}, "
           f"{params_m:.2f}M parameters")
     print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print("\n| model | load s | train samples/s (wall) | train samples per CPU-s | est. epoch min (wall) | "

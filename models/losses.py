@@ -46,18 +46,24 @@ import torch.nn.functional as F
 
 from pipeline.errors import ParamsError, unknown
 
-# Items per chunk, measured with bench/bench_loss.py (bench/results/train.md, "Session 6"): on the
-# CPU the loss time is flat between 128 and 256 items at T = 665 predictions (a Beauty batch) and
-# best at 64-128 for T = 6,400 (full-length batches), where 256 costs 9% and 1,024 22% more: the
-# (T, C) float32 block should stay near L2 size (128 x 665 x 4 B = 340 KB). 128 is within 3% of the
+# Items per chunk. On the CPU the (T, C) float32 logits block should stay near 1 MB (2^18 entries),
+# so C follows the number of predictions T: bench/results/train.md, "Session 8" (1 thread, loss
+# forward + backward): at T = 100 (a session batch: one prediction per sample) C = 2,048 is 20% faster
+# than C = 128 and 13% faster than plain; at T = 256, 1,024-2,048 are 17% faster than 128; at T = 665
+# (a trimmed Beauty batch) 256-512 are best; at T = 6,400 (full-length batches, Session 6) 64-128.
+# C = 2^18 / T, clamped to [64, 4,096] and rounded down to a multiple of 64, is within a few % of the
 # best at every T measured. On CUDA a chunk must be large enough to fill the GPU (launch overhead
-# dominates small GEMMs); 4,096 is a memory-bounded guess, not measured (no GPU in that session):
+# dominates small GEMMs); 4,096 is a memory-bounded guess, not measured (no GPU in those sessions):
 # the fused `cce` / `liger` kernels are the tuned GPU path.
-CPU_CHUNK, CUDA_CHUNK = 128, 4096
+CPU_BLOCK, CPU_CHUNK_MIN, CPU_CHUNK_MAX, CUDA_CHUNK = 2 ** 18, 64, 4096, 4096
 
 
-def default_chunk(device: torch.device) -> int:
-    return CUDA_CHUNK if device.type == "cuda" else CPU_CHUNK
+def default_chunk(device: torch.device, rows: int = 1) -> int:
+    """Items per chunk for `rows` predictions on `device` (the table above)."""
+    if device.type == "cuda":
+        return CUDA_CHUNK
+    c = CPU_BLOCK // max(int(rows), 1)
+    return max(CPU_CHUNK_MIN, min(CPU_CHUNK_MAX, c // 64 * 64))
 
 
 # --------------------------------------------------------------------------- reference
@@ -136,8 +142,8 @@ def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.
 
     h (T, D) float; weight (N, D); targets (T,) long. skip_padding: column 0 (the padding item) is
     left out of the softmax and gets zero gradient, targets are item ids 1..N-1 (seqpe's layout);
-    False: every column counts, targets 0..N-1. chunk: items per block (default by device,
-    `default_chunk`). Differentiable in h and weight (once); float32 maths for half-precision inputs
+    False: every column counts, targets 0..N-1. chunk: items per block (default by device and
+    T, `default_chunk`). Differentiable in h and weight (once); float32 maths for half-precision inputs
     (float64 stays float64), gradients in the inputs' dtypes.
     """
     start = 1 if skip_padding else 0
@@ -147,7 +153,7 @@ def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.
     assert weight.size(0) > start, "no item column to score"
     assert bool(((targets >= start) & (targets < weight.size(0))).all()), \
         f"targets must be column ids in [{start}, {weight.size(0)})"
-    chunk = chunk if chunk is not None else default_chunk(h.device)
+    chunk = chunk if chunk is not None else default_chunk(h.device, h.size(0))
     assert chunk >= 1, f"chunk must be >= 1, got {chunk}"
     return _ChunkedCrossEntropy.apply(h, weight, targets, int(chunk), start)
 

@@ -50,6 +50,30 @@ def test_chunked_equals_full_softmax_loss_and_gradients(chunk, T, scale):
     assert torch.all(got[2][0] == 0)                                     # padding row: no gradient
 
 
+@pytest.mark.parametrize("rows, chunk", [(1, 4096), (64, 4096), (100, 2560), (256, 1024), (665, 384),
+                                         (6400, 64), (10 ** 6, 64)])
+def test_cpu_chunk_follows_the_number_of_predictions(rows, chunk):
+    """About 2^18 logits per block (bench/results/train.md, Session 8), in [64, 4096], a multiple of 64;
+    CUDA keeps its fixed size."""
+    assert losses.default_chunk(torch.device("cpu"), rows) == chunk
+    assert losses.default_chunk(torch.device("cuda"), rows) == losses.CUDA_CHUNK
+
+
+def test_default_chunk_splits_a_large_table_and_still_equals_the_full_softmax(monkeypatch):
+    """T = 100 rows take 2,560-item blocks: 6,000 items are three chunks, the last one narrower."""
+    seen = []
+    real = losses.default_chunk
+    monkeypatch.setattr(losses, "default_chunk", lambda d, rows=1: seen.append(real(d, rows)) or seen[-1])
+    g = torch.Generator().manual_seed(3)
+    h, w = torch.randn(100, 8, generator=g, dtype=torch.float64), torch.randn(6001, 8, generator=g, dtype=torch.float64)
+    targets = torch.randint(1, 6001, (100,), generator=g)
+    ref = loss_and_grads(full_logits, h, w, targets)
+    got = loss_and_grads(chunked_cross_entropy, h, w, targets)
+    assert seen == [2560]
+    for a, b in zip(got, ref):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("impl", ["plain", "chunked"])
 def test_float32_agrees_with_float64(impl):
     h, w, targets = inputs(40, 3.0)

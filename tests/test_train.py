@@ -619,3 +619,28 @@ def test_compile_wraps_the_training_step(tmp_path, toy_registry, monkeypatch):
     samples = make_samples(tmp_path / "samples")
     stage.run("toyset", samples, tmp_path / "runs", params(epochs=1, compile=True), progress=False)
     assert seen == [("LossModule", {"dynamic": True})]
+
+
+def test_the_trainers_adam_is_fused_and_takes_the_loops_steps():
+    """make_optimizer: torch's fused Adam on the CPU (one kernel per tensor), with the paper's L2 in the
+    gradient; five steps land where the single-tensor loop's do, to float32 rounding."""
+    from pipeline.train.loop import make_optimizer
+    tp = TrainParams(lr=0.01, weight_decay=1e-3)
+    g = torch.Generator().manual_seed(0)
+    grads = [[torch.randn(37, 5, generator=g), torch.randn(37, generator=g)] for _ in range(5)]
+    ends = []
+    for fused in (True, False):
+        torch.manual_seed(0)
+        net = nn.Linear(5, 37)
+        opt = (make_optimizer(net, tp) if fused
+               else torch.optim.Adam(net.parameters(), lr=0.01, weight_decay=1e-3, foreach=False))
+        assert opt.defaults["fused"] is (True if fused else None)
+        for gw, gb in grads:
+            net.weight.grad, net.bias.grad = gw.clone(), gb.clone()
+            opt.step()
+        ends.append([p.detach().clone() for p in net.parameters()])
+    torch.manual_seed(0)
+    start = nn.Linear(5, 37)
+    for a, b, s in zip(*ends, start.parameters()):
+        assert not torch.equal(a, s.detach())                            # it moved
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)

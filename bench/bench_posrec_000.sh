@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# 000 (PosRec, Qiu et al. TOIS 2021) Figs. 3-4 and Table 3 (issue 15). Results: bench/results/reproduction.md.
+#
+#   Figs. 3-4  PosRec `--preset paper` with each encoding of 000 §5.3 in its readout (none = the blue
+#              line, DPE, LDPE, SPE, LPE, RSPE, LRPE, ASPE, ALPE, 2DSPE, 2DLPE) on Yoochoose 1/64 and
+#              Diginetica (SR-GNN protocol, the canonical files)
+#   Table 3    STAMP and SASRec with and without LDPE on the same two datasets: STAMP `--preset paper`
+#              (LDPE) against `--encoding none`; SASRec (params.yaml: d 64, 2 blocks) with LPE, its own
+#              encoding, against LDPE
+#
+#   PROFILE=gpu bench/bench_posrec_000.sh     # the paper's schedule, SEEDS (default 1 2 3), every run at
+#                                             # once, each its own 1-thread process sharing the GPU
+#   PROFILE=cpu bench/bench_posrec_000.sh     # what reproduction.md's reduced CPU rows ran: EPOCHS (default
+#                                             # 1) epochs per run, Yoochoose 1/64 only, SEEDS (default
+#                                             # 1 2), two queues of 1-thread runs side by side
+#
+# Variables: DATA (required: the folder holding yoochoose1_64-srgnn/ and diginetica-srgnn/; where to get
+# them: pipeline/REFERENCE.md §8), OUT (default /tmp/repro000; never inside the repo), SEEDS, EPOCHS,
+# DATASETS (default: both on gpu, yoochoose_1_64 on cpu). Afterwards:
+#   seqpe report $OUT/runs/DS --baseline posrec-none --out $OUT/figs_DS.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
+DATA=${DATA:?set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)}
+OUT=${OUT:-/tmp/repro000}
+PROFILE=${PROFILE:-cpu}
+case $PROFILE in
+  cpu) SEEDS=${SEEDS:-1 2}; EPOCHS=${EPOCHS:-1}; DATASETS=${DATASETS:-yoochoose_1_64} ;;
+  gpu) SEEDS=${SEEDS:-1 2 3}; EPOCHS=${EPOCHS:-}; DATASETS=${DATASETS:-yoochoose_1_64 diginetica} ;;
+  *) echo "PROFILE must be cpu or gpu, got '$PROFILE'" >&2; exit 2 ;;
+esac
+ENCODINGS="none ldpe dpe lpe lrpe spe rspe aspe alpe 2dspe 2dlpe"
+mkdir -p "$OUT/logs"
+
+for ds in $DATASETS; do
+  src=$ds-srgnn; [ "$ds" = yoochoose_1_64 ] && src=yoochoose1_64-srgnn
+  [ -f "$OUT/samples/$ds/manifest.json" ] || "$SEQPE" import "$ds" "$DATA/$src" --format srgnn \
+      --sessions "$OUT/sessions/$ds" --samples "$OUT/samples/$ds" --quiet
+done
+
+# one DATASET NAME seqpe-train-args...: one logged `seqpe train` process with every seed
+one() {
+  local ds=$1 name=$2 rc=0; shift 2
+  local args=(--set train.threads=1)
+  [ -z "$EPOCHS" ] || args+=(--set "train.epochs=$EPOCHS" --set train.patience=0)
+  local s; for s in $SEEDS; do args+=(--seed "$s"); done
+  echo "$(date -u +%FT%TZ) start $ds $name" >> "$OUT/logs/queue.log"
+  /usr/bin/time -f "wall %e s, cpu %U+%S s, maxrss %M KB" "$SEQPE" train "$ds" "$OUT/samples/$ds" \
+      "$OUT/runs/$ds" "$@" "${args[@]}" --quiet > "$OUT/logs/${ds}_$name.log" 2>&1 || rc=$?
+  echo "$(date -u +%FT%TZ) end $ds $name rc=$rc" >> "$OUT/logs/queue.log"   # a failure does not stop the rest
+}
+
+# every run of one dataset, as "NAME ARGS..." lines
+runs() {
+  local e
+  for e in $ENCODINGS; do echo "posrec-$e --model posrec --preset paper --encoding $e"; done
+  echo "stamp-ldpe --model stamp --preset paper"
+  echo "stamp-none --model stamp --preset paper --encoding none"
+  echo "sasrec-lpe --model sasrec --encoding lpe"
+  echo "sasrec-ldpe --model sasrec --encoding ldpe"
+}
+
+if [ "$PROFILE" = gpu ]; then
+  for ds in $DATASETS; do
+    while read -r name args; do
+      # shellcheck disable=SC2086
+      one "$ds" "$name" $args &
+    done < <(runs)
+  done
+  wait
+else
+  rm -f "$OUT/logs/queue_0.txt" "$OUT/logs/queue_1.txt"
+  for ds in $DATASETS; do
+    i=0
+    while read -r name args; do
+      # shellcheck disable=SC2086
+      echo "$ds $name $args" >> "$OUT/logs/queue_$((i % 2)).txt"; i=$((i + 1))
+    done < <(runs)
+  done
+  for q in 0 1; do
+    ( while read -r ds name args; do
+        # shellcheck disable=SC2086
+        one "$ds" "$name" $args
+      done < "$OUT/logs/queue_$q.txt" ) &
+  done
+  wait
+fi
+for ds in $DATASETS; do
+  "$SEQPE" report "$OUT/runs/$ds" --baseline posrec-none --out "$OUT/report_$ds.md" --quiet || true
+done

@@ -1,0 +1,158 @@
+"""One training step of `seqpe train`, A/B: Adam's implementation x the chunked loss's block size (not a test).
+
+    .venv/bin/python bench/bench_step.py --samples SAMPLES/yoochoose_1_64 --model posrec --encoding ldpe \
+        --batch-size 100 --dim 100 --layers 1
+    .venv/bin/python bench/bench_step.py --sweep            # the loss alone and Adam alone, no data needed
+
+Step mode builds one model per Adam variant (same seed, so the same weights), takes the first
+`--batches` batches of the trainer's own shuffled, bucketed, trimmed order, and times them under
+each combination, the four alternating inside every round (round 0 is a warm-up):
+
+    adam   loop   torch.optim.Adam's single-tensor loop (the trainer's optimiser before session 8)
+           fused  pipeline.train.loop.make_optimizer (torch's fused kernel)
+    chunk  128    the chunked loss's fixed block before session 8
+           rule   models.losses.default_chunk: about 2^18 logits per block, by the batch's predictions
+
+Sweep mode times the chunked loss alone (forward + backward, best of 3 rounds of 10) over block
+sizes at (T, N, D) shapes of the trainer's batches, next to the plain loss, and one Adam step on
+a 37,484 x 100 item table (Yoochoose 1/64 at PosRec's paper size) for each torch implementation.
+1 thread throughout (what the reproductions' side-by-side runs use). Results: bench/results/train.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+import models.losses as losses  # noqa: E402
+
+
+def sweep() -> None:
+    print("| T (predictions) | N (items + 1) | D | plain ms | " + " | ".join(
+        f"chunk {c} ms" for c in (128, 256, 512, 1024, 2048, 4096)) + " | rule picks |")
+    print("|---" * 10 + "|")
+    for T, N, D in [(100, 37484, 100), (100, 43098, 100), (256, 43098, 64), (665, 12102, 50)]:
+        g = torch.Generator().manual_seed(0)
+        h = torch.randn(T, D, generator=g).requires_grad_()
+        w = (torch.randn(N, D, generator=g) * 0.1).requires_grad_()
+        t = torch.randint(1, N, (T,), generator=g)
+        cells = []
+        for c in (None, 128, 256, 512, 1024, 2048, 4096):
+            def f():
+                if c is None:
+                    return losses.plain_cross_entropy(h, w, t)
+                return losses.chunked_cross_entropy(h, w, t, chunk=c)
+            for _ in range(3):
+                f().backward()
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                for _ in range(10):
+                    f().backward()
+                best = min(best, (time.perf_counter() - t0) / 10 * 1000)
+            cells.append(f"{best:.1f}")
+        rule = losses.default_chunk(torch.device("cpu"), T)
+        print(f"| {T:,} | {N:,} | {D} | " + " | ".join(cells) + f" | {rule:,} |")
+
+    print("\n| Adam step on a 37,484 x 100 table + 22 small tensors, L2 1e-5 | ms (mean of 50) |")
+    print("|---|---|")
+    for name, kw in [("single-tensor loop (foreach=False)", {"foreach": False}), ("foreach", {"foreach": True}),
+                     ("fused", {"fused": True})]:
+        torch.manual_seed(0)
+        ps = [torch.nn.Parameter(torch.randn(37484, 100)), torch.nn.Parameter(torch.randn(300, 100)),
+              torch.nn.Parameter(torch.randn(100, 100))] + [torch.nn.Parameter(torch.randn(100)) for _ in range(20)]
+        opt = torch.optim.Adam(ps, lr=1e-3, weight_decay=1e-5, **kw)
+        for p in ps:
+            p.grad = torch.randn_like(p)
+        for _ in range(5):
+            opt.step()
+        t0 = time.perf_counter()
+        for _ in range(50):
+            opt.step()
+        print(f"| {name} | {(time.perf_counter() - t0) / 50 * 1000:.1f} |")
+
+
+def step_ab(args) -> None:
+    from models import build_model
+    from pipeline import train as stage
+    from pipeline.batches import batches, load_samples
+    from pipeline.io import read_json
+    from pipeline.params import TrainParams
+    from pipeline.train.loop import make_optimizer
+
+    n_items = int(read_json(args.samples / "manifest.json")["n_items"])
+    tp = TrainParams(model=args.model, encoding=args.encoding, batch_size=args.batch_size, dim=args.dim,
+                     layers=args.layers, heads=1, max_len=args.max_len, dropout=0.2)
+    train = load_samples(args.samples, "train", tp.max_len)
+    rule = losses.default_chunk
+    nets = {}
+    for adam in ("loop", "fused"):
+        torch.manual_seed(1)
+        net = build_model(tp.model, n_items=n_items, max_len=tp.max_len, train=tp, options={},
+                          encoding=stage.build_encoding(tp.encoding, tp, {}))
+        opt = make_optimizer(net, tp) if adam == "fused" else torch.optim.Adam(net.parameters(), lr=tp.lr,
+                                                                              foreach=False)
+        nets[adam] = (net.train(), opt)
+    gen = torch.Generator().manual_seed(1)
+    data = [b for _, b in zip(range(args.batches), batches(train, tp.batch_size, shuffle=True, generator=gen,
+                                                           device=torch.device("cpu"), trim=True, bucket=50))]
+    T = statistics.mean(int(t.numel()) for _, t in data)
+    times: dict = {}
+    try:
+        for rnd in range(args.rounds + 1):
+            for adam in ("loop", "fused"):
+                for chunk in ("128", "rule"):
+                    losses.default_chunk = (lambda d, rows=1: 128) if chunk == "128" else rule
+                    net, opt = nets[adam]
+                    t0 = time.perf_counter()
+                    for seqs, targets in data:
+                        opt.zero_grad(set_to_none=True)
+                        stage.loss_fn(net, seqs, targets, tp, n_items, gen).backward()
+                        opt.step()
+                    if rnd:
+                        times.setdefault((adam, chunk), []).append((time.perf_counter() - t0) / len(data) * 1000)
+    finally:
+        losses.default_chunk = rule
+    print(f"{args.model}-{args.encoding} dim {tp.dim} layers {tp.layers} batch {tp.batch_size} on {args.samples.name} "
+          f"(n_items {n_items:,}), {len(data)} batches (mean T = {T:.0f} predictions, rule block "
+          f"{rule(torch.device('cpu'), round(T)):,}), {args.rounds} rounds, torch {torch.__version__}, 1 thread, "
+          f"load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
+    print("| Adam | loss block | ms per step (median) | rounds | speed-up over loop + 128 |")
+    print("|---|---|---:|---|---:|")
+    base = statistics.median(times[("loop", "128")])
+    for (adam, chunk), v in times.items():
+        m = statistics.median(v)
+        print(f"| {adam} | {chunk} | {m:.1f} | {', '.join(f'{x:.0f}' for x in v)} | {base / m:.2f}x |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sweep", action="store_true", help="the loss alone and Adam alone")
+    ap.add_argument("--samples", type=Path, help="a samples folder (seqpe augment / seqpe import)")
+    ap.add_argument("--model", default="posrec")
+    ap.add_argument("--encoding", default="ldpe")
+    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument("--dim", type=int, default=100)
+    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--max-len", type=int, default=50)
+    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    if args.sweep:
+        sweep()
+    elif args.samples is None:
+        ap.error("give --samples DIR, or --sweep")
+    else:
+        step_ab(args)
+
+
+if __name__ == "__main__":
+    main()
