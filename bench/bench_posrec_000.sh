@@ -16,7 +16,7 @@
 #
 # Variables: DATA (required: the folder holding yoochoose1_64-srgnn/ and diginetica-srgnn/; where to get
 # them: pipeline/REFERENCE.md §8), OUT (default /tmp/repro000; never inside the repo), SEEDS, EPOCHS,
-# DATASETS (default: both on gpu, yoochoose_1_64 on cpu). Afterwards:
+# DATASETS (default: both on gpu, yoochoose_1_64 on cpu), ENCODINGS (default: the eleven above). Afterwards:
 #   seqpe report $OUT/runs/DS --baseline posrec-none --out $OUT/figs_DS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +29,7 @@ case $PROFILE in
   gpu) SEEDS=${SEEDS:-1 2 3}; EPOCHS=${EPOCHS:-}; DATASETS=${DATASETS:-yoochoose_1_64 diginetica} ;;
   *) echo "PROFILE must be cpu or gpu, got '$PROFILE'" >&2; exit 2 ;;
 esac
-ENCODINGS="none ldpe dpe lpe lrpe spe rspe aspe alpe 2dspe 2dlpe"
+ENCODINGS=${ENCODINGS:-none ldpe dpe lpe lrpe spe rspe aspe alpe 2dspe 2dlpe}
 mkdir -p "$OUT/logs"
 
 for ds in $DATASETS; do

@@ -37,7 +37,7 @@ import models.losses as losses  # noqa: E402
 def sweep() -> None:
     print("| T (predictions) | N (items + 1) | D | plain ms | " + " | ".join(
         f"chunk {c} ms" for c in (128, 256, 512, 1024, 2048, 4096)) + " | rule picks |")
-    print("|---" * 10 + "|")
+    print("|---" * 11 + "|")
     for T, N, D in [(100, 37484, 100), (100, 43098, 100), (256, 43098, 64), (665, 12102, 50)]:
         g = torch.Generator().manual_seed(0)
         h = torch.randn(T, D, generator=g).requires_grad_()
