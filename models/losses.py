@@ -48,10 +48,10 @@ from pipeline.errors import ParamsError, unknown
 
 # Items per chunk. On the CPU the (T, C) float32 logits block should stay near 1 MB (2^18 entries),
 # so C follows the number of predictions T: bench/results/train.md, "Session 8" (1 thread, loss
-# forward + backward): at T = 100 (a session batch: one prediction per sample) C = 2,048 is 20% faster
-# than C = 128 and 13% faster than plain; at T = 256, 1,024-2,048 are 17% faster than 128; at T = 665
+# forward + backward): at T = 100 (a session batch: one prediction per sample) C = 2,048 takes 20% less
+# time than C = 128 and 11% less than plain; at T = 256, 512-4,096 take 9% less than 128; at T = 665
 # (a trimmed Beauty batch) 256-512 are best; at T = 6,400 (full-length batches, Session 6) 64-128.
-# C = 2^18 / T, clamped to [64, 4,096] and rounded down to a multiple of 64, is within a few % of the
+# C = 2^18 / T, clamped to [64, 4,096] and rounded down to a multiple of 64, is within 1-2% of the
 # best at every T measured. On CUDA a chunk must be large enough to fill the GPU (launch overhead
 # dominates small GEMMs); 4,096 is a memory-bounded guess, not measured (no GPU in those sessions):
 # the fused `cce` / `liger` kernels are the tuned GPU path.
