@@ -131,7 +131,10 @@ def test_a_real_sigint_during_evaluate_writes_all_reports_or_none(prepared, tmp_
         sys.argv = ["seqpe", "evaluate", "sample", {str(runs)!r}, {str(tmp_path / "reports")!r}, "--all", "--quiet"]
         cli.main()
     """)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    # the child starts with Python's own Ctrl-C handling even if this process ignores SIGINT (an ignored
+    # disposition is inherited across exec, and then neither main() nor deferred_interrupt installs a handler)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip().startswith("interrupted:")
     assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
