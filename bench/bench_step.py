@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_step.py --samples SAMPLES/yoochoose_1_64 --model posrec --encoding ldpe \
         --batch-size 100 --dim 100 --layers 1
     .venv/bin/python bench/bench_step.py --sweep            # the loss alone and Adam alone, no data needed
+    .venv/bin/python bench/bench_step.py --samples ... --profile 30   # where a step's time goes, before and now
 
 Step mode builds one model per Adam variant (same seed, so the same weights), takes the first
 `--batches` batches of the trainer's own shuffled, bucketed, trimmed order, and times them under
@@ -16,6 +17,9 @@ each combination, the four alternating inside every round (round 0 is a warm-up)
 Sweep mode times the chunked loss alone (forward + backward, best of 3 rounds of 10) over block
 sizes at (T, N, D) shapes of the trainer's batches, next to the plain loss, and one Adam step on
 a 37,484 x 100 item table (Yoochoose 1/64 at PosRec's paper size) for each torch implementation.
+Profile mode (`--profile N`) runs torch.profiler over N steps of the same batches with loop + 128 and
+with fused + rule, and prints the inclusive CPU time per step of the loss's forward and backward
+and of Adam's step, and the top operators by self time.
 1 thread throughout (what the reproductions' side-by-side runs use). Results: bench/results/train.md.
 """
 from __future__ import annotations
@@ -79,7 +83,8 @@ def sweep() -> None:
         print(f"| {name} | {(time.perf_counter() - t0) / 50 * 1000:.1f} |")
 
 
-def step_ab(args) -> None:
+def setup(args):
+    """The two models (same seed: same weights), one per Adam variant, and the trainer's first batches."""
     from models import build_model
     from pipeline import train as stage
     from pipeline.batches import batches, load_samples
@@ -91,7 +96,6 @@ def step_ab(args) -> None:
     tp = TrainParams(model=args.model, encoding=args.encoding, batch_size=args.batch_size, dim=args.dim,
                      layers=args.layers, heads=1, max_len=args.max_len, dropout=0.2)
     train = load_samples(args.samples, "train", tp.max_len)
-    rule = losses.default_chunk
     nets = {}
     for adam in ("loop", "fused"):
         torch.manual_seed(1)
@@ -103,33 +107,69 @@ def step_ab(args) -> None:
     gen = torch.Generator().manual_seed(1)
     data = [b for _, b in zip(range(args.batches), batches(train, tp.batch_size, shuffle=True, generator=gen,
                                                            device=torch.device("cpu"), trim=True, bucket=50))]
+
+    def run(adam: str, chunk: str, steps) -> None:
+        """`steps` training steps under one combination (chunk '128' or 'rule')."""
+        rule = losses.default_chunk
+        losses.default_chunk = (lambda d, rows=1: 128) if chunk == "128" else rule
+        try:
+            net, opt = nets[adam]
+            for seqs, targets in steps:
+                opt.zero_grad(set_to_none=True)
+                stage.loss_fn(net, seqs, targets, tp, n_items, gen).backward()
+                opt.step()
+        finally:
+            losses.default_chunk = rule
+
+    return tp, n_items, data, run
+
+
+def step_ab(args) -> None:
+    tp, n_items, data, run = setup(args)
     T = statistics.mean(int(t.numel()) for _, t in data)
     times: dict = {}
-    try:
-        for rnd in range(args.rounds + 1):
-            for adam in ("loop", "fused"):
-                for chunk in ("128", "rule"):
-                    losses.default_chunk = (lambda d, rows=1: 128) if chunk == "128" else rule
-                    net, opt = nets[adam]
-                    t0 = time.perf_counter()
-                    for seqs, targets in data:
-                        opt.zero_grad(set_to_none=True)
-                        stage.loss_fn(net, seqs, targets, tp, n_items, gen).backward()
-                        opt.step()
-                    if rnd:
-                        times.setdefault((adam, chunk), []).append((time.perf_counter() - t0) / len(data) * 1000)
-    finally:
-        losses.default_chunk = rule
+    for rnd in range(args.rounds + 1):
+        for adam in ("loop", "fused"):
+            for chunk in ("128", "rule"):
+                t0 = time.perf_counter()
+                run(adam, chunk, data)
+                if rnd:
+                    times.setdefault((adam, chunk), []).append((time.perf_counter() - t0) / len(data) * 1000)
     print(f"{args.model}-{args.encoding} dim {tp.dim} layers {tp.layers} batch {tp.batch_size} on {args.samples.name} "
           f"(n_items {n_items:,}), {len(data)} batches (mean T = {T:.0f} predictions, rule block "
-          f"{rule(torch.device('cpu'), round(T)):,}), {args.rounds} rounds, torch {torch.__version__}, 1 thread, "
-          f"load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
+          f"{losses.default_chunk(torch.device('cpu'), round(T)):,}), {args.rounds} rounds, torch {torch.__version__}, "
+          f"1 thread, load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
     print("| Adam | loss block | ms per step (median) | rounds | speed-up over loop + 128 |")
     print("|---|---|---:|---|---:|")
     base = statistics.median(times[("loop", "128")])
     for (adam, chunk), v in times.items():
         m = statistics.median(v)
         print(f"| {adam} | {chunk} | {m:.1f} | {', '.join(f'{x:.0f}' for x in v)} | {base / m:.2f}x |")
+
+
+def profile_steps(args) -> None:
+    from torch.profiler import ProfilerActivity, profile
+    tp, n_items, data, run = setup(args)
+    steps = (data * (args.profile // len(data) + 1))[:args.profile]
+    for adam, chunk in (("loop", "128"), ("fused", "rule")):
+        run(adam, chunk, data[:5])                                       # warm-up
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            run(adam, chunk, steps)
+        wall = (time.perf_counter() - t0) / len(steps) * 1000
+        events = {e.key: e for e in prof.key_averages()}
+        total = sum(e.self_cpu_time_total for e in events.values())
+
+        def per_step(key: str) -> float:
+            e = events.get(key)
+            return 0.0 if e is None else e.cpu_time_total / 1000 / len(steps)
+        loss = per_step("_ChunkedCrossEntropy") + per_step("_ChunkedCrossEntropyBackward")
+        adam_ms = per_step("Optimizer.step#Adam.step")
+        print(f"\n{args.model}-{args.encoding}, Adam {adam}, loss block {chunk}: {wall:.1f} ms per step under the "
+              f"profiler ({len(steps)} steps); inclusive per step: chunked loss fwd + bwd {loss:.1f} ms "
+              f"({100 * loss * len(steps) * 1000 / total:.0f}% of self CPU time), Adam {adam_ms:.1f} ms "
+              f"({100 * adam_ms * len(steps) * 1000 / total:.0f}%)\n")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 
 def main() -> None:
@@ -144,12 +184,15 @@ def main() -> None:
     ap.add_argument("--max-len", type=int, default=50)
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--profile", type=int, default=0, help="profile this many steps instead of the A/B timing")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.sweep:
         sweep()
     elif args.samples is None:
         ap.error("give --samples DIR, or --sweep")
+    elif args.profile:
+        profile_steps(args)
     else:
         step_ab(args)
 

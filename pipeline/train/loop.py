@@ -44,12 +44,12 @@ def _make_scheduler(opt, tp: TrainParams, maximise: bool):
 def make_optimizer(net, tp: TrainParams):
     """Adam (Kingma & Ba 2015, L2 `weight_decay` added to the gradient, as every paper here trains),
     with torch's fused kernel where every parameter allows it (float, on the CPU or a CUDA GPU): one
-    pass over each tensor instead of the single-tensor loop's ~10 ops, 4-11x faster on the CPU for
+    pass over each tensor instead of the single-tensor loop's ~10 ops, 4.3x faster on the CPU for
     a 37k x 100 item table (bench/results/train.md, "Session 8") and one launch instead of hundreds
     on a GPU. Same update rule; floats differ from the loop's only in the last bits."""
     import torch
     params = list(net.parameters())
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params) and bool(params)
+    fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
     return torch.optim.Adam(params, lr=tp.lr, weight_decay=tp.weight_decay, fused=fused or None)
 
 
