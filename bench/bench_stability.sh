@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# 004's stability study (López-Ávila et al. 2024, Tables 5-6) with SASRec on Beauty: every study
-# encoding trained over several seeds, then `seqpe report` gives mean, sd and 95% CI per encoding
-# and the paired tests against a baseline. Results: bench/results/reproduction.md (issue 15).
+# 004's stability study (López-Ávila et al. 2024, Tables 5-6) on Beauty: every study encoding trained
+# over several seeds with SASRec (MODEL=sasrec, the default) or CARCA (MODEL=carca, 004's own backbone,
+# here on S3-Rec's Beauty without CARCA's attributes and context), then `seqpe report` gives mean, sd and
+# 95% CI per encoding and the paired tests against a baseline. Results: bench/results/reproduction.md
+# (issue 15).
 #
-#   DATA=/path/to/canonical PROFILE=cpu bench/bench_stability.sh   # what ran on 2 shared vCPUs
-#   DATA=/path/to/canonical PROFILE=gpu bench/bench_stability.sh   # SASRec's own schedule (GPU)
+#   DATA=/path/to/canonical PROFILE=cpu bench/bench_stability.sh              # SASRec, 2 shared vCPUs
+#   DATA=/path/to/canonical PROFILE=cpu MODEL=carca bench/bench_stability.sh  # CARCA, 2 shared vCPUs
+#   DATA=/path/to/canonical PROFILE=gpu bench/bench_stability.sh              # the papers' schedules (GPU)
 #
-# Both profiles: `--preset paper` (d 50, 2 blocks, 1 head, batch 128, max_len 50, no W_O, the
-# sequence objective), one-negative BCE (SASRec's and 004's loss), 004's evaluation protocol
-# (target among 100 sampled negatives, the input's items never ranked), 004's first five seeds.
-#   cpu  lr 5e-3, dropout 0.2, 5 epochs, no early stopping: a reduced setting that fits ~35 min of
-#        2 shared cores (two 1-thread queues side by side); the models have not converged.
-#   gpu  the preset's lr 1e-3, dropout 0.5, up to 200 epochs, early stopping after 10 (valid
-#        NDCG@10); every encoding its own process, all at once.
+# Every run: the model's `--preset paper`, one-negative BCE (SASRec's, CARCA's and 004's loss), 004's
+# evaluation protocol (target among 100 sampled negatives, the input's items never ranked), 004's first
+# five seeds.
+#   sasrec  the preset: d 50, 2 blocks, 1 head, batch 128, max_len 50, no W_O, the sequence objective.
+#           cpu: lr 5e-3, dropout 0.2, 5 epochs, no early stopping (~35 min of 2 shared cores as two
+#           1-thread queues side by side; not converged). gpu: the preset's lr 1e-3, dropout 0.5, up to
+#           200 epochs, early stopping after 10 (valid NDCG@10).
+#   carca   the preset: d 90, 3 blocks, 1 head, batch 128, max_len 75, every prefix a sample, l2 1e-4 on
+#           the id table, residual cross-attention. cpu: lr 1e-3, dropout 0.2, 3 epochs, no early
+#           stopping (~70 min as two queues; not converged). gpu: the preset's lr 1e-4, dropout 0.5 and
+#           1,801 epochs (CARCA's Beauty schedule: long; add e.g. EXTRA="--set train.patience=20").
 # Variables: DATA (required: the folder holding amazon-s3rec/Beauty.txt), OUT (default
-# /tmp/stability; never inside the repo), SEEDS (default "42 43 44 45 46"), ENCODINGS (default:
-# cpu none, abs, learnt, rotatory, rope, rope_one, rmha; gpu those and abs_con, learnt_con, rotatory_con).
+# /tmp/stability; never inside the repo), MODEL (sasrec | carca), SEEDS (default "42 43 44 45 46"),
+# ENCODINGS (default: cpu none, abs, learnt, rotatory, rope, rope_one, rmha; gpu those and abs_con,
+# learnt_con, rotatory_con), EXTRA (more `seqpe train` options, appended last).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
@@ -23,27 +31,32 @@ DATA=${DATA:?set DATA to the folder of the canonical prepared files (pipeline/RE
 OUT=${OUT:-/tmp/stability}
 SEEDS=${SEEDS:-42 43 44 45 46}
 PROFILE=${PROFILE:-cpu}
+MODEL=${MODEL:-sasrec}
 if [ "$PROFILE" = cpu ]; then           # what ran on CPU: the +Con variants did not fit the budget
   ENCODINGS=${ENCODINGS:-none abs learnt rotatory rope rope_one rmha}
 else                                     # every study encoding of 004 Table 6 (and None)
   ENCODINGS=${ENCODINGS:-none abs abs_con learnt learnt_con rotatory rotatory_con rope rope_one rmha}
 fi
+args=(--model "$MODEL" --preset paper --set train.loss=bce --set train.threads=1
+      --set evaluate.candidates=100 --set evaluate.mask_history=true --params "$PWD/params.yaml" --quiet)
+case $PROFILE/$MODEL in
+  cpu/sasrec) args+=(--set train.lr=0.005 --set train.dropout=0.2 --set train.epochs=5 --set train.patience=0) ;;
+  cpu/carca) args+=(--set train.lr=0.001 --set train.dropout=0.2 --set train.epochs=3) ;;
+  gpu/sasrec|gpu/carca) ;;
+  */sasrec|*/carca) echo "PROFILE must be cpu or gpu" >&2; exit 2 ;;
+  *) echo "MODEL must be sasrec or carca" >&2; exit 2 ;;
+esac
+read -r -a extra <<< "${EXTRA:-}"
+args+=(${extra[@]+"${extra[@]}"})
+seeds=(); for s in $SEEDS; do seeds+=(--seed "$s"); done
+
 mkdir -p "$OUT/logs"
 [ -f "$OUT/samples/beauty/manifest.json" ] || "$SEQPE" import beauty "$DATA/amazon-s3rec/Beauty.txt" \
     --format sasrec --sessions "$OUT/sessions/beauty" --samples "$OUT/samples/beauty" --quiet
 
-args=(--model sasrec --preset paper --set train.loss=bce --set train.threads=1
-      --set evaluate.candidates=100 --set evaluate.mask_history=true --params "$PWD/params.yaml" --quiet)
-case $PROFILE in
-  cpu) args+=(--set train.lr=0.005 --set train.dropout=0.2 --set train.epochs=5 --set train.patience=0) ;;
-  gpu) ;;
-  *) echo "PROFILE must be cpu or gpu" >&2; exit 2 ;;
-esac
-seeds=(); for s in $SEEDS; do seeds+=(--seed "$s"); done
-
 one() {   # one encoding, every seed, in one process
   /usr/bin/time -f "wall %e s, cpu %U+%S s" "$SEQPE" train beauty "$OUT/samples/beauty" "$OUT/runs/beauty" \
-      --encoding "$1" "${seeds[@]}" "${args[@]}" > "$OUT/logs/$1.log" 2>&1 || echo "$1 failed" >&2
+      --encoding "$1" "${seeds[@]}" "${args[@]}" > "$OUT/logs/$MODEL-$1.log" 2>&1 || echo "$1 failed" >&2
 }
 read -r -a encs <<< "$ENCODINGS"
 if [ "$PROFILE" = cpu ]; then            # two queues side by side, alternating encodings
@@ -53,7 +66,7 @@ if [ "$PROFILE" = cpu ]; then            # two queues side by side, alternating 
 else
   for e in "${encs[@]}"; do one "$e" & done; wait
 fi
-"$SEQPE" report "$OUT/runs" --baseline sasrec-none --out "$OUT/report_vs_none.md" --quiet
+"$SEQPE" report "$OUT/runs" --baseline "$MODEL-none" --out "$OUT/report_vs_none.md" --quiet
 "$SEQPE" report "$OUT/runs" --out "$OUT/report.md"
 
 # 004's columns (Tables 5-7): mean and sample sd of HIT@10 and NDCG@10 (x100) over seeds, and the
