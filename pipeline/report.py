@@ -214,16 +214,16 @@ TIE_NOTE = ("Ranking metrics x100 (full ranking, pipeline/REFERENCE.md §5, unle
             "NaN/inf scores are errors; AUC and gAUC count tied pairs one half. Cells: mean ± half-width of the "
             "95% confidence interval (Student t over seeds) (sd = sample std); one seed shows the mean only.")
 TESTS_NOTE = ("vs baseline: Δ = configuration − baseline (ranking metrics, RR and AUC x100, logloss raw). "
-              "Seed test: "
-              "paired t-test over the common seeds (scipy.stats.ttest_rel), d_z = mean Δ / sd of the Δs, "
-              "[95% CI of the mean Δ] (Student t); with fewer than 3 common seeds it concludes nothing and is "
-              "left blank. Per-sample tests on the test rows, each configuration's seeds averaged first: "
-              "Wilcoxon signed-rank (scipy.stats.wilcoxon, zero differences dropped) on the expected reciprocal "
-              "rank under the tie rule (next-item) or the per-sample log loss (CTR), effect = matched-pairs "
-              "rank-biserial r; paired bootstrap (scipy.stats.bootstrap, percentile, "
-              f"{significance.N_RESAMPLES} resamples, seed {significance.BOOTSTRAP_SEED}, at most "
-              f"{significance.MAX_BOOTSTRAP_ROWS:,} rows) 95% CI of the mean RR difference (next-item) or the AUC "
-              f"difference (CTR). A test rejects equality when p < {significance.ALPHA} (bootstrap: CI excludes 0).")
+              "Seed test: paired t-test over the common seeds (scipy.stats.ttest_rel), d_z = mean Δ / sd of the "
+              "Δs, [95% CI of the mean Δ] (Student t); with fewer than 3 common seeds it concludes nothing and is "
+              "left blank. Per-sample tests on the test rows, each configuration's seeds averaged first (the "
+              "common seeds; every seed when none is common): Wilcoxon signed-rank (scipy.stats.wilcoxon, "
+              "zero differences dropped) on the expected reciprocal rank under the tie rule (next-item) or the "
+              "per-sample log loss (CTR), effect = matched-pairs rank-biserial r; paired bootstrap "
+              f"(scipy.stats.bootstrap, percentile, {significance.N_RESAMPLES} resamples, seed "
+              f"{significance.BOOTSTRAP_SEED}, at most {significance.MAX_BOOTSTRAP_ROWS:,} rows) 95% CI of the "
+              "mean RR difference (next-item) or the AUC difference (CTR). A test rejects equality when p < "
+              f"{significance.ALPHA} (bootstrap: CI excludes 0).")
 
 
 def _compared(rows: list[dict]) -> list[dict]:

@@ -10,7 +10,8 @@ over seeds (seeds matched by number, only the seeds both configurations have; me
     95% CI of mean(d) = mean(d) +- t_{0.975, n-1} sd(d) / sqrt(n)   (scipy.stats.t)
   With fewer than 3 common seeds the test cannot conclude anything: p, d_z and the CI are left out.
 over test samples (rows of the one test split, in its file order, from each seed's
-  `test_samples.parquet`; a configuration's seeds are averaged first, so each sample is one pair):
+  `test_samples.parquet`; each configuration's seeds are averaged first, over the seeds the two
+  share (every seed of each only when they share none, noted), so each sample is one pair):
     next-item: x_i = expected reciprocal rank under the tie rule (REFERENCE.md §5) from (g, t):
                RR = mean over r = g+1..g+t+1 of 1/r = (psi(g+t+2) - psi(g+1)) / (t+1)  (psi: digamma)
     CTR:       x_i = per-sample log loss -log sigmoid(+-logit)  (labels from the samples folder)
@@ -269,8 +270,8 @@ def task_of(records: list[dict]) -> str:
     return "ctr" if any("auc" in r["test"] for r in records) else "next-item"
 
 
-def _per_sample(records: list[dict], task: str, notes: list[str], name: str) -> Optional[list[dict]]:
-    """Each seed's test_samples.parquet (seed order), or None (with a note) when no seed has one."""
+def _per_sample(records: list[dict], task: str, notes: list[str], name: str) -> Optional[dict[int, dict]]:
+    """Each seed's test_samples.parquet by seed, or None (with a note) when no seed has one."""
     found, missing = [], []
     for rec in sorted(records, key=lambda r: r["seed"]):
         path = Path(rec["_path"]).parent / SAMPLES_FILE
@@ -281,13 +282,28 @@ def _per_sample(records: list[dict], task: str, notes: list[str], name: str) -> 
     if missing:
         notes.append(f"{name}: seed(s) {', '.join(str(s) for s, _ in missing)} without {SAMPLES_FILE} left out "
                      "of the per-sample tests")
-    out = [read_test_samples(path) for _, path in found]
+    out = {seed: read_test_samples(path) for seed, path in found}
     want = set(NEXT_ITEM_COLUMNS if task == "next-item" else CTR_COLUMNS)
-    sizes = {len(next(iter(x.values()))) for x in out}
-    if any(set(x) != want for x in out) or len(sizes) != 1:
+    sizes = {len(next(iter(x.values()))) for x in out.values()}
+    if any(set(x) != want for x in out.values()) or len(sizes) != 1:
         raise DataError(f"the {SAMPLES_FILE} files of {name} differ in kind or row count ({sorted(sizes)} rows)",
                         "they must all come from one test split: re-run `seqpe train` for the odd ones")
     return out
+
+
+def _paired_seeds(base: dict[int, dict], other: dict[int, dict], notes: list[str], name: str,
+                  baseline: str) -> tuple[list[dict], list[dict]]:
+    """The seeds the per-sample tests average: those both configurations have (a seed fixes the data order,
+    the negatives and the initialisation alike, so unpaired seeds would compare seed luck, not
+    configurations); every seed of each when they share none, with a note."""
+    common = sorted(set(base) & set(other))
+    if not common:
+        notes.append(f"{name} and {baseline} share no seed with per-sample files: per-sample tests average "
+                     "each configuration's own seeds")
+        return [base[s] for s in sorted(base)], [other[s] for s in sorted(other)]
+    if len(common) < max(len(base), len(other)):
+        notes.append(f"per-sample tests on the common seed(s) {', '.join(map(str, common))}")
+    return [base[s] for s in common], [other[s] for s in common]
 
 
 def compare(configs: dict[str, list[dict]], baseline: str, labels: Optional[np.ndarray] = None, *,
@@ -319,7 +335,8 @@ def compare(configs: dict[str, list[dict]], baseline: str, labels: Optional[np.n
         samples = _per_sample(recs, task, notes, name) if base_samples is not None else None
         sample = None
         if samples is not None:
-            sample = _sample_tests(task, base_samples, samples, labels, notes, name, baseline,
+            base_seeds, other_seeds = _paired_seeds(base_samples, samples, notes, name, baseline)
+            sample = _sample_tests(task, base_seeds, other_seeds, labels, notes, name, baseline,
                                    n_resamples=n_resamples, max_rows=max_rows)
         out.append({"name": name, "baseline": baseline, "task": task, "seed_tests": seed_tests, "sample": sample,
                     "notes": notes, "verdict": verdict(seed_tests, sample, task, notes)})

@@ -2,8 +2,10 @@
 Markdown/CSV, `seqpe report`."""
 from __future__ import annotations
 
+import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -261,3 +263,26 @@ def test_seeds_trained_differently_or_repeated_are_not_pooled(tmp_path):
     write_run(tmp_path / "c", "sasrec", "none", 1, test)
     with pytest.raises(DataError, match="sasrec-none has seed 1 twice"):
         report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "c"]))
+
+
+def test_per_sample_tests_pair_the_common_seeds_only(tmp_path):
+    """A baseline with seeds 1-3 against a configuration with seed 1 only: the per-sample tests compare
+    seed 1 with seed 1 (a seed fixes data order, negatives and initialisation for both), and say so."""
+    write_ranked_runs(tmp_path)
+    for seed in (2, 3):
+        shutil.rmtree(tmp_path / "sasrec-lpe" / f"seed-{seed}")
+    [_, sas] = report.run([tmp_path])
+    comp = sas["comparison"]
+    x = {n: np.array([rr(g, t) for g, t in zip(GREATER[n][0], TIES[n][0])]) for n in GREATER}
+    assert comp["sample"]["bootstrap"]["diff"] == pytest.approx(np.mean(x["sasrec-lpe"] - x["pop-none"]))
+    assert comp["sample"]["p"] == pytest.approx(stats.wilcoxon(x["sasrec-lpe"] - x["pop-none"]).pvalue)
+    assert "per-sample tests on the common seed(s) 1" in comp["notes"]
+    # no seed in common: each side's own seeds, noted
+    shutil.move(tmp_path / "sasrec-lpe" / "seed-1", tmp_path / "sasrec-lpe" / "seed-9")
+    record = json.loads((tmp_path / "sasrec-lpe" / "seed-9" / "run.json").read_text())
+    (tmp_path / "sasrec-lpe" / "seed-9" / "run.json").write_text(json.dumps({**record, "seed": 9}))
+    [_, sas] = report.run([tmp_path])
+    x_pop = np.mean([[rr(g, t) for g, t in zip(GREATER["pop-none"][i], TIES["pop-none"][i])] for i in range(3)],
+                    axis=0)
+    assert sas["comparison"]["sample"]["bootstrap"]["diff"] == pytest.approx(np.mean(x["sasrec-lpe"] - x_pop))
+    assert any("share no seed" in n for n in sas["comparison"]["notes"])
