@@ -5,9 +5,16 @@ its source tree when it runs from a checkout, with `dirty` when tracked files di
 Read with importlib.metadata, so the data stages record torch's version without importing torch.
 Two runs of the same code and inputs record the same versions, so outputs stay byte-identical
 (and `dvc.lock` reproduces); a different library or commit is visible in the data it produced.
+
+`code_versions()` is what decides whether a finished or half-trained seed may be reused (the run
+fingerprint, pipeline/train/runs.py): the libraries' versions and a hash of seqpe's own source (every
+.py file of the `pipeline` and `models` packages, by path and content), not the git commit. A
+commit that changes only documentation, benchmarks or tests then leaves finished seeds finished,
+while any edit to the code that computes a run, committed or not, changes the hash.
 """
 from __future__ import annotations
 
+import hashlib
 import platform
 import subprocess
 from functools import lru_cache
@@ -44,6 +51,27 @@ def versions() -> dict:
     if commit is not None:
         out["seqpe_dirty"] = bool(_git("status", "--porcelain", "--untracked-files=no"))
     return out
+
+
+PACKAGE_DIRS = ("pipeline", "models")
+
+
+@lru_cache(maxsize=1)
+def code_hash(root: Optional[Path] = None) -> str:
+    """sha256 (first 20 hex digits) of seqpe's source: every .py file under pipeline/ and models/ in
+    path order, each as its relative path and its bytes."""
+    root = root or Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(p for d in PACKAGE_DIRS for p in (root / d).rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:20]
+
+
+def code_versions() -> dict:
+    """The versions a run's result depends on: libraries and seqpe's source hash (no git commit)."""
+    v = {k: val for k, val in versions().items() if k not in ("seqpe_git", "seqpe_dirty")}
+    return {**v, "seqpe_code": code_hash()}
 
 
 def version_line() -> str:

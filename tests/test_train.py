@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -644,3 +645,23 @@ def test_the_trainers_adam_is_fused_and_takes_the_loops_steps():
     for a, b, s in zip(*ends, start.parameters()):
         assert not torch.equal(a, s.detach())                            # it moved
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_fingerprint_follows_the_code_not_the_commit(tmp_path, monkeypatch):
+    """A commit that touches no code keeps finished seeds finished; an edit to pipeline/ or models/,
+    committed or not, changes the fingerprint (pipeline/versions.code_versions)."""
+    from pipeline import versions as v
+    from pipeline.train import runs
+    tp, ps, manifest = TrainParams(), params("sasrec", "lpe"), {"n_items": 12, "shards": {"train": ["abc"]}}
+    fp = runs.fingerprint(tp, ps, manifest, 1)
+    other_commit = {**v.versions(), "seqpe_git": "f" * 40, "seqpe_dirty": True}
+    monkeypatch.setattr(v, "versions", lambda: other_commit)
+    assert runs.fingerprint(tp, ps, manifest, 1) == fp                      # another commit, same code
+    for d in v.PACKAGE_DIRS:
+        shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    assert v.code_hash.__wrapped__(tmp_path) == v.code_hash()
+    loop = tmp_path / "pipeline" / "train" / "loop.py"
+    loop.write_text(loop.read_text() + "\n# an edit\n")
+    assert v.code_hash.__wrapped__(tmp_path) != v.code_hash()
+    monkeypatch.setattr(v, "code_hash", lambda: "edited")
+    assert runs.fingerprint(tp, ps, manifest, 1) != fp

@@ -18,8 +18,9 @@ and DVC:
                                      is finished (a crash in seed 2 does not retrain seed 1)
 
 The fingerprint hashes everything a seed's result depends on (train params but time_limit, the
-model's and encoding's options, evaluate params, the samples' shard hashes, the seed and the
-versions), so state is reused only by the same inputs.
+model's and encoding's options, evaluate params, the samples' shard hashes, the seed, the libraries'
+versions and a hash of seqpe's source, pipeline/versions.code_versions), so state is reused only by
+the same inputs and the same code; a commit that touches no code (docs, benchmarks, tests) keeps it.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from typing import Optional
 
 from ..io import atomic_dir, dumps_json, read_json, write_bytes, write_json
 from ..params import Params, TrainParams, to_dict
-from ..versions import versions
+from ..versions import code_versions
 
 STATE_ENV = "SEQPE_STATE"
 FILES = ("checkpoint.pt", "run.json", "test_samples.parquet", "timing.json")
@@ -47,7 +48,7 @@ def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int) -> s
     train = {k: v for k, v in to_dict(tp).items() if k != "time_limit"}    # a longer limit continues it
     key = {"train": train, "model": params.models.get(tp.model, {}), "seed": seed,
            "encoding": params.encodings.get(tp.encoding, {}), "evaluate": to_dict(params.evaluate),
-           "n_items": manifest.get("n_items"), "shards": manifest.get("shards"), "versions": versions()}
+           "n_items": manifest.get("n_items"), "shards": manifest.get("shards"), "versions": code_versions()}
     return hashlib.sha256(dumps_json(key).encode("utf-8")).hexdigest()[:20]
 
 
