@@ -19,6 +19,8 @@
 #          Diginetica/Yoochoose trains up to 30 epochs with patience 3. TIME_LIMIT=MIN adds
 #          --set train.time_limit=MIN; the same command with a longer limit continues the runs.
 #   paper  the presets' / params.yaml's own epochs and patience (FPARec 200 / 10), one queue, all threads.
+# gpu and paper also train SASRec and FPARec on the three Amazon sets with the one-negative BCE
+# objective (`train.loss=bce`, SASRec's own; run folders tagged `bce`), next to the CE rows.
 # Variables: DATA (required: the folder holding diginetica-srgnn/, yoochoose1_64-srgnn/ and
 # amazon-s3rec/ with the canonical files; where to get them: pipeline/REFERENCE.md §8), OUT (default /tmp/repro; never
 # inside the repo), SEEDS (default "1"), ONLY ("beauty:sasrec diginetica:posrec ..." subset).
@@ -86,14 +88,20 @@ queue_b() {
   train sports sasrec - - - - --preset paper --set train.objective=sequence
   train sports fparec - - - - --preset paper --set train.objective=sequence
 }
+queue_bce() {   # 003 Table 3 with SASRec's own objective (one sampled negative per position, BCE): gpu / paper
+  local ds m
+  for ds in beauty toys sports; do for m in sasrec fparec; do
+    train "$ds" "$m" - - - - --preset paper --set train.objective=sequence --set train.loss=bce --tag bce
+  done; done
+}
 
 import_all
 if [ "$PROFILE" = cpu ]; then
   queue_a & queue_b & wait
 elif [ "$PROFILE" = gpu ]; then
-  queue_a; queue_b; wait                  # every train call started its seeds in the background
+  queue_a; queue_b; queue_bce; wait       # every train call started its seeds in the background
 else
-  queue_a; queue_b
+  queue_a; queue_b; queue_bce
 fi
 
 # test metrics (x100) of every run folder
