@@ -4,6 +4,7 @@
         --batch-size 100 --dim 100 --layers 1
     .venv/bin/python bench/bench_step.py --sweep            # the loss alone and Adam alone, no data needed
     .venv/bin/python bench/bench_step.py --samples ... --profile 30   # where a step's time goes, before and now
+    .venv/bin/python bench/bench_step.py --samples ... --heap        # glibc's malloc defaults vs heap.keep()
 
 Step mode builds one model per Adam variant (same seed, so the same weights), takes the first
 `--batches` batches of the trainer's own shuffled, bucketed, trimmed order, and times them under
@@ -20,6 +21,9 @@ a 37,484 x 100 item table (Yoochoose 1/64 at PosRec's paper size) for each torch
 Profile mode (`--profile N`) runs torch.profiler over N steps of the same batches with loop + 128 and
 with fused + rule, and prints the inclusive CPU time per step of the loss's forward and backward
 and of Adam's step, and the top operators by self time.
+Heap mode (`--heap`) times the trainer's step (fused + rule) in fresh processes, one with glibc's
+malloc defaults and one after pipeline.train.heap.keep() (freed buffers stay in the heap), the two
+alternating for `--rounds` rounds, and counts the minor page faults per step of each.
 1 thread throughout (what the reproductions' side-by-side runs use). Results: bench/results/train.md.
 """
 from __future__ import annotations
@@ -172,6 +176,46 @@ def profile_steps(args) -> None:
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 
+def heap_child(args) -> None:
+    """One process of --heap: the trainer's step (fused + rule) with or without heap.keep(); prints ms and
+    minor faults per step over the batches, after 5 warm-up steps."""
+    import resource
+    from pipeline.train import heap
+    if args.heap_child == "keep" and not heap.keep():
+        sys.exit("heap.keep() does not apply here (not glibc, or malloc tunables set)")
+    _, _, data, run = setup(args)
+    run("fused", "rule", data[:5])
+    f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+    run("fused", "rule", data)
+    ms = (time.perf_counter() - t0) / len(data) * 1000
+    print(ms, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / len(data))
+
+
+def heap_ab(args) -> None:
+    import subprocess
+    base = [sys.executable, __file__, "--samples", str(args.samples), "--model", args.model, "--encoding",
+            args.encoding, "--batch-size", str(args.batch_size), "--dim", str(args.dim), "--layers",
+            str(args.layers), "--max-len", str(args.max_len), "--batches", str(args.batches)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    res: dict = {"system": [], "keep": []}
+    for rnd in range(args.rounds):
+        for arm in (("system", "keep") if rnd % 2 == 0 else ("keep", "system")):
+            out = subprocess.run(base + ["--heap-child", arm], capture_output=True, text=True, check=True, env=env)
+            ms, faults = map(float, out.stdout.split()[-2:])
+            res[arm].append((ms, faults))
+    print(f"{args.model}-{args.encoding} dim {args.dim} batch {args.batch_size} on {args.samples.name}: "
+          f"{args.batches} steps per process after 5 warm-up, fused Adam + the rule's block, {args.rounds} rounds "
+          f"(each a fresh process per arm, the order alternating), torch {torch.__version__}, 1 thread, load "
+          f"average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
+    print("| malloc | ms per step (median) | rounds | minor faults per step (median) | speed-up over glibc's defaults |")
+    print("|---|---:|---|---:|---:|")
+    base_ms = statistics.median(ms for ms, _ in res["system"])
+    for arm, label in (("system", "glibc's defaults"), ("keep", "heap.keep()")):
+        ms = statistics.median(m for m, _ in res[arm])
+        print(f"| {label} | {ms:.1f} | {', '.join(f'{m:.0f}' for m, _ in res[arm])} | "
+              f"{statistics.median(f for _, f in res[arm]):,.0f} | {base_ms / ms:.2f}x |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sweep", action="store_true", help="the loss alone and Adam alone")
@@ -185,12 +229,18 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", type=int, default=0, help="profile this many steps instead of the A/B timing")
+    ap.add_argument("--heap", action="store_true", help="glibc's malloc defaults vs heap.keep(), fresh processes")
+    ap.add_argument("--heap-child", choices=("system", "keep"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.sweep:
         sweep()
     elif args.samples is None:
         ap.error("give --samples DIR, or --sweep")
+    elif args.heap_child:
+        heap_child(args)
+    elif args.heap:
+        heap_ab(args)
     elif args.profile:
         profile_steps(args)
     else:

@@ -12,7 +12,7 @@ from ..io import claim_dir, require_kind
 from ..params import Params, to_dict
 from ..report import config_name
 from ..versions import versions
-from . import distributed, runs, setup, threads
+from . import distributed, heap, runs, setup, threads
 from .loop import checked, fit_epochs
 from .tasks import make_task
 
@@ -63,6 +63,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         distributed.refuse(f"train --model {spec.name}")
     threads.apply(tp.threads)                          # train.threads (pipeline/train/threads.py)
     dist, device = distributed.setup(tp.device)
+    if device.type == "cpu":
+        heap.keep()                                    # reuse freed step buffers (pipeline/train/heap.py)
     try:
         return _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag,
                       device, dist, progress, metrics_path, live_dir)
