@@ -120,7 +120,8 @@ def setup(args):
             net, opt = nets[adam]
             for seqs, targets in steps:
                 opt.zero_grad(set_to_none=True)
-                stage.loss_fn(net, seqs, targets, tp, n_items, gen).backward()
+                own = net.training_loss(seqs, targets, gen)              # a backbone's own objective (CARCA)
+                (own if own is not None else stage.loss_fn(net, seqs, targets, tp, n_items, gen)).backward()
                 opt.step()
         finally:
             losses.default_chunk = rule
@@ -200,7 +201,9 @@ def heap_ab(args) -> None:
     res: dict = {"system": [], "keep": []}
     for rnd in range(args.rounds):
         for arm in (("system", "keep") if rnd % 2 == 0 else ("keep", "system")):
-            out = subprocess.run(base + ["--heap-child", arm], capture_output=True, text=True, check=True, env=env)
+            out = subprocess.run(base + ["--heap-child", arm], capture_output=True, text=True, env=env)
+            if out.returncode:
+                sys.exit(f"the {arm} child failed: {(out.stderr.strip().splitlines() or ['no output'])[-1]}")
             ms, faults = map(float, out.stdout.split()[-2:])
             res[arm].append((ms, faults))
     print(f"{args.model}-{args.encoding} dim {args.dim} batch {args.batch_size} on {args.samples.name}: "
