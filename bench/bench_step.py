@@ -42,6 +42,11 @@ import torch  # noqa: E402
 import models.losses as losses  # noqa: E402
 
 
+def load_average() -> str:
+    """The 1, 5 and 15-minute load averages, for the tables' headers (these machines are shared)."""
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def sweep() -> None:
     print("| T (predictions) | N (items + 1) | D | plain ms | " + " | ".join(
         f"chunk {c} ms" for c in (128, 256, 512, 1024, 2048, 4096)) + " | rule picks |")
@@ -143,7 +148,7 @@ def step_ab(args) -> None:
     print(f"{args.model}-{args.encoding} dim {tp.dim} layers {tp.layers} batch {tp.batch_size} on {args.samples.name} "
           f"(n_items {n_items:,}), {len(data)} batches (mean T = {T:.0f} predictions, rule block "
           f"{losses.default_chunk(torch.device('cpu'), round(T)):,}), {args.rounds} rounds, torch {torch.__version__}, "
-          f"1 thread, load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
+          f"1 thread, load average at the end {load_average()}\n")
     print("| Adam | loss block | ms per step (median) | rounds | speed-up over loop + 128 |")
     print("|---|---|---:|---|---:|")
     base = statistics.median(times[("loop", "128")])
@@ -209,7 +214,7 @@ def heap_ab(args) -> None:
     print(f"{args.model}-{args.encoding} dim {args.dim} batch {args.batch_size} on {args.samples.name}: "
           f"{args.batches} steps per process after 5 warm-up, fused Adam + the rule's block, {args.rounds} rounds "
           f"(each a fresh process per arm, the order alternating), torch {torch.__version__}, 1 thread, load "
-          f"average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
+          f"average at the end {load_average()}\n")
     print("| malloc | ms per step (median) | rounds | minor faults per step (median) | speed-up over glibc's defaults |")
     print("|---|---:|---|---:|---:|")
     base_ms = statistics.median(ms for ms, _ in res["system"])

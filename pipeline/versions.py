@@ -56,16 +56,20 @@ def versions() -> dict:
 PACKAGE_DIRS = ("pipeline", "models")
 
 
-@lru_cache(maxsize=1)
-def code_hash(root: Optional[Path] = None) -> str:
-    """sha256 (first 20 hex digits) of seqpe's source: every .py file under pipeline/ and models/ in
-    path order, each as its relative path and its bytes."""
-    root = root or Path(__file__).resolve().parents[1]
+def source_hash(root: Path) -> str:
+    """sha256 (first 20 hex digits) of the seqpe source under `root`: every .py file under pipeline/ and
+    models/ in path order, each as its relative path and its bytes."""
     h = hashlib.sha256()
     for path in sorted(p for d in PACKAGE_DIRS for p in (root / d).rglob("*.py")):
         h.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
         h.update(path.read_bytes() + b"\0")
     return h.hexdigest()[:20]
+
+
+@lru_cache(maxsize=1)
+def code_hash() -> str:
+    """source_hash of the seqpe this process runs (read once per process)."""
+    return source_hash(Path(__file__).resolve().parents[1])
 
 
 def code_versions() -> dict:

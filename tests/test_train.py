@@ -659,9 +659,9 @@ def test_the_fingerprint_follows_the_code_not_the_commit(tmp_path, monkeypatch):
     assert runs.fingerprint(tp, ps, manifest, 1) == fp                      # another commit, same code
     for d in v.PACKAGE_DIRS:
         shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
-    assert v.code_hash.__wrapped__(tmp_path) == v.code_hash()
+    assert v.source_hash(tmp_path) == v.code_hash()
     loop = tmp_path / "pipeline" / "train" / "loop.py"
     loop.write_text(loop.read_text() + "\n# an edit\n")
-    assert v.code_hash.__wrapped__(tmp_path) != v.code_hash()
+    assert v.source_hash(tmp_path) != v.code_hash()
     monkeypatch.setattr(v, "code_hash", lambda: "edited")
     assert runs.fingerprint(tp, ps, manifest, 1) != fp

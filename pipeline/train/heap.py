@@ -55,7 +55,7 @@ def keep() -> bool:
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
-        _done = bool(libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD)) & bool(libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD))
+        _done = libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD) == 1 and libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD) == 1
     except (OSError, AttributeError):
         return False
     return _done
