@@ -6,8 +6,8 @@ optimiser's zero_grad drops them). glibc's malloc serves a block above its mmap 
 raised on the fly only as far as 32 MiB) with fresh pages from the kernel and returns them on free,
 so every step pays one page fault per 4 KiB page written, and the kernel zeroes each page first.
 Measured with PosRec at 000's settings on Yoochoose 1/64 (a 37,484 x 100 table; bench/bench_step.py
---heap, bench/results/train.md): about 3,000-5,000 minor faults per step with glibc's defaults,
-none once the heap keeps its memory.
+--heap, bench/results/train.md): about 4,800 minor faults per step with glibc's defaults, 299
+with the heap kept (while it grows over the first steps), and a 1.11x faster step.
 
 What: `keep()` raises glibc's mmap threshold and trim threshold to 1 GiB (mallopt M_MMAP_THRESHOLD,
 M_TRIM_THRESHOLD), so such blocks come from the heap and go back to it, and the next step reuses
