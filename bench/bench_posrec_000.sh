@@ -16,7 +16,8 @@
 #
 # Variables: DATA (required: the folder holding yoochoose1_64-srgnn/ and diginetica-srgnn/; where to get
 # them: pipeline/REFERENCE.md §8), OUT (default /tmp/repro000; never inside the repo), SEEDS, EPOCHS,
-# DATASETS (default: both on gpu, yoochoose_1_64 on cpu), ENCODINGS (default: the eleven above). Afterwards:
+# DATASETS (default: both on gpu, yoochoose_1_64 on cpu), ENCODINGS (default: the eleven above), MODELS
+# (default "posrec stamp sasrec"; "stamp sasrec" runs Table 3 alone). Afterwards:
 #   seqpe report $OUT/runs/DS --baseline posrec-none --out $OUT/figs_DS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,10 @@ case $PROFILE in
   *) echo "PROFILE must be cpu or gpu, got '$PROFILE'" >&2; exit 2 ;;
 esac
 ENCODINGS=${ENCODINGS:-none ldpe dpe lpe lrpe spe rspe aspe alpe 2dspe 2dlpe}
+MODELS=${MODELS:-posrec stamp sasrec}
+for m in $MODELS; do
+  case $m in posrec|stamp|sasrec) ;; *) echo "MODELS takes posrec, stamp and sasrec, got '$m'" >&2; exit 2 ;; esac
+done
 mkdir -p "$OUT/logs"
 
 for ds in $DATASETS; do
@@ -52,12 +57,16 @@ one() {
 
 # every run of one dataset, as "NAME ARGS..." lines
 runs() {
-  local e
-  for e in $ENCODINGS; do echo "posrec-$e --model posrec --preset paper --encoding $e"; done
-  echo "stamp-ldpe --model stamp --preset paper"
-  echo "stamp-none --model stamp --preset paper --encoding none"
-  echo "sasrec-lpe --model sasrec --encoding lpe"
-  echo "sasrec-ldpe --model sasrec --encoding ldpe"
+  local e m
+  for m in $MODELS; do
+    case $m in
+      posrec) for e in $ENCODINGS; do echo "posrec-$e --model posrec --preset paper --encoding $e"; done ;;
+      stamp) echo "stamp-ldpe --model stamp --preset paper"
+             echo "stamp-none --model stamp --preset paper --encoding none" ;;
+      sasrec) echo "sasrec-lpe --model sasrec --encoding lpe"
+              echo "sasrec-ldpe --model sasrec --encoding ldpe" ;;
+    esac
+  done
 }
 
 if [ "$PROFILE" = gpu ]; then

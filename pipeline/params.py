@@ -339,9 +339,12 @@ class Params:
 
 # --------------------------------------------------------------------------- value ranges
 
+def _where(key: str, what: str) -> str:
+    return f"give {key} {what} (in params.yaml, or --set {key}=...)"
+
+
 def _bad(key: str, value: Any, want: str, fix: Optional[str] = None) -> ParamsError:
-    return ParamsError(f"params key '{key}' must be {want}, got {value!r}",
-                       fix or f"give {key} a value {want} (in params.yaml, or --set {key}=...)")
+    return ParamsError(f"params key '{key}' must be {want}, got {value!r}", fix or _where(key, f"a value {want}"))
 
 
 def _min(key: str, value: float, low: float, *, strict: bool = False, fix: Optional[str] = None) -> None:
@@ -397,8 +400,7 @@ def _coerce(value: Any, tp: Any, key: str, strict: bool = False) -> Any:
                 return _coerce(value, arg, key, strict)
             except ParamsError:
                 continue
-        raise ParamsError(f"params key '{key}' must be {_type_name(tp)}, got {value!r}",
-                          "fix the value in params.yaml")
+        raise _bad(key, value, _type_name(tp), _where(key, f"a value of type {_type_name(tp)}"))
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ParamsError(f"params key '{key}' must be a mapping, got {value!r}",
@@ -431,8 +433,7 @@ def _coerce(value: Any, tp: Any, key: str, strict: bool = False) -> Any:
     elif tp is str:
         if isinstance(value, str):
             return value
-    raise ParamsError(f"params key '{key}' must be {_type_name(tp)}, got {value!r}",
-                      "fix the value in params.yaml")
+    raise _bad(key, value, _type_name(tp), _where(key, f"a value of type {_type_name(tp)}"))
 
 
 def from_dict(cls: type, data: dict, prefix: str = "", strict: bool = False, run: bool = False) -> Any:

@@ -66,6 +66,9 @@ def test_overrides_apply_and_are_checked(tmp_path):
         load_params(path, ["train.epoch=7"], strict=False)
     with pytest.raises(ParamsError, match="not KEY=VALUE"):
         load_params(path, ["train.epochs"], strict=False)
+    with pytest.raises(ParamsError, match="must be int, got 1.5") as bad_type:
+        load_params(path, ["train.epochs=1.5"], strict=False)
+    assert "or --set train.epochs=" in bad_type.value.fix   # the fix names both places a value comes from
 
 
 def test_invalid_yaml_and_missing_required_file(tmp_path):
