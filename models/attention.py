@@ -24,7 +24,10 @@ softmax it receives is uniform over the allowed keys and it returns its own weig
 Fast path: an encoding that acts only through rotate / bias (`fusable`, models/encodings/base.py)
 runs as one `torch.nn.functional.scaled_dot_product_attention` call (flash / memory-efficient
 kernels; `fused_attention`), the key mask and the bias folded into one float attn_mask, dropout
-as its dropout_p; the others (PARec family: weights, RMHA: values) keep the explicit softmax.
+as its dropout_p; the others (PARec family: weights, RMHA: values) keep the explicit softmax. On
+the CPU, training with dropout > 0 takes the explicit path too: SDPA's CPU kernel for that case is
+the same explicit math with aten's slow `bernoulli_` mask, and the explicit path draws its mask
+with models/dropout.py's (the same attention, 4-6x cheaper masks).
 `SDPA = False` forces the explicit path everywhere (tests, debugging).
 """
 from __future__ import annotations
@@ -36,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dropout import Dropout, fast_on
 from .encodings.base import PositionalEncoding, Positions, allowed_keys
 
 _NONE = PositionalEncoding()
@@ -77,7 +81,7 @@ class MultiHeadAttention(nn.Module):
         self.k = nn.Linear(dim, dim) if qk else None
         self.v = nn.Linear(dim, dim)
         self.out = nn.Linear(dim, dim) if out_proj else nn.Identity()
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, H, L, E)
         B, L, _ = x.shape
@@ -99,8 +103,8 @@ class MultiHeadAttention(nn.Module):
             k = self._split(self.k(x))                                    # (B, H, L, E)
             q, k = enc.rotate(q, k, pos, self.layer)                      # (B, H, Lq, E), (B, H, L, E)
             bias = enc.bias(q, k, pos, self.layer, query_input=q_in, allowed=allowed)  # (B|1, H|1, Lq, L) or None
-            if SDPA and enc.fusable:
-                p = self.drop.p if self.training else 0.0
+            p = self.drop.p if self.training else 0.0
+            if SDPA and enc.fusable and (p == 0.0 or not fast_on(q.device)):
                 return self._merge(fused_attention(q, k, v, allowed, bias, p))  # (B, Lq, D)
             logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))      # (B, H, Lq, L)
             if bias is not None:
@@ -127,7 +131,7 @@ class FeedForward(nn.Module):
     def __init__(self, dim: int, hidden: int, dropout: float = 0.0):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)
         return self.fc2(self.drop(F.relu(self.fc1(x))))
@@ -144,7 +148,7 @@ class TransformerBlock(nn.Module):
         self.attn = MultiHeadAttention(dim, heads, dropout, layer=layer, causal=causal, qk=qk, out_proj=out_proj)
         self.ffn = FeedForward(dim, ffn_dim or dim, dropout)
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, pos: Positions, encoding: Optional[PositionalEncoding]) -> torch.Tensor:
         keep = pos.mask[..., None].to(x.dtype)                            # (B, L, 1)

@@ -69,6 +69,7 @@ from pipeline.errors import ParamsError
 from .attention import MultiHeadAttention
 from .base import ModelSpec, Recommender, item_table, register_model
 from .config import parse_options
+from .dropout import Dropout
 from .encodings.base import PositionalEncoding, Positions
 from .losses import sample_negatives
 
@@ -125,8 +126,8 @@ class ProfileBlock(nn.Module):
         if self.attn.q is not None:                                       # CARCA: activated projections
             self.attn.q, self.attn.k = _projection(dim, act), _projection(dim, act)
         self.attn.v = _projection(dim, act)
-        self.ffn = nn.Sequential(nn.Linear(dim, dim), ACTIVATIONS[act](), nn.Dropout(dropout),
-                                 nn.Linear(dim, dim), nn.Dropout(dropout))
+        self.ffn = nn.Sequential(nn.Linear(dim, dim), ACTIVATIONS[act](), Dropout(dropout),
+                                 nn.Linear(dim, dim), Dropout(dropout))
 
     def forward(self, x: torch.Tensor, pos: Positions, encoding: PositionalEncoding) -> torch.Tensor:
         keep = pos.mask[..., None].to(x.dtype)                            # (B, L, 1)
@@ -142,7 +143,7 @@ class CrossAttention(nn.Module):
         super().__init__()
         self.heads, self.residual = heads, residual
         self.q, self.k, self.v = _projection(dim, act), _projection(dim, act), _projection(dim, act)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.logit = _normal(nn.Linear(dim, 1), init_std)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, H, T, E)
@@ -181,7 +182,7 @@ class CARCA(Recommender):
         self.psi_c = _normal(nn.Linear(context_width, g, bias=False), std) if context_width else None
         self.w_psi = _normal(nn.Linear(g, dim, bias=False), std) if width or context_width else None
         self.encoding = encoding if encoding is not None else PositionalEncoding()
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.blocks = nn.ModuleList(ProfileBlock(dim, heads, dropout, i, cfg.activation, self.encoding.needs_qk)
                                     for i in range(layers))
         self.final_norm = nn.LayerNorm(dim, eps=1e-8)

@@ -42,6 +42,7 @@ from torch import nn
 from pipeline.errors import ParamsError
 
 from .base import ModelSpec, Recommender, item_table, register_model
+from .dropout import Dropout
 from .graph import build_graph
 from .model_config import FGNNConfig, model_options
 
@@ -55,7 +56,7 @@ class WGAT(nn.Module):
         self.w = nn.Linear(dim, heads * dim, bias=False)                # W^k of every head
         self.att = nn.Parameter(torch.empty(heads, 2 * dim + 1))        # a^k over [W x_i || W x_j || w_ij]
         self.bias = nn.Parameter(torch.zeros(dim))
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         nn.init.xavier_uniform_(self.w.weight)
         nn.init.xavier_uniform_(self.att)
 

@@ -31,6 +31,7 @@ from pipeline.errors import ParamsError
 
 from .attention import FeedForward, MultiHeadAttention
 from .base import ModelSpec, Recommender, register_model
+from .dropout import Dropout
 from .encodings.base import Positions
 from .graph import GatedGraphLayer, build_graph, neighbour_weights
 from .model_config import GCSANConfig, model_options
@@ -44,7 +45,7 @@ class SelfAttentionLayer(nn.Module):
         super().__init__()
         self.attn = MultiHeadAttention(dim, heads, dropout, layer=layer, causal=False, out_proj=False)
         self.ffn = FeedForward(dim, dim, dropout)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, e: torch.Tensor, pos: Positions) -> torch.Tensor:
         f = self.attn(e, pos)                                           # (B, L, D) Eq. 6

@@ -34,6 +34,7 @@ from pipeline.errors import ParamsError
 
 from .base import ModelSpec, Recommender, register_model
 from .config import SASRecConfig, parse_options
+from .dropout import Dropout
 from .encodings.base import PositionalEncoding, Positions, allowed_keys
 from .sasrec import _PRESETS as SASREC_PRESETS
 from .sasrec import SASRec, require_input_stage
@@ -59,7 +60,7 @@ class LinearAttention(nn.Module):
         self.dim, self.heads = dim, heads
         self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
         self.out = nn.Linear(dim, dim) if out_proj else nn.Identity()
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, H, L, E)
         B, L, _ = x.shape

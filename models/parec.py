@@ -36,6 +36,7 @@ from pipeline.errors import ParamsError
 
 from .attention import TransformerBlock
 from .base import ModelSpec, Recommender, item_table, register_model
+from .dropout import Dropout
 from .encodings.base import PositionalEncoding, Positions
 from .model_config import PARecConfig, model_options
 
@@ -49,7 +50,7 @@ class PARec(Recommender):
         self.n_items = n_items
         self.emb = item_table(n_items, dim)                             # (N, D) M, std d^-1/2
         self.scale = dim ** 0.5                                         # so F_0 keeps unit scale
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.encoding = encoding
         self.blocks = nn.ModuleList(
             TransformerBlock(dim, heads, dropout, layer=i, causal=True, norm="pre", ffn_dim=cfg.ffn_dim, qk=False,

@@ -28,6 +28,7 @@ from pipeline.errors import ParamsError
 
 from .attention import TransformerBlock
 from .base import ModelSpec, Recommender, item_table, register_model
+from .dropout import Dropout
 from .encodings.base import PositionalEncoding
 from .graph import GatedGraphLayer, build_graph, neighbour_weights
 from .model_config import PosRecConfig, model_options
@@ -44,7 +45,7 @@ class PosRec(Recommender):
         super().__init__()
         self.n_items, self.cfg = n_items, cfg
         self.emb = item_table(n_items, dim)                             # (N, D) X: nodes and scores
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.pggnn = GatedGraphLayer(dim)                               # shared over the steps (GGNN)
         self.encoding = encoding
         qk = encoding.needs_qk

@@ -25,6 +25,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from pipeline.errors import ParamsError
 
 from .base import ModelSpec, Recommender, item_table, register_model
+from .dropout import Dropout
 from .model_config import GRU4RecConfig, NARMConfig, model_options
 from .ranking_losses import batch_negatives, predictions, ranking_loss, sampled_scores
 
@@ -57,7 +58,7 @@ class GRU4Rec(Recommender):
         super().__init__()
         self.n_items, self.cfg = n_items, cfg
         self.emb = item_table(n_items, dim)                             # (N, D) inputs and tied outputs
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.gru = nn.GRU(dim, dim, num_layers=cfg.gru_layers, batch_first=True,
                           dropout=dropout if cfg.gru_layers > 1 else 0.0)
 
@@ -91,12 +92,12 @@ class NARM(Recommender):
         super().__init__()
         self.n_items = n_items
         self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
-        self.emb_drop = nn.Dropout(cfg.emb_dropout)
+        self.emb_drop = Dropout(cfg.emb_dropout)
         self.gru = nn.GRU(dim, dim, batch_first=True)
         self.a1 = nn.Linear(dim, dim, bias=False)
         self.a2 = nn.Linear(dim, dim, bias=False)
         self.v = nn.Linear(dim, 1, bias=False)
-        self.ct_drop = nn.Dropout(cfg.ct_dropout)
+        self.ct_drop = Dropout(cfg.ct_dropout)
         self.b = nn.Linear(2 * dim, dim, bias=False)
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:

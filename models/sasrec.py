@@ -21,6 +21,7 @@ from pipeline.errors import ParamsError
 from .attention import TransformerBlock
 from .base import ModelSpec, Recommender, item_table, register_model
 from .config import SASRecConfig, parse_options
+from .dropout import Dropout
 from .encodings.base import PositionalEncoding, Positions
 
 
@@ -35,7 +36,7 @@ class SASRec(Recommender):
         self.n_items, self.max_len, self.dim = n_items, max_len, dim
         self.items = item_table(n_items, dim)                            # (N, D), read and scored
         self.encoding = encoding if encoding is not None else PositionalEncoding()
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         qk = self.encoding.needs_qk
         self.blocks = nn.ModuleList(TransformerBlock(dim, heads, dropout, layer=i, causal=True, norm=norm,
                                                      ffn_dim=ffn_dim, qk=qk, out_proj=out_proj)

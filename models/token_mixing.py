@@ -34,6 +34,7 @@ from pipeline.errors import ParamsError
 
 from .base import ModelSpec, Recommender, register_model
 from .config import TokenMixingConfig, parse_options
+from .dropout import Dropout
 from .encodings.base import PositionalEncoding, Positions
 from .sasrec import _PRESETS as SASREC_PRESETS
 from .sasrec import SASRec, require_input_stage
@@ -51,7 +52,7 @@ class CausalTokenMixing(nn.Module):
         self.w2 = nn.Parameter(torch.empty(n, n).uniform_(-bound, bound))   # (n, n) W_2
         self.b2 = nn.Parameter(torch.empty(n).uniform_(-bound, bound))
         self.register_buffer("causal", torch.ones(n, n, dtype=torch.bool).tril(), persistent=False)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, pos: Positions, encoding: Optional[PositionalEncoding] = None) -> torch.Tensor:
         B, L, D = x.shape

@@ -31,6 +31,7 @@ from torch import nn
 
 from ..attention import MultiHeadAttention
 from ..base import ModelSpec, register_model
+from ..dropout import Dropout
 from ..encodings.base import PositionalEncoding, Positions
 from .base import CTRBatch, CTREmbedding, CTRModel, CTROutput, CTRSchema, EncodingChoice, encoding_choice, paper_preset
 from .config import BSTConfig, ctr_options
@@ -45,7 +46,7 @@ class BSTLayer(nn.Module):
         self.attn = MultiHeadAttention(dim, heads, dropout, layer=layer, causal=False, qk=qk)
         self.fc1, self.fc2 = nn.Linear(dim, ffn_dim), nn.Linear(ffn_dim, dim)
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, pos: Positions, encoding: PositionalEncoding) -> torch.Tensor:
         x = self.ln1(x + self.drop(self.attn(x, pos, encoding)))          # (B, T, D)
@@ -61,7 +62,7 @@ class BST(CTRModel):
         self.embedding = CTREmbedding(schema, field_dim)
         D = self.embedding.dim
         self.encoding = (encoding or EncodingChoice()).build(dim=D, max_len=max_len + 1, heads=heads, layers=layers)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.layers = nn.ModuleList(BSTLayer(D, heads, dropout, layer=i, ffn_dim=cfg.ffn_dim or D,
                                              qk=self.encoding.needs_qk) for i in range(layers))
         pooled = D * (max_len + 1) if cfg.pooling == "concat" else D

@@ -44,6 +44,7 @@ from torch import nn
 
 from ..attention import MultiHeadAttention, TransformerBlock
 from ..base import ModelSpec, register_model
+from ..dropout import Dropout
 from .base import CTRBatch, CTREmbedding, CTRModel, CTROutput, CTRSchema, EncodingChoice, encoding_choice, paper_preset
 from .config import DMINConfig, ctr_options
 from .layers import MLP, ActivationUnit, check_heads, check_unit_encoding, hooked_scores, masked_softmax, next_behaviour_loss
@@ -58,7 +59,7 @@ class DMIN(CTRModel):
         D = self.embedding.dim
         self.encoding = (encoding or EncodingChoice()).build(dim=D, max_len=max_len, heads=heads, layers=3)
         check_unit_encoding(self.encoding, "dmin")
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.refiner = TransformerBlock(D, heads, dropout, layer=0, causal=True, norm=cfg.norm,
                                         ffn_dim=cfg.ffn_dim or 2 * D)
         self.extractor = MultiHeadAttention(D, heads, dropout, layer=1, causal=True, out_proj=False)

@@ -29,6 +29,7 @@ from torch import nn
 
 from pipeline.errors import ParamsError
 
+from ..dropout import Dropout
 from ..encodings.base import PositionalEncoding, Positions
 
 ACTIVATIONS = ("dice", "prelu", "relu", "leaky_relu")
@@ -100,7 +101,7 @@ class MLP(nn.Module):
             layers.append(nn.Linear(in_dim, width))
             if batch_norm:
                 layers.append(BatchNorm(width))
-            layers += [activation(act, width), nn.Dropout(dropout)]
+            layers += [activation(act, width), Dropout(dropout)]
             in_dim = width
         layers.append(nn.Linear(in_dim, out))
         self.net = nn.Sequential(*layers)

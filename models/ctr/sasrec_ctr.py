@@ -30,6 +30,7 @@ from pipeline.errors import ParamsError
 
 from ..attention import MultiHeadAttention, TransformerBlock
 from ..base import ModelSpec, register_model
+from ..dropout import Dropout
 from ..encodings.base import Positions
 from .base import CTRBatch, CTREmbedding, CTRModel, CTROutput, CTRSchema, EncodingChoice, encoding_choice, paper_preset
 from .config import SASRecCTRConfig, ctr_options
@@ -57,7 +58,7 @@ class SASRecCTR(CTRModel):
         if not self.encoding.needs_qk:
             raise ParamsError(f"encoding '{self.encoding.name}' replaces q.k attention and serves self-attention "
                               "only; sasrec_ctr's target attention needs q.k", "use none, lpe, rope, cope or cape")
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.blocks = nn.ModuleList(TransformerBlock(D, heads, dropout, layer=i, causal=True, norm=cfg.norm,
                                                      ffn_dim=cfg.ffn_dim) for i in range(layers))
         self.final_norm = nn.LayerNorm(D) if cfg.norm == "pre" else nn.Identity()
