@@ -33,6 +33,7 @@ Throughput is samples (prefixes, or sequences) per second of wall time over `--s
 
     python bench/bench_peers.py --vs recbole --samples SAMPLES/diginetica --recbole-python /path/venv/bin/python
     python bench/bench_peers.py --vs pmixer --samples SAMPLES/beauty --pmixer /path/SASRec.pytorch/python
+    python bench/bench_peers.py --vs pmixer --samples SAMPLES/beauty --profile seqpe-bucket --steps 10
 
 The peers are never installed into seqpe's environment: RecBole 1.2.1 goes into a venv of its own
 (`python3 -m venv V && V/bin/pip install torch==2.13.0 recbole==1.2.1`) and only its python is named;
@@ -42,6 +43,7 @@ Results: bench/results/train.md ("Peers").
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -198,7 +200,7 @@ def _pmixer_step(s: dict, n_items: int, device: str, checkout: Path):
 
 
 def run_arm(arm: str, vs: str, batches: Path, n_items: int, warm: int, steps: int, device: str, threads: int,
-            pmixer: Path | None) -> dict:
+            pmixer: Path | None, profile: bool = False) -> dict:
     import numpy as np
     import torch
     torch.set_num_threads(threads)
@@ -230,10 +232,13 @@ def run_arm(arm: str, vs: str, batches: Path, n_items: int, warm: int, steps: in
         losses.append(step(*feed[i % len(feed)]))
     sync()
     t0, c0 = time.perf_counter(), time.process_time()
-    for i in range(warm, warm + steps):
-        losses.append(step(*feed[i % len(feed)]))
-    sync()
+    with torch.profiler.profile() if profile else contextlib.nullcontext() as prof:
+        for i in range(warm, warm + steps):
+            losses.append(step(*feed[i % len(feed)]))
+        sync()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if profile:
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
     if not all(np.isfinite(losses)):
         raise SystemExit(f"{arm}: a non-finite loss {losses}")
     return {"arm": arm, "samples_per_s": steps * s["batch_size"] / wall, "wall": wall, "cpu": cpu,
@@ -256,6 +261,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--profile", metavar="ARM", choices=ARMS,
+                    help="profile one arm's --steps steps in this process (torch.profiler, top 15 ops) instead")
     ap.add_argument("--arm", help=argparse.SUPPRESS)                       # a child process
     ap.add_argument("--batches", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--n-items", type=int, help=argparse.SUPPRESS)
@@ -273,6 +280,8 @@ def main() -> None:
     if args.samples is None or not (args.samples / "manifest.json").is_file():
         raise SystemExit(f"--samples must be a seqpe samples folder (manifest.json), got {args.samples}")
     peer_python = Path(sys.executable)
+    if args.profile:
+        arms = [args.profile]
     if "peer" in arms and args.vs == "recbole":
         if args.recbole_python is None or not args.recbole_python.is_file():
             raise SystemExit("--recbole-python must name the python of a venv with recbole==1.2.1 "
@@ -284,6 +293,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="seqpe-peers-") as tmp:
         npz = Path(tmp) / "batches.npz"
         info = draw_batches(args.vs, args.samples, args.warm + args.steps, args.seed, npz)
+        if args.profile:
+            if args.profile == "peer" and args.vs == "recbole":
+                raise SystemExit("--profile peer runs in this process: profile RecBole from its own venv")
+            r = run_arm(args.profile, args.vs, npz, info["n_items"], args.warm, args.steps, args.device,
+                        args.threads, args.pmixer, profile=True)
+            print(f"{args.profile}: {r['samples_per_s']:,.0f} samples/s under the profiler, mean width {r['width']:.1f}")
+            return
         results: dict[str, list[dict]] = {a: [] for a in arms}
         for r in range(args.rounds):
             for arm in (arms if r % 2 == 0 else arms[::-1]):                # alternate the order
@@ -303,16 +319,11 @@ def main() -> None:
 
 
 def report(args, info: dict, arms: list[str], results: dict) -> None:
-    import platform
     import torch
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                   if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from bench_train import cpu_name                    # seqpe's venv only (Polars): not in the children
     s = SETTINGS[args.vs]
-    print(f"machine: {cpu}, {os.cpu_count()} cores visible, torch {torch.__version__}, device {args.device}, "
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores visible, torch {torch.__version__}, device {device}, "
           f"threads {args.threads}; load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"data: {args.samples} ({info['train_rows']:,} train rows, mean length {info['mean_length']:.1f}, "
           f"{info['n_items']:,} items); {s['objective']} objective, loss {s['loss']}, d {s['dim']}, "
@@ -320,7 +331,8 @@ def report(args, info: dict, arms: list[str], results: dict) -> None:
           f"{args.steps} steps after {args.warm} warm-up")
     base = "peer" if "peer" in arms else None
     print("\n| arm | parameters | mean width | samples/s (median of rounds) | per round | "
-          f"{'x peer (median of per-round ratios)' if base else ''} | loss first -> last |")
+          f"{'x peer (median of per-round ratios)' if base else ''} | loss, first -> last step (a sanity "
+          "check: inits and batches differ) |")
     print("|---|---:|---:|---:|---|---:|---|")
     for arm in arms:
         rs = results[arm]

@@ -43,6 +43,15 @@ def rss_mb(field: str = "VmHWM") -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def cpu_name() -> str:
+    """The processor's model name (/proc/cpuinfo), else what platform knows."""
+    try:
+        return next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                    if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def reset_peak() -> bool:
     try:
         Path("/proc/self/clear_refs").write_text("5")
@@ -165,13 +174,7 @@ def main() -> None:
     full_matrix_gb = n_eval * (n_items + 1) * 4 / 1e9
     params_m = sum(p.numel() for p in net.parameters()) / 1e6
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                   if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    print(f"\nmachine: {cpu}, {os.cpu_count()} cores visible, torch {torch.__version__}, "
+    print(f"\nmachine: {cpu_name()}, {os.cpu_count()} cores visible, torch {torch.__version__}, "
           f"threads {torch.get_num_threads()}, device {device}")
     print(f"data: {root} ({manifest.get('dataset')}), train {len(train):,}, test {len(test):,} ranked, "
           f"n_items {n_items:,}")
