@@ -94,6 +94,9 @@ else
   done
   wait
 fi
+case " $MODELS " in   # the report's baseline: posrec-none when PosRec ran, else stamp-none, else sasrec-lpe
+  *" posrec "*) base=posrec-none ;; *" stamp "*) base=stamp-none ;; *) base=sasrec-lpe ;;
+esac
 for ds in $DATASETS; do
-  "$SEQPE" report "$OUT/runs/$ds" --baseline posrec-none --out "$OUT/report_$ds.md" --quiet || true
+  "$SEQPE" report "$OUT/runs/$ds" --baseline "$base" --out "$OUT/report_$ds.md" --quiet || true
 done

@@ -27,7 +27,7 @@ kernels; `fused_attention`), the key mask and the bias folded into one float att
 as its dropout_p; the others (PARec family: weights, RMHA: values) keep the explicit softmax. On
 the CPU, training with dropout > 0 takes the explicit path too: SDPA's CPU kernel for that case is
 the same explicit math with aten's slow `bernoulli_` mask, and the explicit path draws its mask
-with models/dropout.py's (the same attention, 4-6x cheaper masks).
+with models/dropout.py's (the same attention; its masks about 6x cheaper, forward and backward).
 `SDPA = False` forces the explicit path everywhere (tests, debugging).
 """
 from __future__ import annotations
