@@ -217,15 +217,17 @@ def run_arm(arm: str, vs: str, batches: Path, n_items: int, warm: int, steps: in
     if arm == "peer" and vs == "pmixer":
         net, step = _pmixer_step(s, n_items, device, pmixer)
         feed = [(seqs[i], targets[i], data["plain_neg"][i]) for i in range(len(seqs))]
-    else:
-        net, step = _recbole_step(s, n_items, device) if arm == "peer" else _seqpe_step(s, n_items, device)
-        feed = []
-        for i in range(len(seqs)):
-            x, t = torch.from_numpy(seqs[i]), torch.from_numpy(targets[i])
-            if arm in ("seqpe", "seqpe-bucket", "seqpe-aten"):         # pipeline.batches' trim
-                keep = max(int(lengths[i].max()), 1)
-                x, t = x[:, -keep:], (t[:, -keep:] if t.dim() == 2 else t)
-            feed.append((x.to(device), t.to(device)))
+    elif arm == "peer":
+        net, step = _recbole_step(s, n_items, device)
+        feed = [(torch.from_numpy(x).to(device), torch.from_numpy(t).to(device)) for x, t in zip(seqs, targets)]
+    else:                                      # seqpe's own batcher, in file order: batch i is the saved batch i
+        net, step = _seqpe_step(s, n_items, device)                   # puts the repo on sys.path
+        from pipeline.batches import Samples, batches as seqpe_batches
+        n, size = seqs.shape[:2]
+        rows = Samples(seqs.reshape(n * size, -1).astype(np.int32),
+                       targets.reshape(n * size, *targets.shape[2:]).astype(np.int32),
+                       lengths.reshape(-1).astype(np.int32))
+        feed = list(seqpe_batches(rows, size, device=device, trim=arm != "seqpe-full"))   # train.trim_padding
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     losses = []
     for i in range(warm):

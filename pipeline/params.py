@@ -347,6 +347,10 @@ def _bad(key: str, value: Any, want: str, fix: Optional[str] = None) -> ParamsEr
     return ParamsError(f"params key '{key}' must be {want}, got {value!r}", fix or _where(key, f"a value {want}"))
 
 
+def _wrong_type(key: str, value: Any, tp: Any) -> ParamsError:
+    return _bad(key, value, _type_name(tp), _where(key, f"a value of type {_type_name(tp)}"))
+
+
 def _min(key: str, value: float, low: float, *, strict: bool = False, fix: Optional[str] = None) -> None:
     if value < low or (strict and value == low):
         raise _bad(key, value, f"{'>' if strict else '>='} {low:g}", fix)
@@ -400,7 +404,7 @@ def _coerce(value: Any, tp: Any, key: str, strict: bool = False) -> Any:
                 return _coerce(value, arg, key, strict)
             except ParamsError:
                 continue
-        raise _bad(key, value, _type_name(tp), _where(key, f"a value of type {_type_name(tp)}"))
+        raise _wrong_type(key, value, tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ParamsError(f"params key '{key}' must be a mapping, got {value!r}",
@@ -433,7 +437,7 @@ def _coerce(value: Any, tp: Any, key: str, strict: bool = False) -> Any:
     elif tp is str:
         if isinstance(value, str):
             return value
-    raise _bad(key, value, _type_name(tp), _where(key, f"a value of type {_type_name(tp)}"))
+    raise _wrong_type(key, value, tp)
 
 
 def from_dict(cls: type, data: dict, prefix: str = "", strict: bool = False, run: bool = False) -> Any:
