@@ -17,7 +17,8 @@
 # Variables: DATA (required: the folder holding yoochoose1_64-srgnn/ and diginetica-srgnn/; where to get
 # them: pipeline/REFERENCE.md §8), OUT (default /tmp/repro000; never inside the repo), SEEDS, EPOCHS,
 # DATASETS (default: both on gpu, yoochoose_1_64 on cpu), ENCODINGS (default: the eleven above), MODELS
-# (default "posrec stamp sasrec"; "stamp sasrec" runs Table 3 alone). Afterwards:
+# (default "posrec stamp sasrec"; "stamp sasrec" runs Table 3 alone), EXTRA (more `seqpe train` options,
+# appended last to every run). Afterwards:
 #   seqpe report $OUT/runs/DS --baseline posrec-none --out $OUT/figs_DS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,7 @@ case $PROFILE in
 esac
 ENCODINGS=${ENCODINGS:-none ldpe dpe lpe lrpe spe rspe aspe alpe 2dspe 2dlpe}
 MODELS=${MODELS:-posrec stamp sasrec}
+read -r -a extra <<< "${EXTRA:-}"
 for m in $MODELS; do
   case $m in posrec|stamp|sasrec) ;; *) echo "MODELS takes posrec, stamp and sasrec, got '$m'" >&2; exit 2 ;; esac
 done
@@ -49,6 +51,7 @@ one() {
   local args=(--set train.threads=1)
   [ -z "$EPOCHS" ] || args+=(--set "train.epochs=$EPOCHS" --set train.patience=0)
   local s; for s in $SEEDS; do args+=(--seed "$s"); done
+  args+=(${extra[@]+"${extra[@]}"})
   echo "$(date -u +%FT%TZ) start $ds $name" >> "$OUT/logs/queue.log"
   /usr/bin/time -f "wall %e s, cpu %U+%S s, maxrss %M KB" "$SEQPE" train "$ds" "$OUT/samples/$ds" \
       "$OUT/runs/$ds" "$@" "${args[@]}" --quiet > "$OUT/logs/${ds}_$name.log" 2>&1 || rc=$?

@@ -23,7 +23,9 @@
 # objective (`train.loss=bce`, SASRec's own; run folders tagged `bce`), next to the CE rows.
 # Variables: DATA (required: the folder holding diginetica-srgnn/, yoochoose1_64-srgnn/ and
 # amazon-s3rec/ with the canonical files; where to get them: pipeline/REFERENCE.md §8), OUT (default /tmp/repro; never
-# inside the repo), SEEDS (default "1"), ONLY ("beauty:sasrec diginetica:posrec ..." subset).
+# inside the repo), SEEDS (default "1"), ONLY ("beauty:sasrec diginetica:posrec ..." subset; only
+# the datasets it names are imported, so only their files are needed), EXTRA (more `seqpe train`
+# options, appended last to every run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
@@ -32,17 +34,22 @@ OUT=${OUT:-/tmp/repro}
 SEEDS=${SEEDS:-1}
 PROFILE=${PROFILE:-cpu}
 ONLY=${ONLY:-}
+read -r -a extra <<< "${EXTRA:-}"
 mkdir -p "$OUT/logs"
+
+wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1:"* ]]; }   # wanted DATASET: ONLY names it (or is empty)
 
 import_all() {
   local n f
   for pair in beauty:Beauty toys:Toys_and_Games sports:Sports_and_Outdoors; do
     n=${pair%%:*}; f=${pair##*:}
+    wanted "$n" || continue
     [ -f "$OUT/samples/$n/manifest.json" ] || "$SEQPE" import "$n" "$DATA/amazon-s3rec/$f.txt" --format sasrec \
         --sessions "$OUT/sessions/$n" --samples "$OUT/samples/$n" --quiet
   done
   for pair in diginetica:diginetica-srgnn yoochoose_1_64:yoochoose1_64-srgnn; do
     n=${pair%%:*}; f=${pair##*:}
+    wanted "$n" || continue
     [ -f "$OUT/samples/$n/manifest.json" ] || "$SEQPE" import "$n" "$DATA/$f" --format srgnn \
         --sessions "$OUT/sessions/$n" --samples "$OUT/samples/$n" --quiet
   done
@@ -70,7 +77,7 @@ one() {
   local log="$OUT/logs/${ds}_${model}_${suffix}.log" rc=0
   echo "$(date -u +%FT%TZ) start $ds $model $*" >> "$OUT/logs/queue.log"
   /usr/bin/time -f "wall %e s, cpu %U+%S s, maxrss %M KB" "$SEQPE" train "$ds" "$OUT/samples/$ds" \
-      "$OUT/runs/$ds" --model "$model" "$@" > "$log" 2>&1 || rc=$?
+      "$OUT/runs/$ds" --model "$model" "$@" ${extra[@]+"${extra[@]}"} > "$log" 2>&1 || rc=$?
   echo "$(date -u +%FT%TZ) end $ds $model $suffix rc=$rc" >> "$OUT/logs/queue.log"   # a failure does not stop the rest
 }
 

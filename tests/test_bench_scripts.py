@@ -1,0 +1,142 @@
+"""The benchmark scripts' GPU commands, run end to end on tiny files of the canonical layout.
+
+These scripts are what a session with a lent GPU runs first (bench/results/reproduction.md, train.md),
+on a budget of device minutes: a script that breaks on an edit would spend that budget on finding out.
+So each one runs here as written (`PROFILE=gpu`: every run its own process, side by side), on the CPU,
+with `EXTRA` cutting each run to one epoch, on a DATA folder laid out like the canonical prepared files:
+SR-GNN's pickles for Diginetica and Yoochoose 1/64 (written by `seqpe export` from the embedded sample
+dataset) and S3-Rec's Beauty.txt (generated users with a successor rule). The tests check the files the
+scripts promise (run folders, reports, the 004 table), not the figures.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SEQPE = BIN / "seqpe"
+ONE_EPOCH = "--set train.epochs=1 --set train.patience=0"
+
+pytestmark = pytest.mark.slow
+
+
+def _seqpe(*argv: str) -> None:
+    proc = subprocess.run([str(SEQPE), *argv], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, (argv, proc.stderr[-2000:])
+
+
+@pytest.fixture(scope="module")
+def canonical(tmp_path_factory) -> Path:
+    """DATA: diginetica-srgnn/ and yoochoose1_64-srgnn/ (SR-GNN's train.txt / test.txt pickles) and
+    amazon-s3rec/Beauty.txt (`user item item ...` lines), small enough for seconds of training."""
+    d = tmp_path_factory.mktemp("canonical")
+    work = tmp_path_factory.mktemp("sample")
+    small = ["--set", "preprocess.sample.sessions=1500", "--set", "preprocess.sample.items=200"]
+    _seqpe("download", "sample", str(work / "raw"), "--quiet", *small)
+    _seqpe("preprocess", "sample", str(work / "raw"), str(work / "sessions"), "--quiet", *small)
+    _seqpe("export", "sample", str(d / "diginetica-srgnn"), "--format", "srgnn", "--sessions", str(work / "sessions"))
+    shutil.copytree(d / "diginetica-srgnn", d / "yoochoose1_64-srgnn")
+    rng = np.random.default_rng(7)
+    lines = []
+    for user in range(1, 401):                   # 400 users: 3 batches of pmixer's 128 sequences
+        item, seq = int(rng.integers(1, 61)), []
+        for _ in range(int(rng.integers(4, 12))):
+            seq.append(item)
+            item = item % 60 + 1 if rng.random() < 0.8 else int(rng.integers(1, 61))
+        lines.append(" ".join(map(str, [user, *seq])))
+    (d / "amazon-s3rec").mkdir()
+    (d / "amazon-s3rec" / "Beauty.txt").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def bench(script: str, data: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
+    """bench/SCRIPT with this interpreter's seqpe, DATA and OUT (and `env`), from a foreign directory."""
+    full = dict(os.environ, SEQPE=str(SEQPE), DATA=str(data), OUT=str(out), PATH=f"{BIN}:{os.environ['PATH']}", **env)
+    cmd = [sys.executable, str(ROOT / "bench" / script)] if script.endswith(".py") else ["bash", str(ROOT / "bench" / script)]
+    return subprocess.run(cmd, cwd=out.parent, env=full, capture_output=True, text=True, timeout=600)
+
+
+def _runs(root: Path) -> dict[str, dict]:
+    """{config/seed-N: run.json} under a runs folder."""
+    return {f"{p.parent.parent.name}/{p.parent.name}": json.loads(p.read_text()) for p in root.glob("*/seed-*/run.json")}
+
+
+def test_posrec_000_gpu_profile_trains_every_run_and_reports(canonical, tmp_path):
+    out = tmp_path / "repro000"
+    proc = bench("bench_posrec_000.sh", canonical, out, PROFILE="gpu", DATASETS="diginetica",
+                 MODELS="posrec stamp", ENCODINGS="none ldpe", SEEDS="1 2", EXTRA=ONE_EPOCH)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    queue = (out / "logs" / "queue.log").read_text()
+    assert queue.count("rc=0") == 4 and "rc=1" not in queue, queue
+    runs = _runs(out / "runs" / "diginetica")
+    assert sorted(runs) == [f"{c}/seed-{s}" for c in ("posrec-ldpe", "posrec-none", "stamp-ldpe", "stamp-none")
+                            for s in (1, 2)]
+    assert {r["epochs_run"] for r in runs.values()} == {1}                     # EXTRA came last and won
+    assert runs["posrec-none/seed-1"]["train"]["dim"] == 100                  # the preset is still in force
+    report = (out / "report_diginetica.md").read_text()
+    assert "posrec-ldpe" in report and "stamp-none" in report and "posrec-none" in report
+
+
+@pytest.mark.parametrize("env, words", [({"MODELS": "posrec gru4rec"}, "MODELS takes posrec, stamp and sasrec"),
+                                        ({"PROFILE": "tpu"}, "PROFILE must be cpu or gpu")])
+def test_posrec_000_wrong_setting_is_one_line_before_any_work(tmp_path, env, words):
+    out = tmp_path / "out"
+    proc = bench("bench_posrec_000.sh", tmp_path, out, **env)
+    assert proc.returncode == 2 and proc.stderr.strip() == proc.stderr.strip().splitlines()[0]
+    assert words in proc.stderr and not out.exists()
+
+
+def test_stability_gpu_profile_gives_004s_table(canonical, tmp_path):
+    out = tmp_path / "stability"
+    proc = bench("bench_stability.sh", canonical, out, PROFILE="gpu", ENCODINGS="none rotatory",
+                 SEEDS="42 43", EXTRA=ONE_EPOCH)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = _runs(out / "runs" / "beauty")
+    assert sorted(runs) == ["sasrec-none/seed-42", "sasrec-none/seed-43", "sasrec-rotatory/seed-42",
+                            "sasrec-rotatory/seed-43"]
+    assert {r["evaluate"]["candidates"] for r in runs.values()} == {100}      # 004's protocol, as written
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| (sasrec-\w+) \| (\d+) \|", proc.stdout, re.M)}
+    assert rows == {"sasrec-none": "2", "sasrec-rotatory": "2"}, proc.stdout[-1500:]
+    assert "sasrec-rotatory" in (out / "report_vs_none.md").read_text()
+
+
+def test_reproduction_gpu_profile_imports_and_trains_only_what_only_names(canonical, tmp_path):
+    out = tmp_path / "repro"                    # DATA has no Toys / Sports files: ONLY must not ask for them
+    proc = bench("bench_reproduction.sh", canonical, out, PROFILE="gpu", ONLY="beauty:sasrec diginetica:posrec",
+                 EXTRA=ONE_EPOCH)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in (out / "samples").iterdir()) == ["beauty", "diginetica"]
+    names = sorted(r["name"] for r in {**_runs(out / "runs" / "beauty"), **_runs(out / "runs" / "diginetica")}.values())
+    assert names == ["posrec-ldpe", "sasrec-lrpe", "sasrec-lrpe-bce"], names
+    printed = [line.split()[:2] for line in proc.stdout.splitlines() if "test HR@10" in line]
+    assert sorted(printed) == [["beauty", "sasrec-lrpe"], ["beauty", "sasrec-lrpe-bce"],
+                               ["diginetica", "posrec-ldpe"]], proc.stdout
+
+
+@pytest.mark.parametrize("vs, dataset", [("recbole", "diginetica"), ("pmixer", "beauty")])
+def test_peers_seqpe_arms_run_on_the_same_batches(canonical, tmp_path, vs, dataset):
+    src = {"diginetica": ["srgnn", canonical / "diginetica-srgnn"],
+           "beauty": ["sasrec", canonical / "amazon-s3rec" / "Beauty.txt"]}[dataset]
+    _seqpe("import", dataset, str(src[1]), "--format", src[0], "--sessions", str(tmp_path / "sessions"),
+           "--samples", str(tmp_path / "samples"), "--quiet")
+    args = ["--vs", vs, "--samples", str(tmp_path / "samples"), "--arms", "seqpe-full,seqpe", "--steps", "2",
+            "--warm", "1", "--rounds", "1"]
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_peers.py"), *args], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = re.findall(r"^\| (seqpe(?:-full)?) \| ([\d,]+) \|", proc.stdout, re.M)
+    assert [a for a, _ in rows] == ["seqpe-full", "seqpe"] and rows[0][1] == rows[1][1], proc.stdout
+    # the peer arm without its peer: one line naming what to pass
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_peers.py"), *args[:4], "--arms", "peer"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    flag = "--recbole-python" if vs == "recbole" else "--pmixer"
+    assert proc.returncode == 1 and proc.stderr.strip().startswith(flag) and len(proc.stderr.strip().splitlines()) == 1
