@@ -140,3 +140,33 @@ def test_peers_seqpe_arms_run_on_the_same_batches(canonical, tmp_path, vs, datas
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     flag = "--recbole-python" if vs == "recbole" else "--pmixer"
     assert proc.returncode == 1 and proc.stderr.strip().startswith(flag) and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_gpu_kit_epoch_step_runs_its_grid_and_tables_it(canonical, tmp_path):
+    """bench_gpu.sh's epoch step, its flow on the CPU: a kit folder as `pack` lays it out, two configurations."""
+    kit = tmp_path / "kit"
+    (kit / "whl" / "core").mkdir(parents=True)
+    _seqpe("import", "diginetica", str(canonical / "diginetica-srgnn"), "--format", "srgnn", "--sessions",
+           str(tmp_path / "sessions"), "--samples", str(kit / "samples" / "diginetica"), "--quiet")
+    configs = ("b64-fp32-plain --set train.batch_size=64 --set train.precision=fp32 --set train.ce_impl=plain\n"
+               "b128-fp32-chunked --set train.batch_size=128 --set train.precision=fp32 --set train.ce_impl=chunked")
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "bench_gpu.sh"), "epoch"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, KIT=str(kit), OUT=str(out), DEVICE="cpu", THREADS="1",
+                                                           PY=sys.executable, CONFIGS=configs))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = (out / "epoch.md").read_text()
+    rows = re.findall(r"^\| (b\S+) \| (\d+) \| fp32 \| (\w+) \| False \| [\d,]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", table, re.M)
+    assert rows == [("b128-fp32-chunked", "128", "chunked"), ("b64-fp32-plain", "64", "plain")], table
+    runs = _runs(out / "runs_epoch" / "b64-fp32-plain")
+    assert list(runs) == ["sasrec-lpe/seed-1"] and runs["sasrec-lpe/seed-1"]["device"] == "cpu"
+
+
+@pytest.mark.parametrize("argv, words", [([], "say which step"), (["pack", "x"], "pack takes"),
+                                         (["peers", "gensim"], "peers takes recbole or pmixer"),
+                                         (["epoch"], "no KIT/whl/core here")])
+def test_gpu_kit_wrong_step_is_one_line(tmp_path, argv, words):
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "bench_gpu.sh"), *argv], cwd=tmp_path, capture_output=True,
+                          text=True, env=dict(os.environ, KIT="KIT", OUT=str(tmp_path / "out")))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert words in proc.stderr

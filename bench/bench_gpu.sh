@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The GPU checks issues 14 and 15 still need, packed for the device tool's machine (/work/.library/device):
+# one NVIDIA H100 or H200 with torch, pandas, scipy, typer, rich, triton and pytest, but no Polars, no
+# cut-cross-entropy or Liger, no RecBole and no network. A lent session has 30 device minutes and 10 per
+# call, so everything it needs is packed here first and each step below fits one call.
+#
+# Here (the package registries reachable), once:
+#   bench/bench_gpu.sh pack SAMPLES/diginetica SAMPLES/beauty PMIXER/python
+#     -> .gpu/ (added to .git/info/exclude): Python 3.12 x86-64 wheels of what the image lacks, in
+#        whl/core (Polars and its runtime, cut-cross-entropy, liger-kernel) and whl/peers (RecBole 1.2.1
+#        with colorlog 4.7.2 and texttable 1.7.2, the rest of its import chain being in the image); the samples
+#        folders samples/diginetica and samples/beauty (seqpe import of the real diginetica-srgnn files and
+#        of S3-Rec's Beauty.txt); pmixer/SASRec.pytorch's model.py in pmixer/. Polars' runtime alone is
+#        54 MB, so no call carries all of it: each step names its own `carry` (below), each checked
+#        here to stay under the 64 MiB a call may carry with the repo.
+# There (device tool `run`; results under $OUT, which comes back):
+#   bash bench/bench_gpu.sh tests          # pytest -m cuda: cce / liger / chunked against plain CE, every CUDA path
+#   bash bench/bench_gpu.sh epoch          # Diginetica SASRec, one real `seqpe train` epoch per configuration:
+#                                          # batch x precision x ce_impl x compile (issue 14: <= 2 s an epoch)
+#   bash bench/bench_gpu.sh posrec         # PosRec --preset paper on Diginetica, samples/s (issue 14: >= 100,000)
+#       carry for these three: [".gpu/whl/core", ".gpu/samples/diginetica"]
+#   bash bench/bench_gpu.sh peers recbole  # bench/bench_peers.py --device cuda against RecBole 1.2.1
+#       carry: [".gpu/whl/core", ".gpu/whl/peers", ".gpu/samples/diginetica"]
+#   bash bench/bench_gpu.sh peers pmixer   # ... against pmixer/SASRec.pytorch
+#       carry: [".gpu/whl/core", ".gpu/samples/beauty", ".gpu/pmixer"]
+# Each step writes STEP.md (epoch / posrec: configuration, samples/s, epoch s, test HR@10 / NDCG@10 after
+# the epoch, so that speed bought with a broken model shows) and STEP.log to $OUT.
+#
+# Variables: KIT (default .gpu), OUT (default /tmp/bench_gpu), CONFIGS (epoch / posrec: lines of
+# "NAME seqpe-train-options...", replacing the step's own grid), DEVICE (default cuda; cpu runs a step's
+# flow on the CPU with this environment's packages, as tests/test_bench_scripts.py does), PY (default
+# python3), SEQPE (default: PY -m pipeline.cli), THREADS (CPU threads per run, default 4 of the 16).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KIT=${KIT:-.gpu}
+OUT=${OUT:-/tmp/bench_gpu}
+DEVICE=${DEVICE:-cuda}
+THREADS=${THREADS:-4}
+die() { echo "bench_gpu.sh: $*" >&2; exit 2; }
+
+pack() {
+  [ $# = 3 ] || die "pack takes SAMPLES/diginetica SAMPLES/beauty PMIXER/python (the python/ folder of a pmixer/SASRec.pytorch checkout)"
+  local dg=$1 beauty=$2 pm=$3 d
+  for d in "$dg" "$beauty"; do [ -f "$d/manifest.json" ] || die "$d is not a seqpe samples folder (no manifest.json): seqpe import it first"; done
+  [ -f "$pm/model.py" ] || die "$pm has no model.py: name the python/ folder of a pmixer/SASRec.pytorch checkout"
+  local tmp="$KIT.tmp"; rm -rf "$tmp"; mkdir -p "$tmp/whl/core" "$tmp/whl/peers" "$tmp/samples" "$tmp/pmixer"
+  local polars; polars=$(python3 -c "import importlib.metadata as m; print(m.version('polars'))")
+  local get=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+             --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+  "${get[@]}" -d "$tmp/whl/core" "polars==$polars" "polars-runtime-32==$polars" cut-cross-entropy liger-kernel
+  "${get[@]}" -d "$tmp/whl/peers" recbole==1.2.1 colorlog==4.7.2 texttable==1.7.2   # RecBole 1.2.1 pins colorlog 4.7.2
+  cp -r "$dg" "$tmp/samples/diginetica"; cp -r "$beauty" "$tmp/samples/beauty"; cp "$pm/model.py" "$tmp/pmixer/"
+  local repo set size biggest=0
+  repo=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+  for set in "whl/core samples/diginetica" "whl/core whl/peers samples/diginetica" "whl/core samples/beauty pmixer"; do
+    # shellcheck disable=SC2086
+    size=$(( $(cd "$tmp" && du -scb $set | tail -1 | cut -f1) + repo ))
+    [ "$size" -gt "$biggest" ] && biggest=$size
+    if [ "$size" -gt $((63 * 1024 * 1024)) ]; then
+      rm -rf "$tmp"; die "carrying $set comes to $((size >> 20)) MiB with the repo, over the 63 MiB kept under the device tool's 64"
+    fi
+  done
+  rm -rf "$KIT"; mv "$tmp" "$KIT"
+  mkdir -p .git/info; grep -qx "/$KIT/" .git/info/exclude 2>/dev/null || echo "/$KIT/" >> .git/info/exclude
+  echo "packed $KIT ($(find "$KIT/whl" -name '*.whl' | wc -l) wheels, two samples folders, pmixer's model.py); the largest carry with the repo: $((biggest >> 20)) MiB"
+}
+
+setup() {   # there: the wheels onto PYTHONPATH, the output folder
+  [ -d "$KIT/whl/core" ] || die "no $KIT/whl/core here: run 'bench/bench_gpu.sh pack ...' where the registries are, then carry what the step names"
+  if [ "$DEVICE" = cuda ]; then
+    python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || die "no CUDA device: DEVICE=cpu runs the flow on the CPU"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        $(find "$KIT/whl" -name '*.whl')
+    export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  mkdir -p "$OUT"
+  PY=${PY:-python3}
+  read -r -a seqpe <<< "${SEQPE:-$PY -m pipeline.cli}"
+  { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+    "$PY" -c "import torch, platform; print('torch', torch.__version__, 'python', platform.python_version())"; } > "$OUT/machine.txt"
+}
+
+# train_grid STEP DATASET SAMPLES BASE: one `seqpe train` epoch per CONFIGS line (after the options BASE),
+# then STEP.md from the runs' files
+train_grid() {
+  local step=$1 ds=$2 samples=$3 base=$4 name opts runs="$OUT/runs_$1"
+  rm -rf "$runs"
+  while read -r name opts; do
+    [ -n "$name" ] || continue
+    echo "== $name: $opts" >> "$OUT/$step.log"
+    # shellcheck disable=SC2086
+    "${seqpe[@]}" train "$ds" "$samples" "$runs/$name" $base --seed 1 --set train.epochs=1 --set train.patience=0 \
+        --set "train.device=$DEVICE" --set "train.threads=$THREADS" $opts --quiet >> "$OUT/$step.log" 2>&1 \
+        || echo "$name failed (rc $?): see $step.log" | tee -a "$OUT/$step.log" >&2
+  done <<< "$CONFIGS"
+  "$PY" - "$runs" "$OUT/machine.txt" > "$OUT/$step.md" <<'PY'
+import json, sys
+from pathlib import Path
+print(f"machine: {' / '.join(Path(sys.argv[2]).read_text().split(chr(10))).strip(' /')}\n")
+print("| configuration | batch | precision | ce_impl | compile | train samples/s | epoch train s | test HR@10 | test NDCG@10 |")
+print("|---|---:|---|---|---|---:|---:|---:|---:|")
+for run in sorted(Path(sys.argv[1]).glob("*/*/seed-1/run.json")):
+    r, t = json.loads(run.read_text()), json.loads((run.parent / "timing.json").read_text())
+    e, p = t["epochs"][0], r["train"]
+    print(f"| {run.parents[2].name} | {p['batch_size']} | {p['precision']} | {p['ce_impl']} | {p['compile']} | "
+          f"{e['samples_per_s']:,.0f} | {e['train_s']:.2f} | {100 * r['test']['hr@10']:.2f} | {100 * r['test']['ndcg@10']:.2f} |")
+PY
+  cat "$OUT/$step.md"
+}
+
+step=${1:-}
+case $step in
+  pack) shift; pack "$@" ;;
+  tests)
+    setup
+    # every CUDA test; files whose imports the image lacks (py7zr, dvc) are reported, not fatal
+    "$PY" -m pytest -q -p no:cacheprovider -m cuda --continue-on-collection-errors tests 2>&1 | tee "$OUT/tests.log" \
+        | tail -40 > "$OUT/tests.md" || true
+    cat "$OUT/tests.md" ;;
+  epoch)
+    setup
+    CONFIGS=${CONFIGS:-"b256-fp32-plain --set train.batch_size=256 --set train.precision=fp32 --set train.ce_impl=plain
+b256-bf16-plain --set train.batch_size=256 --set train.precision=bf16 --set train.ce_impl=plain
+b1024-bf16-plain --set train.batch_size=1024 --set train.precision=bf16 --set train.ce_impl=plain
+b4096-bf16-plain --set train.batch_size=4096 --set train.precision=bf16 --set train.ce_impl=plain
+b4096-bf16-cce --set train.batch_size=4096 --set train.precision=bf16 --set train.ce_impl=cce
+b4096-bf16-liger --set train.batch_size=4096 --set train.precision=bf16 --set train.ce_impl=liger
+b4096-bf16-chunked --set train.batch_size=4096 --set train.precision=bf16 --set train.ce_impl=chunked
+b4096-bf16-plain-compile --set train.batch_size=4096 --set train.precision=bf16 --set train.ce_impl=plain --set train.compile=true"}
+    train_grid epoch diginetica "$KIT/samples/diginetica" "--model sasrec --encoding lpe" ;;
+  posrec)
+    setup
+    CONFIGS=${CONFIGS:-"paper-fp32 --set train.precision=fp32
+paper-bf16 --set train.precision=bf16
+paper-bf16-compile --set train.precision=bf16 --set train.compile=true
+b1024-bf16 --set train.precision=bf16 --set train.batch_size=1024"}
+    train_grid posrec diginetica "$KIT/samples/diginetica" "--model posrec --preset paper" ;;
+  peers)
+    vs=${2:-}
+    case $vs in
+      recbole) samples=$KIT/samples/diginetica; extra=(--recbole-python "$(command -v "${PY:-python3}")") ;;
+      pmixer) samples=$KIT/samples/beauty; extra=(--pmixer "$KIT/pmixer") ;;
+      *) die "peers takes recbole or pmixer, got '$vs'" ;;
+    esac
+    [ -f "$samples/manifest.json" ] || die "no $samples here: carry it (see the header)"
+    setup
+    "$PY" bench/bench_peers.py --vs "$vs" --samples "$samples" --device "$DEVICE" --threads "$THREADS" "${extra[@]}" \
+        ${PEERS_ARGS:-} 2>&1 | tee "$OUT/peers_$vs.md" ;;
+  *) die "say which step: pack (here), or tests, epoch, posrec or peers (on the GPU machine); got '${step}'" ;;
+esac
