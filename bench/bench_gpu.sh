@@ -5,11 +5,11 @@
 # call, so everything it needs is packed here first and each step below fits one call.
 #
 # Here (the package registries reachable), once:
-#   bench/bench_gpu.sh pack SAMPLES/diginetica SAMPLES/beauty PMIXER/python
+#   bench/bench_gpu.sh pack SAMPLES/diginetica SAMPLES/beauty PMIXER/python [SAMPLES/yoochoose_1_64]
 #     -> .gpu/ (added to .git/info/exclude): Python 3.12 x86-64 wheels of what the image lacks, in
 #        whl/core (Polars and its runtime, cut-cross-entropy, liger-kernel) and whl/peers (RecBole 1.2.1
 #        with colorlog 4.7.2 and texttable 1.7.2, the rest of its import chain being in the image); the samples
-#        folders samples/diginetica and samples/beauty (seqpe import of the real diginetica-srgnn files and
+#        folders samples/diginetica, samples/beauty and, when given, samples/yoochoose_1_64 (seqpe import of the real SR-GNN files and
 #        of S3-Rec's Beauty.txt); pmixer/SASRec.pytorch's model.py in pmixer/. Polars' runtime alone is
 #        54 MB, so no call carries all of it: each step names its own `carry` (below), each checked
 #        here to stay under the 64 MiB a call may carry with the repo.
@@ -23,6 +23,14 @@
 #       carry: [".gpu/whl/core", ".gpu/whl/peers", ".gpu/samples/diginetica"]
 #   bash bench/bench_gpu.sh peers pmixer   # ... against pmixer/SASRec.pytorch
 #       carry: [".gpu/whl/core", ".gpu/samples/beauty", ".gpu/pmixer"]
+#   MINUTES=8 bash bench/bench_gpu.sh repro bench_posrec_000.sh [VAR=VALUE ...]
+#       # a reproduction script with PROFILE=gpu on the kit's samples (bench_posrec_000.sh: diginetica and
+#       # yoochoose_1_64; bench_stability.sh: beauty; bench_reproduction.sh with ONLY naming kit datasets),
+#       # every run stopped after MINUTES of train + valid time (train.time_limit, counted over calls);
+#       # its runs stay in RUNS (default /tmp/bench_gpu_runs) while the machine is warm, so the same
+#       # call with MINUTES=16, 24, ... goes on from the resume files; reports and logs go to $OUT.
+#       carry: [".gpu/whl/core", ".gpu/samples/DATASET"], one dataset a call (two with Polars pass 64 MiB),
+#       e.g. DATASETS=yoochoose_1_64 for bench_posrec_000.sh
 # Each step writes STEP.md (epoch / posrec: configuration, samples/s, epoch s, test HR@10 / NDCG@10 after
 # the epoch, so that speed bought with a broken model shows) and STEP.log to $OUT.
 #
@@ -39,9 +47,9 @@ THREADS=${THREADS:-4}
 die() { echo "bench_gpu.sh: $*" >&2; exit 2; }
 
 pack() {
-  [ $# = 3 ] || die "pack takes SAMPLES/diginetica SAMPLES/beauty PMIXER/python (the python/ folder of a pmixer/SASRec.pytorch checkout)"
-  local dg=$1 beauty=$2 pm=$3 d
-  for d in "$dg" "$beauty"; do [ -f "$d/manifest.json" ] || die "$d is not a seqpe samples folder (no manifest.json): seqpe import it first"; done
+  [ $# = 3 ] || [ $# = 4 ] || die "pack takes SAMPLES/diginetica SAMPLES/beauty PMIXER/python (the python/ folder of a pmixer/SASRec.pytorch checkout) [SAMPLES/yoochoose_1_64]"
+  local dg=$1 beauty=$2 pm=$3 yc=${4:-} d
+  for d in "$dg" "$beauty" ${yc:+"$yc"}; do [ -f "$d/manifest.json" ] || die "$d is not a seqpe samples folder (no manifest.json): seqpe import it first"; done
   [ -f "$pm/model.py" ] || die "$pm has no model.py: name the python/ folder of a pmixer/SASRec.pytorch checkout"
   local tmp="$KIT.tmp"; rm -rf "$tmp"; mkdir -p "$tmp/whl/core" "$tmp/whl/peers" "$tmp/samples" "$tmp/pmixer"
   local polars; polars=$(python3 -c "import importlib.metadata as m; print(m.version('polars'))")
@@ -50,9 +58,11 @@ pack() {
   "${get[@]}" -d "$tmp/whl/core" "polars==$polars" "polars-runtime-32==$polars" cut-cross-entropy liger-kernel
   "${get[@]}" -d "$tmp/whl/peers" recbole==1.2.1 colorlog==4.7.2 texttable==1.7.2   # RecBole 1.2.1 pins colorlog 4.7.2
   cp -r "$dg" "$tmp/samples/diginetica"; cp -r "$beauty" "$tmp/samples/beauty"; cp "$pm/model.py" "$tmp/pmixer/"
+  [ -z "$yc" ] || cp -r "$yc" "$tmp/samples/yoochoose_1_64"
   local repo set size biggest=0
   repo=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-  for set in "whl/core samples/diginetica" "whl/core whl/peers samples/diginetica" "whl/core samples/beauty pmixer"; do
+  for set in "whl/core samples/diginetica" "whl/core whl/peers samples/diginetica" "whl/core samples/beauty pmixer" \
+             ${yc:+"whl/core samples/yoochoose_1_64"}; do
     # shellcheck disable=SC2086
     size=$(( $(cd "$tmp" && du -scb $set | tail -1 | cut -f1) + repo ))
     [ "$size" -gt "$biggest" ] && biggest=$size
@@ -62,7 +72,7 @@ pack() {
   done
   rm -rf "$KIT"; mv "$tmp" "$KIT"
   mkdir -p .git/info; grep -qx "/$KIT/" .git/info/exclude 2>/dev/null || echo "/$KIT/" >> .git/info/exclude
-  echo "packed $KIT ($(find "$KIT/whl" -name '*.whl' | wc -l) wheels, two samples folders, pmixer's model.py); the largest carry with the repo: $((biggest >> 20)) MiB"
+  echo "packed $KIT ($(find "$KIT/whl" -name '*.whl' | wc -l) wheels, samples of $(ls "$KIT/samples" | tr '\n' ' ')and pmixer's model.py); the largest carry with the repo: $((biggest >> 20)) MiB"
 }
 
 setup() {   # there: the wheels onto PYTHONPATH, the output folder
@@ -76,6 +86,9 @@ setup() {   # there: the wheels onto PYTHONPATH, the output folder
   mkdir -p "$OUT"
   PY=${PY:-python3}
   read -r -a seqpe <<< "${SEQPE:-$PY -m pipeline.cli}"
+  BIN=$(mktemp -d)            # `seqpe` and `python` where the reproduction scripts look for them
+  printf '#!/bin/sh\nexec %s -m pipeline.cli "$@"\n' "$(command -v "$PY")" > "$BIN/seqpe"
+  chmod +x "$BIN/seqpe"; ln -s "$(command -v "$PY")" "$BIN/python"
   { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
     "$PY" -c "import torch, platform; print('torch', torch.__version__, 'python', platform.python_version())"; } > "$OUT/machine.txt"
 }
@@ -146,5 +159,21 @@ b1024-bf16 --set train.precision=bf16 --set train.batch_size=1024"}
     setup
     "$PY" bench/bench_peers.py --vs "$vs" --samples "$samples" --device "$DEVICE" --threads "$THREADS" "${extra[@]}" \
         ${PEERS_ARGS:-} 2>&1 | tee "$OUT/peers_$vs.md" ;;
-  *) die "say which step: pack (here), or tests, epoch, posrec or peers (on the GPU machine); got '${step}'" ;;
+  repro)
+    script=${2:-}
+    case $script in
+      bench_posrec_000.sh|bench_stability.sh|bench_reproduction.sh) ;;
+      *) die "repro takes bench_posrec_000.sh, bench_stability.sh or bench_reproduction.sh, got '$script'" ;;
+    esac
+    setup
+    runs=${RUNS:-/tmp/bench_gpu_runs}; mkdir -p "$runs/samples"
+    for d in "$KIT"/samples/*/; do
+      n=$(basename "$d"); [ -d "$runs/samples/$n" ] || cp -r "$d" "$runs/samples/$n"
+    done
+    env DATA="$PWD/$KIT" OUT="$runs" PROFILE=gpu SEQPE="$BIN/seqpe" \
+        EXTRA="--set train.time_limit=${MINUTES:-8} --set train.device=$DEVICE ${EXTRA:-}" "${@:3}" \
+        bash "bench/$script" 2>&1 | tee "$OUT/${script%.sh}.log"
+    cp "$runs"/report*.md "$OUT/" 2>/dev/null || true
+    cp "$runs/logs/queue.log" "$OUT/" 2>/dev/null || true ;;
+  *) die "say which step: pack (here), or tests, epoch, posrec, peers or repro (on the GPU machine); got '${step}'" ;;
 esac

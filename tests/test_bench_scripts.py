@@ -142,8 +142,8 @@ def test_peers_seqpe_arms_run_on_the_same_batches(canonical, tmp_path, vs, datas
     assert proc.returncode == 1 and proc.stderr.strip().startswith(flag) and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_gpu_kit_epoch_step_runs_its_grid_and_tables_it(canonical, tmp_path):
-    """bench_gpu.sh's epoch step, its flow on the CPU: a kit folder as `pack` lays it out, two configurations."""
+def test_gpu_kit_epoch_and_repro_steps_run_on_the_kit(canonical, tmp_path):
+    """bench_gpu.sh's epoch and repro steps, their flow on the CPU, on a kit folder as `pack` lays it out."""
     kit = tmp_path / "kit"
     (kit / "whl" / "core").mkdir(parents=True)
     _seqpe("import", "diginetica", str(canonical / "diginetica-srgnn"), "--format", "srgnn", "--sessions",
@@ -151,9 +151,11 @@ def test_gpu_kit_epoch_step_runs_its_grid_and_tables_it(canonical, tmp_path):
     configs = ("b64-fp32-plain --set train.batch_size=64 --set train.precision=fp32 --set train.ce_impl=plain\n"
                "b128-fp32-chunked --set train.batch_size=128 --set train.precision=fp32 --set train.ce_impl=chunked")
     out = tmp_path / "out"
-    proc = subprocess.run(["bash", str(ROOT / "bench" / "bench_gpu.sh"), "epoch"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, env=dict(os.environ, KIT=str(kit), OUT=str(out), DEVICE="cpu", THREADS="1",
-                                                           PY=sys.executable, CONFIGS=configs))
+    env = dict(os.environ, KIT=str(kit), OUT=str(out), DEVICE="cpu", THREADS="1", PY=sys.executable,
+               RUNS=str(tmp_path / "runs"))
+    step = ["bash", str(ROOT / "bench" / "bench_gpu.sh")]
+    proc = subprocess.run([*step, "epoch"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env=dict(env, CONFIGS=configs))
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = (out / "epoch.md").read_text()
     rows = re.findall(r"^\| (b\S+) \| (\d+) \| fp32 \| (\w+) \| False \| [\d,]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", table, re.M)
@@ -161,9 +163,21 @@ def test_gpu_kit_epoch_step_runs_its_grid_and_tables_it(canonical, tmp_path):
     runs = _runs(out / "runs_epoch" / "b64-fp32-plain")
     assert list(runs) == ["sasrec-lpe/seed-1"] and runs["sasrec-lpe/seed-1"]["device"] == "cpu"
 
+    # a reproduction script on the kit's samples (no DATA files: the samples are there), its time limit on
+    proc = subprocess.run([*step, "repro", "bench_posrec_000.sh", "DATASETS=diginetica", "MODELS=stamp", "SEEDS=1",
+                           "EPOCHS=1"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env=dict(env, MINUTES="5"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "stamp-none" in (out / "report_diginetica.md").read_text()
+    assert (out / "queue.log").read_text().count("rc=0") == 2
+    runs = _runs(tmp_path / "runs" / "runs" / "diginetica")
+    assert sorted(runs) == ["stamp-ldpe/seed-1", "stamp-none/seed-1"]
+    assert {r["train"]["time_limit"] for r in runs.values()} == {5.0}
+
 
 @pytest.mark.parametrize("argv, words", [([], "say which step"), (["pack", "x"], "pack takes"),
                                          (["peers", "gensim"], "peers takes recbole or pmixer"),
+                                         (["repro", "bench_grid.sh"], "repro takes bench_posrec_000.sh"),
                                          (["epoch"], "no KIT/whl/core here")])
 def test_gpu_kit_wrong_step_is_one_line(tmp_path, argv, words):
     proc = subprocess.run(["bash", str(ROOT / "bench" / "bench_gpu.sh"), *argv], cwd=tmp_path, capture_output=True,
