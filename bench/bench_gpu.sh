@@ -23,12 +23,13 @@
 #       carry: [".gpu/whl/core", ".gpu/whl/peers", ".gpu/samples/diginetica"]
 #   bash bench/bench_gpu.sh peers pmixer   # ... against pmixer/SASRec.pytorch
 #       carry: [".gpu/whl/core", ".gpu/samples/beauty", ".gpu/pmixer"]
-#   MINUTES=8 bash bench/bench_gpu.sh repro bench_posrec_000.sh [VAR=VALUE ...]
-#       # a reproduction script with PROFILE=gpu on the kit's samples (bench_posrec_000.sh: diginetica and
-#       # yoochoose_1_64; bench_stability.sh: beauty; bench_reproduction.sh with ONLY naming kit datasets),
-#       # every run stopped after MINUTES of train + valid time (train.time_limit, counted over calls);
-#       # its runs stay in RUNS (default /tmp/bench_gpu_runs) while the machine is warm, so the same
-#       # call with MINUTES=16, 24, ... goes on from the resume files; reports and logs go to $OUT.
+#   bash bench/bench_gpu.sh repro bench_posrec_000.sh [VAR=VALUE ...]
+#       # a reproduction script with PROFILE=gpu on the kit's samples (bench_posrec_000.sh: diginetica or
+#       # yoochoose_1_64; bench_stability.sh: beauty; bench_reproduction.sh with ONLY naming kit datasets).
+#       # The call stops the script and its runs after CALL_MINUTES (default 9, inside the tool's 10);
+#       # the runs stay in RUNS (default /tmp/bench_gpu_runs) while the machine is warm, and the same
+#       # call again goes on from each run's last finished epoch (its resume file); the call in which
+#       # everything finishes leaves the script's reports in $OUT, with its log and the queue log.
 #       carry: [".gpu/whl/core", ".gpu/samples/DATASET"], one dataset a call (two with Polars pass 64 MiB),
 #       e.g. DATASETS=yoochoose_1_64 for bench_posrec_000.sh
 # Each step writes STEP.md (epoch / posrec: configuration, samples/s, epoch s, test HR@10 / NDCG@10 after
@@ -170,10 +171,23 @@ b1024-bf16 --set train.precision=bf16 --set train.batch_size=1024"}
     for d in "$KIT"/samples/*/; do
       n=$(basename "$d"); [ -d "$runs/samples/$n" ] || cp -r "$d" "$runs/samples/$n"
     done
-    env DATA="$PWD/$KIT" OUT="$runs" PROFILE=gpu SEQPE="$BIN/seqpe" \
-        EXTRA="--set train.time_limit=${MINUTES:-8} --set train.device=$DEVICE ${EXTRA:-}" "${@:3}" \
-        bash "bench/$script" 2>&1 | tee "$OUT/${script%.sh}.log"
+    # its own process group, so that the time limit stops every run it started (resume files stay)
+    setsid env DATA="$PWD/$KIT" OUT="$runs" PROFILE=gpu SEQPE="$BIN/seqpe" EXTRA="--set train.device=$DEVICE ${EXTRA:-}" \
+        "${@:3}" bash "bench/$script" > "$OUT/${script%.sh}.log" 2>&1 &
+    pid=$!
+    sleep $((${CALL_MINUTES:-9} * 60)) > /dev/null 2>&1 &
+    timer=$!
+    while kill -0 "$pid" 2>/dev/null && kill -0 "$timer" 2>/dev/null; do sleep 2; done
+    rc=0
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM -- -"$pid" 2>/dev/null || true; wait "$pid" || true
+      echo "stopped after ${CALL_MINUTES:-9} minutes: the same call again goes on" >> "$OUT/${script%.sh}.log"
+    else
+      kill "$timer" 2>/dev/null || true; wait "$pid" || rc=$?
+    fi
+    tail -30 "$OUT/${script%.sh}.log"
     cp "$runs"/report*.md "$OUT/" 2>/dev/null || true
-    cp "$runs/logs/queue.log" "$OUT/" 2>/dev/null || true ;;
+    cp "$runs/logs/queue.log" "$OUT/" 2>/dev/null || true
+    exit "$rc" ;;
   *) die "say which step: pack (here), or tests, epoch, posrec, peers or repro (on the GPU machine); got '${step}'" ;;
 esac

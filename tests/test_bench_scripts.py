@@ -163,16 +163,25 @@ def test_gpu_kit_epoch_and_repro_steps_run_on_the_kit(canonical, tmp_path):
     runs = _runs(out / "runs_epoch" / "b64-fp32-plain")
     assert list(runs) == ["sasrec-lpe/seed-1"] and runs["sasrec-lpe/seed-1"]["device"] == "cpu"
 
-    # a reproduction script on the kit's samples (no DATA files: the samples are there), its time limit on
+    # a reproduction script on the kit's samples (no DATA files: the samples are there)
     proc = subprocess.run([*step, "repro", "bench_posrec_000.sh", "DATASETS=diginetica", "MODELS=stamp", "SEEDS=1",
                            "EPOCHS=1"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env=dict(env, MINUTES="5"))
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "stamp-none" in (out / "report_diginetica.md").read_text()
     assert (out / "queue.log").read_text().count("rc=0") == 2
     runs = _runs(tmp_path / "runs" / "runs" / "diginetica")
     assert sorted(runs) == ["stamp-ldpe/seed-1", "stamp-none/seed-1"]
-    assert {r["train"]["time_limit"] for r in runs.values()} == {5.0}
+    assert {r["device"] for r in runs.values()} == {"cpu"}
+
+    # stopped at CALL_MINUTES: every run of the script goes (its own process group), the call says so
+    proc = subprocess.run([*step, "repro", "bench_posrec_000.sh", "DATASETS=diginetica", "MODELS=posrec",
+                           "ENCODINGS=none", "SEEDS=1"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env=dict(env, CALL_MINUTES="0", EXTRA="--set train.epochs=50"))
+    assert proc.returncode == 0 and "the same call again goes on" in proc.stdout, proc.stdout[-1500:]
+    assert not list((tmp_path / "runs" / "runs" / "diginetica").glob("posrec-none/seed-1/run.json"))
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(tmp_path / "runs" / "runs") not in ps, "a run outlived its call"
 
 
 @pytest.mark.parametrize("argv, words", [([], "say which step"), (["pack", "x"], "pack takes"),
