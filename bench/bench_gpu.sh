@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU checks issues 14 and 15 still need, packed for the device tool's machine (/work/.library/device):
-# one NVIDIA H100 or H200 with torch, pandas, scipy, typer, rich, triton and pytest, but no Polars, no
-# cut-cross-entropy or Liger, no RecBole and no network. A lent session has 30 device minutes and 10 per
-# call, so everything it needs is packed here first and each step below fits one call.
+# The GPU checks issues 14 and 15 still need, packed for an offline GPU machine: the one lent to some
+# sessions has one NVIDIA H100 or H200, Python 3.12 with torch, pandas, scipy, typer, rich, triton and
+# pytest, but no Polars, no cut-cross-entropy or Liger, no RecBole and no network; a session gets 30
+# minutes of it, 10 a call, and a call carries at most 64 MiB of files. So everything it needs is
+# packed here first and each step below fits one call.
 #
 # Here (the package registries reachable), once:
 #   bench/bench_gpu.sh pack SAMPLES/diginetica SAMPLES/beauty PMIXER/python [SAMPLES/yoochoose_1_64]
