@@ -48,17 +48,29 @@ DEVICE=${DEVICE:-cuda}
 THREADS=${THREADS:-4}
 die() { echo "bench_gpu.sh: $*" >&2; exit 2; }
 
+# ours DIR: DIR is absent or a folder this script made (its .bench_gpu mark), so it may be replaced;
+# anything else there is the user's, and the step stops before touching it
+ours() {
+  [ ! -e "$1" ] || [ -f "$1/.bench_gpu" ] \
+    || die "$1 exists and was not made by bench_gpu.sh: name another folder (or move that one away)"
+}
+
 pack() {
   [ $# = 3 ] || [ $# = 4 ] || die "pack takes SAMPLES/diginetica SAMPLES/beauty PMIXER/python (the python/ folder of a pmixer/SASRec.pytorch checkout) [SAMPLES/yoochoose_1_64]"
   local dg=$1 beauty=$2 pm=$3 yc=${4:-} d
   for d in "$dg" "$beauty" ${yc:+"$yc"}; do [ -f "$d/manifest.json" ] || die "$d is not a seqpe samples folder (no manifest.json): seqpe import it first"; done
   [ -f "$pm/model.py" ] || die "$pm has no model.py: name the python/ folder of a pmixer/SASRec.pytorch checkout"
-  local tmp="$KIT.tmp"; rm -rf "$tmp"; mkdir -p "$tmp/whl/core" "$tmp/whl/peers" "$tmp/samples" "$tmp/pmixer"
+  ours "$KIT"
+  tmp=$(mktemp -d "$KIT.XXXXXX"); touch "$tmp/.bench_gpu"
+  trap 'rm -rf "$tmp"' EXIT                  # a failed download leaves no half-made kit behind
+  mkdir -p "$tmp/whl/core" "$tmp/whl/peers" "$tmp/samples" "$tmp/pmixer"
   local polars; polars=$(python3 -c "import importlib.metadata as m; print(m.version('polars'))")
   local get=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
              --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-  "${get[@]}" -d "$tmp/whl/core" "polars==$polars" "polars-runtime-32==$polars" cut-cross-entropy liger-kernel
-  "${get[@]}" -d "$tmp/whl/peers" recbole==1.2.1 colorlog==4.7.2 texttable==1.7.2   # RecBole 1.2.1 pins colorlog 4.7.2
+  "${get[@]}" -d "$tmp/whl/core" "polars==$polars" "polars-runtime-32==$polars" cut-cross-entropy liger-kernel \
+      || die "pip could not download the wheels (its error is above): pack needs the package registries"
+  "${get[@]}" -d "$tmp/whl/peers" recbole==1.2.1 colorlog==4.7.2 texttable==1.7.2 \
+      || die "pip could not download RecBole's wheels (its error is above): pack needs the package registries"
   cp -r "$dg" "$tmp/samples/diginetica"; cp -r "$beauty" "$tmp/samples/beauty"; cp "$pm/model.py" "$tmp/pmixer/"
   [ -z "$yc" ] || cp -r "$yc" "$tmp/samples/yoochoose_1_64"
   local repo set size biggest=0
@@ -69,11 +81,14 @@ pack() {
     size=$(( $(cd "$tmp" && du -scb $set | tail -1 | cut -f1) + repo ))
     [ "$size" -gt "$biggest" ] && biggest=$size
     if [ "$size" -gt $((63 * 1024 * 1024)) ]; then
-      rm -rf "$tmp"; die "carrying $set comes to $((size >> 20)) MiB with the repo, over the 63 MiB kept under the device tool's 64"
+      die "carrying $set comes to $((size >> 20)) MiB with the repo, over the 63 MiB kept under the device tool's 64"
     fi
   done
-  rm -rf "$KIT"; mv "$tmp" "$KIT"
-  mkdir -p .git/info; grep -qx "/$KIT/" .git/info/exclude 2>/dev/null || echo "/$KIT/" >> .git/info/exclude
+  rm -rf "$KIT"; mv "$tmp" "$KIT"; trap - EXIT
+  case $KIT in          # a kit inside the repo stays out of git (and travels only when carried)
+    /*) ;;
+    *) mkdir -p .git/info; grep -qx "/$KIT/" .git/info/exclude 2>/dev/null || echo "/$KIT/" >> .git/info/exclude ;;
+  esac
   echo "packed $KIT ($(find "$KIT/whl" -name '*.whl' | wc -l) wheels, samples of $(ls "$KIT/samples" | tr '\n' ' ')and pmixer's model.py); the largest carry with the repo: $((biggest >> 20)) MiB"
 }
 
@@ -99,7 +114,7 @@ setup() {   # there: the wheels onto PYTHONPATH, the output folder
 # then STEP.md from the runs' files
 train_grid() {
   local step=$1 ds=$2 samples=$3 base=$4 name opts runs="$OUT/runs_$1"
-  rm -rf "$runs"
+  ours "$runs"; rm -rf "$runs"; mkdir -p "$runs"; touch "$runs/.bench_gpu"
   while read -r name opts; do
     [ -n "$name" ] || continue
     echo "== $name: $opts" >> "$OUT/$step.log"

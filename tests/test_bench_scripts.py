@@ -193,3 +193,29 @@ def test_gpu_kit_wrong_step_is_one_line(tmp_path, argv, words):
                           text=True, env=dict(os.environ, KIT="KIT", OUT=str(tmp_path / "out")))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert words in proc.stderr
+
+
+def test_gpu_kit_never_replaces_a_folder_it_did_not_make(tmp_path):
+    """pack's KIT and a step's runs folder are replaced only when bench_gpu.sh made them (their mark)."""
+    for d in ("dg", "beauty"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "manifest.json").write_text("{}")
+    (tmp_path / "pm").mkdir()
+    (tmp_path / "pm" / "model.py").write_text("")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "bench_gpu.sh"), "pack", str(tmp_path / "dg"),
+                           str(tmp_path / "beauty"), str(tmp_path / "pm")], capture_output=True, text=True,
+                          env=dict(os.environ, KIT=str(mine)))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "was not made by bench_gpu.sh" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["beauty", "dg", "mine", "pm"]     # no half-made kit
+    (kit := tmp_path / "kit" / "whl" / "core").mkdir(parents=True)
+    (out := tmp_path / "out" / "runs_epoch").mkdir(parents=True)
+    (out / "notes.txt").write_text("mine")
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "bench_gpu.sh"), "epoch"], capture_output=True, text=True,
+                          env=dict(os.environ, KIT=str(kit.parents[1]), OUT=str(out.parent), DEVICE="cpu",
+                                   PY=sys.executable, CONFIGS="x --set train.batch_size=64"))
+    assert proc.returncode == 2 and "runs_epoch exists and was not made by bench_gpu.sh" in proc.stderr
+    assert (mine / "thesis.tex").read_text() == "years of work" and (out / "notes.txt").read_text() == "mine"
