@@ -102,9 +102,8 @@ setup() {   # there: the wheels onto PYTHONPATH, the output folder
   fi
   mkdir -p "$OUT"
   PY=${PY:-python3}
-  read -r -a seqpe <<< "${SEQPE:-$PY -m pipeline.cli}"
-  BIN=$(mktemp -d)            # `seqpe` and `python` where the reproduction scripts look for them
-  printf '#!/bin/sh\nexec %s -m pipeline.cli "$@"\n' "$(command -v "$PY")" > "$BIN/seqpe"
+  BIN=$(mktemp -d)            # one `seqpe` (and its `python`) for every step, where the reproduction scripts look
+  printf '#!/bin/sh\nexec %s "$@"\n' "${SEQPE:-$(command -v "$PY") -m pipeline.cli}" > "$BIN/seqpe"
   chmod +x "$BIN/seqpe"; ln -s "$(command -v "$PY")" "$BIN/python"
   { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
     "$PY" -c "import torch, platform; print('torch', torch.__version__, 'python', platform.python_version())"; } > "$OUT/machine.txt"
@@ -119,7 +118,7 @@ train_grid() {
     [ -n "$name" ] || continue
     echo "== $name: $opts" >> "$OUT/$step.log"
     # shellcheck disable=SC2086
-    "${seqpe[@]}" train "$ds" "$samples" "$runs/$name" $base --seed 1 --set train.epochs=1 --set train.patience=0 \
+    "$BIN/seqpe" train "$ds" "$samples" "$runs/$name" $base --seed 1 --set train.epochs=1 --set train.patience=0 \
         --set "train.device=$DEVICE" --set "train.threads=$THREADS" $opts --quiet >> "$OUT/$step.log" 2>&1 \
         || echo "$name failed (rc $?): see $step.log" | tee -a "$OUT/$step.log" >&2
   done <<< "$CONFIGS"

@@ -58,11 +58,13 @@ def canonical(tmp_path_factory) -> Path:
     return d
 
 
-def bench(script: str, data: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
-    """bench/SCRIPT with this interpreter's seqpe, DATA and OUT (and `env`), from a foreign directory."""
-    full = dict(os.environ, SEQPE=str(SEQPE), DATA=str(data), OUT=str(out), PATH=f"{BIN}:{os.environ['PATH']}", **env)
-    cmd = [sys.executable, str(ROOT / "bench" / script)] if script.endswith(".py") else ["bash", str(ROOT / "bench" / script)]
-    return subprocess.run(cmd, cwd=out.parent, env=full, capture_output=True, text=True, timeout=600)
+def bench(script: str, *argv: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """bench/SCRIPT ARGV... with this interpreter's seqpe and `env` (DATA, OUT, ...), run from `cwd`
+    (a folder outside the repo)."""
+    full = dict(os.environ, SEQPE=str(SEQPE), PATH=f"{BIN}:{os.environ['PATH']}", **env)
+    cmd = [sys.executable] if script.endswith(".py") else ["bash"]
+    return subprocess.run([*cmd, str(ROOT / "bench" / script), *argv], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=600)
 
 
 def _runs(root: Path) -> dict[str, dict]:
@@ -72,7 +74,7 @@ def _runs(root: Path) -> dict[str, dict]:
 
 def test_posrec_000_gpu_profile_trains_every_run_and_reports(canonical, tmp_path):
     out = tmp_path / "repro000"
-    proc = bench("bench_posrec_000.sh", canonical, out, PROFILE="gpu", DATASETS="diginetica",
+    proc = bench("bench_posrec_000.sh", cwd=tmp_path, DATA=str(canonical), OUT=str(out), PROFILE="gpu", DATASETS="diginetica",
                  MODELS="posrec stamp", ENCODINGS="none ldpe", SEEDS="1 2", EXTRA=ONE_EPOCH)
     assert proc.returncode == 0, proc.stderr[-2000:]
     queue = (out / "logs" / "queue.log").read_text()
@@ -90,14 +92,14 @@ def test_posrec_000_gpu_profile_trains_every_run_and_reports(canonical, tmp_path
                                         ({"PROFILE": "tpu"}, "PROFILE must be cpu or gpu")])
 def test_posrec_000_wrong_setting_is_one_line_before_any_work(tmp_path, env, words):
     out = tmp_path / "out"
-    proc = bench("bench_posrec_000.sh", tmp_path, out, **env)
+    proc = bench("bench_posrec_000.sh", cwd=tmp_path, DATA=str(tmp_path), OUT=str(out), **env)
     assert proc.returncode == 2 and proc.stderr.strip() == proc.stderr.strip().splitlines()[0]
     assert words in proc.stderr and not out.exists()
 
 
 def test_stability_gpu_profile_gives_004s_table(canonical, tmp_path):
     out = tmp_path / "stability"
-    proc = bench("bench_stability.sh", canonical, out, PROFILE="gpu", ENCODINGS="none rotatory",
+    proc = bench("bench_stability.sh", cwd=tmp_path, DATA=str(canonical), OUT=str(out), PROFILE="gpu", ENCODINGS="none rotatory",
                  SEEDS="42 43", EXTRA=ONE_EPOCH)
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = _runs(out / "runs" / "beauty")
@@ -111,7 +113,8 @@ def test_stability_gpu_profile_gives_004s_table(canonical, tmp_path):
 
 def test_reproduction_gpu_profile_imports_and_trains_only_what_only_names(canonical, tmp_path):
     out = tmp_path / "repro"                    # DATA has no Toys / Sports files: ONLY must not ask for them
-    proc = bench("bench_reproduction.sh", canonical, out, PROFILE="gpu", ONLY="beauty:sasrec diginetica:posrec",
+    proc = bench("bench_reproduction.sh", cwd=tmp_path, DATA=str(canonical), OUT=str(out), PROFILE="gpu",
+                 ONLY="beauty:sasrec diginetica:posrec",
                  EXTRA=ONE_EPOCH)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (out / "samples").iterdir()) == ["beauty", "diginetica"]
@@ -130,14 +133,12 @@ def test_peers_seqpe_arms_run_on_the_same_batches(canonical, tmp_path, vs, datas
            "--samples", str(tmp_path / "samples"), "--quiet")
     args = ["--vs", vs, "--samples", str(tmp_path / "samples"), "--arms", "seqpe-full,seqpe", "--steps", "2",
             "--warm", "1", "--rounds", "1"]
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_peers.py"), *args], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=600)
+    proc = bench("bench_peers.py", *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = re.findall(r"^\| (seqpe(?:-full)?) \| ([\d,]+) \|", proc.stdout, re.M)
     assert [a for a, _ in rows] == ["seqpe-full", "seqpe"] and rows[0][1] == rows[1][1], proc.stdout
     # the peer arm without its peer: one line naming what to pass
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_peers.py"), *args[:4], "--arms", "peer"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    proc = bench("bench_peers.py", *args[:4], "--arms", "peer", cwd=tmp_path)
     flag = "--recbole-python" if vs == "recbole" else "--pmixer"
     assert proc.returncode == 1 and proc.stderr.strip().startswith(flag) and len(proc.stderr.strip().splitlines()) == 1
 
@@ -151,11 +152,8 @@ def test_gpu_kit_epoch_and_repro_steps_run_on_the_kit(canonical, tmp_path):
     configs = ("b64-fp32-plain --set train.batch_size=64 --set train.precision=fp32 --set train.ce_impl=plain\n"
                "b128-fp32-chunked --set train.batch_size=128 --set train.precision=fp32 --set train.ce_impl=chunked")
     out = tmp_path / "out"
-    env = dict(os.environ, KIT=str(kit), OUT=str(out), DEVICE="cpu", THREADS="1", PY=sys.executable,
-               RUNS=str(tmp_path / "runs"))
-    step = ["bash", str(ROOT / "bench" / "bench_gpu.sh")]
-    proc = subprocess.run([*step, "epoch"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env=dict(env, CONFIGS=configs))
+    env = dict(KIT=str(kit), OUT=str(out), DEVICE="cpu", THREADS="1", PY=sys.executable, RUNS=str(tmp_path / "runs"))
+    proc = bench("bench_gpu.sh", "epoch", cwd=tmp_path, CONFIGS=configs, **env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = (out / "epoch.md").read_text()
     rows = re.findall(r"^\| (b\S+) \| (\d+) \| fp32 \| (\w+) \| False \| [\d,]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", table, re.M)
@@ -164,9 +162,8 @@ def test_gpu_kit_epoch_and_repro_steps_run_on_the_kit(canonical, tmp_path):
     assert list(runs) == ["sasrec-lpe/seed-1"] and runs["sasrec-lpe/seed-1"]["device"] == "cpu"
 
     # a reproduction script on the kit's samples (no DATA files: the samples are there)
-    proc = subprocess.run([*step, "repro", "bench_posrec_000.sh", "DATASETS=diginetica", "MODELS=stamp", "SEEDS=1",
-                           "EPOCHS=1"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    proc = bench("bench_gpu.sh", "repro", "bench_posrec_000.sh", "DATASETS=diginetica", "MODELS=stamp", "SEEDS=1",
+                 "EPOCHS=1", cwd=tmp_path, **env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "stamp-none" in (out / "report_diginetica.md").read_text()
     assert (out / "queue.log").read_text().count("rc=0") == 2
@@ -175,9 +172,8 @@ def test_gpu_kit_epoch_and_repro_steps_run_on_the_kit(canonical, tmp_path):
     assert {r["device"] for r in runs.values()} == {"cpu"}
 
     # stopped at CALL_MINUTES: every run of the script goes (its own process group), the call says so
-    proc = subprocess.run([*step, "repro", "bench_posrec_000.sh", "DATASETS=diginetica", "MODELS=posrec",
-                           "ENCODINGS=none", "SEEDS=1"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env=dict(env, CALL_MINUTES="0", EXTRA="--set train.epochs=50"))
+    proc = bench("bench_gpu.sh", "repro", "bench_posrec_000.sh", "DATASETS=diginetica", "MODELS=posrec",
+                 "ENCODINGS=none", "SEEDS=1", cwd=tmp_path, CALL_MINUTES="0", EXTRA="--set train.epochs=50", **env)
     assert proc.returncode == 0 and "the same call again goes on" in proc.stdout, proc.stdout[-1500:]
     assert not list((tmp_path / "runs" / "runs" / "diginetica").glob("posrec-none/seed-1/run.json"))
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
@@ -189,8 +185,7 @@ def test_gpu_kit_epoch_and_repro_steps_run_on_the_kit(canonical, tmp_path):
                                          (["repro", "bench_grid.sh"], "repro takes bench_posrec_000.sh"),
                                          (["epoch"], "no KIT/whl/core here")])
 def test_gpu_kit_wrong_step_is_one_line(tmp_path, argv, words):
-    proc = subprocess.run(["bash", str(ROOT / "bench" / "bench_gpu.sh"), *argv], cwd=tmp_path, capture_output=True,
-                          text=True, env=dict(os.environ, KIT="KIT", OUT=str(tmp_path / "out")))
+    proc = bench("bench_gpu.sh", *argv, cwd=tmp_path, KIT="KIT", OUT=str(tmp_path / "out"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert words in proc.stderr
 
@@ -205,17 +200,15 @@ def test_gpu_kit_never_replaces_a_folder_it_did_not_make(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "thesis.tex").write_text("years of work")
-    proc = subprocess.run(["bash", str(ROOT / "bench" / "bench_gpu.sh"), "pack", str(tmp_path / "dg"),
-                           str(tmp_path / "beauty"), str(tmp_path / "pm")], capture_output=True, text=True,
-                          env=dict(os.environ, KIT=str(mine)))
+    proc = bench("bench_gpu.sh", "pack", str(tmp_path / "dg"), str(tmp_path / "beauty"), str(tmp_path / "pm"),
+                 cwd=tmp_path, KIT=str(mine))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "was not made by bench_gpu.sh" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["beauty", "dg", "mine", "pm"]     # no half-made kit
     (kit := tmp_path / "kit" / "whl" / "core").mkdir(parents=True)
     (out := tmp_path / "out" / "runs_epoch").mkdir(parents=True)
     (out / "notes.txt").write_text("mine")
-    proc = subprocess.run(["bash", str(ROOT / "bench" / "bench_gpu.sh"), "epoch"], capture_output=True, text=True,
-                          env=dict(os.environ, KIT=str(kit.parents[1]), OUT=str(out.parent), DEVICE="cpu",
-                                   PY=sys.executable, CONFIGS="x --set train.batch_size=64"))
+    proc = bench("bench_gpu.sh", "epoch", cwd=tmp_path, KIT=str(kit.parents[1]), OUT=str(out.parent), DEVICE="cpu",
+                 PY=sys.executable, CONFIGS="x --set train.batch_size=64")
     assert proc.returncode == 2 and "runs_epoch exists and was not made by bench_gpu.sh" in proc.stderr
     assert (mine / "thesis.tex").read_text() == "years of work" and (out / "notes.txt").read_text() == "mine"
