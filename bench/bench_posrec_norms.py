@@ -29,6 +29,9 @@ def norms(net, samples) -> tuple[float, float]:
     x_norms, p_norms = [], []
     with torch.no_grad():
         for seqs, _ in batches(samples, 500):
+            # the first lines of models.posrec.PosRec.encode (eval mode: its dropout is the identity), kept
+            # here rather than factored out of the model: any edit to seqpe's source changes every run's
+            # fingerprint (pipeline/train/runs.py), so finished seeds would retrain for a benchmark's sake
             g = build_graph(seqs)
             w_in, w_out = neighbour_weights(g, anchors=net.cfg.anchors, normalise=net.cfg.normalise)
             x = net.emb(g.items)                                         # (B, n, D)
