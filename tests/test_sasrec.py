@@ -107,6 +107,19 @@ def test_paper_sasrec_has_003_table_1_parameter_count(n, d, items):
     assert sum(p.numel() for p in default.blocks[0].attn.parameters()) == 4 * d * d + 4 * d   # seqpe's W_O
 
 
+@pytest.mark.parametrize("dataset, dropout, max_len", [("beauty", 0.5, 50), ("ml_1m", 0.2, 200)])
+def test_original_preset_is_kang_mcauley_training(dataset, dropout, max_len):
+    """`original` = `paper`'s model trained as Kang & McAuley's code does: one-negative BCE for a fixed
+    200 epochs (no early stopping; patience stopped a Beauty seed in BCE's early sag), same variants."""
+    from pipeline.train import resolve_train
+    paper = resolve_train(TrainParams(), MODELS["sasrec"], "paper", "sasrec", None, dataset)
+    orig = resolve_train(TrainParams(), MODELS["sasrec"], "original", "sasrec", None, dataset)
+    assert (orig.loss, orig.epochs, orig.patience, orig.dropout, orig.max_len) == ("bce", 200, 0, dropout, max_len)
+    assert dataclasses.replace(orig, loss="ce", patience=10) == paper
+    from pipeline.presets import resolve
+    assert resolve(MODELS["sasrec"].presets, "original", "sasrec", dataset).models == {"sasrec": {"out_proj": False}}
+
+
 def test_output_projection_option_changes_the_function():
     a, b = model("lpe", out_proj=True).eval(), model("lpe", out_proj=False).eval()
     assert isinstance(b.blocks[0].attn.out, torch.nn.Identity)
