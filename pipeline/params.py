@@ -7,6 +7,7 @@ frozen dataclasses with commented defaults, in the spirit of nanoGPT's GPTConfig
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import re
@@ -514,6 +515,10 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None =
         raise ParamsError(f"params file {path} not found", "run from the project root or pass --params PATH")
     else:
         strict = False
+        # Without a file, `--set models.posrec.anchors=false` adds to the built-in name -> options
+        # tables instead of replacing them (else the default study's `sasrec: {}` entry would vanish).
+        data = {f.name: copy.deepcopy(f.default_factory()) for f in dataclasses.fields(Params)
+                if f.default_factory is not dataclasses.MISSING and isinstance(f.default_factory(), dict)}
     for text in overrides or []:
         keys, value = _parse_override(text)
         node = data

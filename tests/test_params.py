@@ -107,6 +107,17 @@ def test_a_missing_section_is_an_error_and_no_file_means_defaults(tmp_path):
     assert load_params(tmp_path / "absent.yaml") == Params()          # no file: the built-in defaults
 
 
+def test_without_a_file_an_option_override_adds_to_the_default_tables(tmp_path):
+    """Outside a project (no params.yaml), `--set models.posrec.anchors=false` used to replace the
+    built-in `models:` table, and the default study then failed for its missing `sasrec: {}`."""
+    absent = tmp_path / "absent.yaml"
+    p = load_params(absent, ["models.posrec.anchors=false", "encodings.rmha.clip=4"])
+    assert p.models == {**Params().models, "posrec": {"anchors": False}}
+    assert p.encodings == {**Params().encodings, "rmha": {"clip": 4}}
+    assert load_params(absent, ["models.sasrec.out_proj=false"]).models["sasrec"] == {"out_proj": False}
+    assert Params().models == {"sasrec": {}, "pop": {}, "din": {}}         # the defaults are not mutated
+
+
 def test_cli_names_a_missing_key_and_a_missing_params_file(tmp_path):
     import subprocess
     import sys
