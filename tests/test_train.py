@@ -383,6 +383,25 @@ def test_missing_samples_manifest_says_run_augment(tmp_path, toy_registry):
         stage.run("toyset", tmp_path / "nothing", tmp_path / "runs", params(), progress=False)
 
 
+@pytest.mark.parametrize("option, message", [
+    ("models.posrce.anchors=false", "unknown name under models: 'posrce'. Fix: did you mean 'posrec'?"),
+    ("encodings.ropee.base=100", "unknown name under encodings: 'ropee'. Fix: did you mean 'rope'?")])
+def test_cli_options_under_a_misspelt_name_are_a_one_line_error(tmp_path, monkeypatch, capsys, option, message):
+    """Options no run would read (a typo in the model / encoding name) stop the run before it trains."""
+    from pipeline import cli
+    make_samples(tmp_path / "samples")
+    monkeypatch.setattr(sys, "argv", ["seqpe", "train", "toyset", str(tmp_path / "samples"), str(tmp_path / "runs"),
+                                      "--model", "sasrec", "--set", option, "--quiet",
+                                      "--params", str(ROOT / "params.yaml")])
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not (tmp_path / "runs").exists()
+
+
 def test_cli_unknown_model_is_one_line_error(tmp_path, monkeypatch, capsys):
     from pipeline import cli
     make_samples(tmp_path / "samples")

@@ -41,6 +41,16 @@ def pick_model(name: Optional[str], task: str, params: Params, models: dict):
     return spec
 
 
+def check_option_names(params: Params, models: dict) -> None:
+    """Every name under `models:` / `encodings:` is a registered model / encoding: options under a
+    misspelt name (`--set models.posrce.anchors=false`) would otherwise be read by no run, silently."""
+    import models.encodings as enc
+    for section, known in (("models", models), ("encodings", enc.ENCODINGS)):
+        for name in getattr(params, section):
+            if name not in known:
+                raise unknown(f"name under {section}:", name, known)
+
+
 def pick_encoding(spec, encoding: Optional[str], task: str, params: Params, preset_encoding: Optional[str]) -> str:
     """The run's encoding name: 'none' for models that take none (an explicit other one is an error)."""
     import models.encodings as enc

@@ -47,6 +47,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     explicit = presets.explicit_train_keys(overrides)
     params = dataclasses.replace(params, train=params.train_for(kind, tuple(explicit)))   # study.<task>.train
     spec = setup.pick_model(model, kind, params, MODELS)
+    setup.check_option_names(params, MODELS)
     res = presets.resolve(spec.presets, preset, spec.name, dataset)
     enc_name = setup.pick_encoding(spec, encoding, kind, params, res.train.get("encoding"))
     tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset, explicit)
