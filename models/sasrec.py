@@ -117,9 +117,9 @@ _PAPER = {"encoding": "lrpe", "epochs": 200, "patience": 10, "batch_size": 128, 
 # 0.66 by epoch 11 and patience stopped it at epoch 15: HR@10 1.41 (bench/results/reproduction.md).
 _VARIANTS = {"ml_1m": {"train": {"dropout": 0.2, "max_len": 200}},
              "movielens": {"train": {"dropout": 0.2, "max_len": 200}}}
-_PRESETS = {"paper": {"train": _PAPER, "models": {"sasrec": {"out_proj": False}}, "datasets": _VARIANTS},
-            "original": {"train": {**_PAPER, "loss": "bce", "patience": 0},
-                         "models": {"sasrec": {"out_proj": False}}, "datasets": _VARIANTS}}
+_NO_WO = {"sasrec": {"out_proj": False}}
+_PRESETS = {"paper": {"train": _PAPER, "models": _NO_WO, "datasets": _VARIANTS},
+            "original": {"train": {**_PAPER, "loss": "bce", "patience": 0}, "models": _NO_WO, "datasets": _VARIANTS}}
 
 register_model(ModelSpec(name="sasrec", build=build, paper="Kang & McAuley, ICDM 2018",
                          description="self-attentive sequential recommendation; any encoding",

@@ -7,7 +7,6 @@ frozen dataclasses with commented defaults, in the spirit of nanoGPT's GPTConfig
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import difflib
 import re
@@ -517,8 +516,8 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None =
         strict = False
         # Without a file, `--set models.posrec.anchors=false` adds to the built-in name -> options
         # tables instead of replacing them (else the default study's `sasrec: {}` entry would vanish).
-        data = {f.name: copy.deepcopy(f.default_factory()) for f in dataclasses.fields(Params)
-                if f.default_factory is not dataclasses.MISSING and isinstance(f.default_factory(), dict)}
+        data = {name: table for name, table in dataclasses.asdict(Params()).items()     # (deep copies)
+                if name in ("models", "encodings", "imports")}
     for text in overrides or []:
         keys, value = _parse_override(text)
         node = data
