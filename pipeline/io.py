@@ -291,7 +291,7 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str) -> dict:
         if found is not None:
             raise DataError(f"{src} holds {_WHAT[found]}, but `seqpe {stage}` reads {kind}", f"pass {right}")
         raise DataError(f"no {MANIFEST} in {src}: it is not a {kind} folder seqpe prepared",
-                        f"run `seqpe {_MAKER[kind]} {dataset}` first (or `seqpe import`), or pass {right}")
+                        _near_miss(src) or f"run `seqpe {_MAKER[kind]} {dataset}` first (or `seqpe import`), or pass {right}")
     manifest = read_json(src / MANIFEST)
     found = manifest_kind(manifest) if isinstance(manifest, dict) else None
     if found != kind:
@@ -416,11 +416,29 @@ def shard_entry(root: str | Path, rel: str) -> dict:
 def read_manifest(root: str | Path, stage_hint: str = "preprocess") -> dict:
     path = Path(root) / MANIFEST
     if not path.is_file():
-        raise DataError(
-            f"no {MANIFEST} in {root}: that folder has not been prepared",
-            f"run `seqpe {stage_hint}` for this dataset first",
-        )
+        raise DataError(f"no {MANIFEST} in {root}: that folder has not been prepared",
+                        _near_miss(Path(root)) or f"run `seqpe {stage_hint}` for this dataset first")
     return read_json(path)
+
+
+def _near_miss(root: Path) -> str | None:
+    """For a folder without a manifest, a prepared folder one level up (a split folder was passed)
+    or one level down (the folder of all datasets was passed): the fix naming it, else None."""
+    def prepared(folder: Path) -> bool:
+        try:
+            return (folder / MANIFEST).is_file()
+        except OSError:  # an unreadable folder is simply not the one to suggest
+            return False
+    if prepared(root.parent):
+        return f"pass the prepared folder {root.parent} itself (its {root.name}/ is one part of it)"
+    try:
+        inside = sorted(d.name for d in root.iterdir() if prepared(d)) if root.is_dir() else []
+    except OSError:
+        inside = []
+    if inside:
+        shown = ", ".join(str(root / name) for name in inside[:3]) + (", ..." if len(inside) > 3 else "")
+        return f"pass one dataset's folder inside it: {shown}"
+    return None
 
 
 def scan_split(root: str | Path, split: str) -> pl.LazyFrame:

@@ -120,6 +120,28 @@ def test_inputs_of_the_wrong_kind_are_named(argv, fragment, prepared, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("argv,fragment", [
+    # a split folder inside a prepared one: the fix names the prepared folder itself
+    (["train", "sample", "{samples}/valid", "{out}", "--model", "pop"], "pass the prepared folder {samples} itself"),
+    (["augment", "sample", "{sessions}/train", "{out}"], "pass the prepared folder {sessions} itself"),
+    (["stats", "sample", "{samples}/train"], "pass the prepared folder {samples} itself"),
+    # the folder holding every dataset's folder: the fix lists them
+    (["train", "sample", "{all_samples}", "{out}", "--model", "pop"], "pass one dataset's folder inside it: {all_samples}/sample"),
+    (["stats", "sample", "{all_samples}"], "pass one dataset's folder inside it: {all_samples}/sample"),
+])
+def test_a_folder_one_level_off_names_the_prepared_one(argv, fragment, prepared, tmp_path):
+    everything = tmp_path / "samples"
+    everything.mkdir()
+    (everything / "notes").mkdir()
+    os.symlink(prepared / "samples", everything / "sample")
+    paths = {"samples": str(prepared / "samples"), "sessions": str(prepared / "sessions"), "out": str(tmp_path / "out"),
+             "all_samples": str(everything)}
+    quiet = [] if argv[0] == "stats" else ["--quiet"]
+    proc = seqpe(*[a.format(**paths) for a in argv], *quiet)
+    assert_one_line_error(proc, fragment.format(**paths))
+    assert not (tmp_path / "out").exists()
+
+
 def test_claim_dir_unit_rules(tmp_path):
     io.claim_dir(tmp_path / "missing", "x", "samples")
     (tmp_path / "raw").mkdir()
