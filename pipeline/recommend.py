@@ -204,7 +204,7 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
     tp = from_dict(TrainParams, dict(cfg["train"]), "train", run=True)
     spec = MODELS[cfg["model"]]
     encoding = build_encoding(tp.encoding, tp, cfg.get("encoding_options", {})) if spec.uses_encoding else None
-    dev = pick_device(device)
+    dev = pick_device(device, "--device")
     net = build_model(cfg["model"], n_items=cfg["n_items"], max_len=cfg["max_len"], train=tp,
                       options=cfg.get("options", {}), encoding=encoding)
     net.load_state_dict(ckpt["model"])

@@ -142,3 +142,22 @@ def test_refusals_are_one_line_errors(trained, tmp_path):
                           capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 1 and len(lines) == 1 and "recommend ranks items" in lines[0]
+
+
+def test_device_errors_name_the_option_the_user_set(trained, monkeypatch):
+    root, run, sessions = trained
+    from pipeline.train.setup import pick_device
+    with pytest.raises(ParamsError, match="'tpu' is not a device"):
+        recommend.load_run(run, device="tpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ParamsError, match="--device is 'cuda' but no CUDA device.*pass --device auto"):
+        recommend.load_run(run, device="cuda")
+    with pytest.raises(ParamsError, match="train.device is 'cuda' .*set train.device: auto"):
+        pick_device("cuda")
+    # a machine with one GPU: cuda:1 would only fail later, inside torch, with a traceback
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ParamsError, match=r"'cuda:1' but this machine has 1 CUDA device.*use cuda:0 to cuda:0, or "
+                                          r"set train.device: auto"):
+        pick_device("cuda:1")
+    assert pick_device("cuda:0") == torch.device("cuda:0")

@@ -112,16 +112,23 @@ def select_metric(tp: TrainParams, task) -> str:
     return name
 
 
-def pick_device(name: str):
+def pick_device(name: str, option: str = "train.device"):
+    """The torch device for `name` (auto | cpu | cuda | cuda:N); `option` is how the user set it
+    (train.device in params, --device on `seqpe recommend`), for the error's fix."""
     import torch
+    fix = "set train.device: auto" if option == "train.device" else f"pass {option} auto"
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ParamsError(f"train.device is '{name}' but no CUDA device is available", "set train.device: auto")
+        raise ParamsError(f"{option} is '{name}' but no CUDA device is available", fix)
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError:
-        raise ParamsError(f"train.device '{name}' is not a device", "use auto, cpu, cuda or cuda:N") from None
+        raise ParamsError(f"{option} '{name}' is not a device", "use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ParamsError(f"{option} is '{name}' but this machine has {torch.cuda.device_count()} CUDA device(s)",
+                          f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}, or {fix}")
+    return device
 
 
 def build_encoding(name: str, tp: TrainParams, options: dict, dim: Optional[int] = None):
