@@ -297,6 +297,11 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str) -> dict:
     if found != kind:
         raise DataError(f"{src} holds {found or 'an unknown kind of data'}, but `seqpe {stage}` reads {kind}",
                         f"pass {right}")
+    owner = manifest.get("dataset")
+    if isinstance(owner, str) and owner != dataset:
+        # the name picks the protocol, the preset's dataset variant and the label every output carries
+        raise DataError(f"{src} holds {owner}'s {kind}, but the command names '{dataset}'",
+                        f"name the dataset it holds (`seqpe {stage} {owner} {src} ...`), or pass {right}")
     return manifest
 
 

@@ -25,8 +25,10 @@ from .protocols import ProtocolResult, build_protocol
 SOURCE_JSON = "source.json"
 
 
-def read_source(dataset: str, src: Path) -> dict:
-    """The raw folder's source.json reduced to what identifies the input (no paths, no times)."""
+def read_source(dataset: str, src: Path, source_name: str | None = None) -> dict:
+    """The raw folder's source.json reduced to what identifies the input (no paths, no times).
+    `source_name`: the registry's source of `dataset`; a folder downloaded from another source is
+    refused (datasets sharing one, yoochoose and its fractions, may share a raw folder)."""
     path = Path(src) / SOURCE_JSON
     if not path.is_file() and (Path(src) / io.MANIFEST).is_file():
         raise DataError(f"{src} holds prepared data (manifest.json), but `seqpe preprocess` reads a raw folder",
@@ -35,6 +37,12 @@ def read_source(dataset: str, src: Path) -> dict:
         raise DataError(f"no {SOURCE_JSON} in {src}: the raw data of '{dataset}' has not been downloaded",
                         f"run `seqpe download {dataset}` (or `seqpe download {dataset} --from PATH`) first")
     meta = io.read_json(path)
+    if source_name is not None and isinstance(meta.get("source"), str) and meta["source"] != source_name:
+        owner = meta.get("dataset") if isinstance(meta.get("dataset"), str) else meta["source"]
+        raise DataError(f"{src} holds the raw data of '{owner}' (source {meta['source']}), not of '{dataset}' "
+                        f"(source {source_name})",
+                        f"pass data/raw/{dataset} (written by `seqpe download {dataset}`), or preprocess it as "
+                        f"`seqpe preprocess {owner} {src} ...`")
     keep = ("source", "filename", "origin", "sha256", "md5", "bytes", "files")
     return {k: meta[k] for k in keep if k in meta}
 
@@ -124,7 +132,7 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     spec = get(dataset)
     src, dst = Path(src), Path(dst)
     io.claim_dir(dst, dataset, "sessions")
-    source = read_source(dataset, src)
+    source = read_source(dataset, src, spec.source.name)
     with io.scratch_dir(dst) as scratch:  # spill files of a protocol that streams (removed afterwards)
         try:
             result = build_protocol(spec, src, params, scratch=scratch)

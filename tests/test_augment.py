@@ -19,7 +19,7 @@ def samples(root: Path, split: str) -> list[tuple]:
 
 def sessions_folder(root: Path, protocol: str, splits: dict[str, list], modes: dict[str, str]) -> Path:
     """A hand-made sessions folder (manifest + one shard per split)."""
-    manifest = {"stage": "preprocess", "dataset": "x", "protocol": protocol, "params": {}, "source": SOURCE,
+    manifest = {"stage": "preprocess", "dataset": "sample", "protocol": protocol, "params": {}, "source": SOURCE,
                 "steps": [], "n_items": 9, "max_len": 9, "augment": modes, "splits": {}, "shards": []}
     with io.atomic_dir(root) as tmp:
         for split, rows in splits.items():
@@ -147,7 +147,7 @@ def test_yoochoose_fraction_samples_are_the_canonical_slice(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
     _yoo_fraction_log(raw / "yoochoose-clicks.dat")
-    io.write_json(raw / "source.json", SOURCE)
+    io.write_json(raw / "source.json", {**SOURCE, "dataset": "yoochoose", "source": "yoochoose"})   # one raw folder, both
     p = Params(preprocess=PreprocessParams(valid_fraction=0.0))
     preprocess.run("yoochoose", raw, tmp_path / "full", p)
     preprocess.run("yoochoose_1_64", raw, tmp_path / "frac", p)

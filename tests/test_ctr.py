@@ -48,7 +48,7 @@ def raw_dir(root: Path, train: str, test: str, sub: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.csv").write_text(train)
     (folder / "test.csv").write_text(test)
-    write_json(root / "source.json", {"source": "bars", "sha256": "0" * 64})
+    write_json(root / "source.json", {"sha256": "0" * 64})    # no "source": the fixture serves both CTR datasets
     return root
 
 

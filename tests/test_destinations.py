@@ -142,6 +142,21 @@ def test_a_folder_one_level_off_names_the_prepared_one(argv, fragment, prepared,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("argv,fragment", [
+    # the dataset name picks the protocol, the preset's variant and the label every output carries:
+    # data of another dataset under it would be mislabelled (trained, reported) without a word
+    (["preprocess", "diginetica", "{raw}", "{out}"], "holds the raw data of 'sample' (source sample), not of 'diginetica'"),
+    (["augment", "diginetica", "{sessions}", "{out}"], "holds sample's sessions, but the command names 'diginetica'"),
+    (["train", "diginetica", "{samples}", "{out}", "--model", "pop"], "holds sample's samples, but the command names"),
+    (["export", "diginetica", "{out}", "--sessions", "{sessions}"], "holds sample's sessions, but the command names"),
+])
+def test_another_datasets_input_is_refused(argv, fragment, prepared, tmp_path):
+    paths = {k: str(prepared / k) for k in ("raw", "sessions", "samples")} | {"out": str(tmp_path / "out")}
+    proc = seqpe(*[a.format(**paths) for a in argv], "--quiet")
+    assert_one_line_error(proc, fragment, f"`seqpe {argv[0]} sample ")      # the fix names the dataset it holds
+    assert not (tmp_path / "out").exists()
+
+
 def test_claim_dir_unit_rules(tmp_path):
     io.claim_dir(tmp_path / "missing", "x", "samples")
     (tmp_path / "raw").mkdir()

@@ -19,7 +19,7 @@ from pipeline.protocols import build_protocol
 from pipeline.protocols import srgnn_streaming as streaming
 from test_srgnn import DIGI_ROWS, YOO_ROWS, _yoo_fraction_log, write_digi
 
-SOURCE = {"source": "test", "filename": "raw", "origin": "file", "bytes": 1, "sha256": "ab" * 32}
+SOURCE = {"filename": "raw", "origin": "file", "bytes": 1, "sha256": "ab" * 32}
 YOO_FILE = "yoochoose-clicks.dat"
 
 
