@@ -435,6 +435,10 @@ def test_fitted_model_has_no_epochs_and_runs_under_encoding_none(tmp_path):
     record = json.loads((tmp_path / "runs" / "pop-none" / "seed-1" / "run.json").read_text())
     assert record["epochs_run"] == 0 and [h["epoch"] for h in record["history"]] == [0]
     assert 0 < record["test"]["hr@5"] < 1
+    # a seed given twice trains and reports once (the --metrics means would count it twice)
+    again = stage.run("toyset", samples, tmp_path / "runs", params(model="pop", encoding="lpe"), seeds=[2, 1, 2],
+                      progress=False)
+    assert [r["seed"] for r in again] == [2, 1]
 
 
 def untrained_sasrec_and_test_split(tmp_path):

@@ -55,7 +55,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",
                           f"use one of: {', '.join(causal)}; or train.objective: prefixes")
-    seeds = list(seeds or params.study.seeds)
+    seeds = list(dict.fromkeys(seeds or params.study.seeds))    # --seed 1 --seed 1 trains and reports seed 1 once
     config = config_name(spec.name, enc_name, tag)
     run_dirs = {seed: Path(runs_dir) / config / f"seed-{seed}" for seed in seeds}
     for run_dir in run_dirs.values():
