@@ -200,7 +200,8 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
         raise DataError(f"{run_dir}/checkpoint.pt does not describe a next-item model (config: model "
                         f"{cfg.get('model')!r}, n_items {cfg.get('n_items')!r})", "re-run `seqpe train` for it")
     record = {**record, "n_items": cfg["n_items"], "max_len": cfg["max_len"]}
-    items = _vocabulary(Path(sessions_dir), cfg["n_items"], run_dir) if sessions_dir is not None else None
+    items = _vocabulary(Path(sessions_dir), cfg["n_items"], run_dir, record.get("dataset")) \
+        if sessions_dir is not None else None
     tp = from_dict(TrainParams, dict(cfg["train"]), "train", run=True)
     spec = MODELS[cfg["model"]]
     encoding = build_encoding(tp.encoding, tp, cfg.get("encoding_options", {})) if spec.uses_encoding else None
@@ -212,9 +213,13 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
     return RunModel(run_dir, net, record, dev, items)
 
 
-def _vocabulary(folder: Path, n_items: int, run_dir: Path) -> "pl.DataFrame":
-    """items.parquet of a sessions folder, checked to be the run's vocabulary (n_items, ids 1..n)."""
+def _vocabulary(folder: Path, n_items: int, run_dir: Path, dataset: Optional[str] = None) -> "pl.DataFrame":
+    """items.parquet of a sessions folder, checked to be the run's vocabulary (its dataset, n_items, ids 1..n)."""
     manifest = read_manifest(folder)
+    owner = manifest.get("dataset")
+    if isinstance(dataset, str) and isinstance(owner, str) and owner != dataset:
+        raise DataError(f"{folder} holds {owner}'s sessions, but {run_dir} was trained on {dataset}",
+                        f"pass {dataset}'s sessions folder (data/sessions/{dataset})")
     if manifest.get("n_items") != n_items:
         raise DataError(f"{folder} has n_items {manifest.get('n_items')}, but {run_dir} was trained on {n_items:,} "
                         "items: another dataset, or another preprocessing", "pass the sessions folder the run's "

@@ -132,6 +132,9 @@ def test_refusals_are_one_line_errors(trained, tmp_path):
     write_json(other / "manifest.json", {**read_json(sessions / "manifest.json"), "n_items": model.n_items + 1})
     with pytest.raises(DataError, match="has n_items .* but .* was trained on"):
         recommend.load_run(run, other)
+    write_json(other / "manifest.json", {**read_json(sessions / "manifest.json"), "dataset": "elsewhere"})
+    with pytest.raises(DataError, match="holds elsewhere's sessions, but .* was trained on"):   # same size, not its data
+        recommend.load_run(run, other)
     ctr = tmp_path / "ctr-run"                                   # a CTR run ranks no items
     ctr.mkdir()
     (ctr / "checkpoint.pt").write_bytes((run / "checkpoint.pt").read_bytes())
