@@ -106,7 +106,7 @@ def test_train_txt_is_checked_and_a_fraction_cut_is_kept(tmp_path):
     summary = formats.import_dataset("cut", src, "srgnn", tmp_path / "s", tmp_path / "a", params())
     assert summary["train samples (train+valid)"] == 4 and "less the 2 longest prefixes" in summary["train.txt"]
     assert rows(tmp_path / "s", "train")[0] == (1, [5, 6])    # cut like pipeline.protocols.srgnn
-    augment.run("diginetica", tmp_path / "s", tmp_path / "a2", params())
+    augment.run("cut", tmp_path / "s", tmp_path / "a2", params())
     assert rows(tmp_path / "a2", "train") == rows(tmp_path / "a", "train")
     formats.export_dataset(tmp_path / "s", tmp_path / "out")
     assert same_files(src, tmp_path / "out") == {n: True for n in formats.SRGNN_FILES}
@@ -275,7 +275,7 @@ def test_sasrec_tiny_exact(tmp_path):
     assert (m["protocol"], m["n_items"], m["augment"], m["max_len"]) == \
         ("leave_one_out", 9, {"train": "shifted", "valid": "last", "test": "last"}, 2)
     assert m["splits"]["train"] == {"samples": 2, "rows": 1, "sessions": 3, "clicks": 5}
-    augment.run("diginetica", s, tmp_path / "a2", params(augment={"max_len": 2}))
+    augment.run("tiny", s, tmp_path / "a2", params(augment={"max_len": 2}))
     assert [rows(tmp_path / "a2", x) for x in io.SPLITS] == [rows(a, x) for x in io.SPLITS]
 
 

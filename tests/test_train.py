@@ -45,12 +45,13 @@ def next_item_frame(n_items: int, sessions: int, start_id: int, rng: np.random.G
                         schema={"session_id": pl.Int64, "prefix": pl.List(pl.Int32), "target": pl.Int32})
 
 
-def make_samples(root: Path, n_items: int = 12, train: int = 300, held: int = 60, seed: int = 0) -> Path:
+def make_samples(root: Path, n_items: int = 12, train: int = 300, held: int = 60, seed: int = 0,
+                 dataset: str = "toyset") -> Path:
     rng = np.random.default_rng(seed)
     shards = []
     for i, (split, n) in enumerate((("train", train), ("valid", held), ("test", held))):
         shards += write_split(root, split, next_item_frame(n_items, n, 10_000 * i, rng))
-    write_json(root / "manifest.json", {"stage": "augment", "dataset": "toyset", "protocol": "srgnn",
+    write_json(root / "manifest.json", {"stage": "augment", "dataset": dataset, "protocol": "srgnn",
                                         "n_items": n_items, "shards": shards,
                                         "augment": {s: "prefixes" for s in ("train", "valid", "test")}})
     return root
@@ -320,10 +321,10 @@ PAPER = {"train": {"epochs": 1, "lr": 0.05},
 
 def test_preset_carries_model_and_encoding_options_per_dataset(tmp_path, toy_registry, monkeypatch):
     import dataclasses
-    samples = make_samples(tmp_path / "samples")        # its manifest says dataset "toyset"
     monkeypatch.setitem(MODELS, "toy", dataclasses.replace(MODELS["toy"], presets={"paper": PAPER}))
 
-    def record(dataset, p=None, **kw):
+    def record(dataset, p=None, **kw):                  # the same samples under each name (their manifest's)
+        samples = make_samples(tmp_path / "samples" / dataset, dataset=dataset)
         stage.run(dataset, samples, tmp_path / dataset, p or params(), preset="paper", progress=False, **kw)
         return json.loads((tmp_path / dataset / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
 
@@ -351,7 +352,7 @@ def test_preset_carries_model_and_encoding_options_per_dataset(tmp_path, toy_reg
 def test_cli_preset_then_set_on_an_unregistered_dataset(tmp_path, toy_registry, monkeypatch):
     import dataclasses
     from pipeline import cli
-    make_samples(tmp_path / "samples")
+    make_samples(tmp_path / "samples", dataset="yoochoose_srgnn")      # as `seqpe import yoochoose_srgnn` names them
     monkeypatch.setitem(MODELS, "toy", dataclasses.replace(MODELS["toy"], presets={"paper": PAPER}))
     monkeypatch.setattr(sys, "argv", ["seqpe", "train", "yoochoose_srgnn", str(tmp_path / "samples"),
                                       str(tmp_path / "runs"), "--model", "toy", "--encoding", "toy_lpe",
@@ -362,7 +363,7 @@ def test_cli_preset_then_set_on_an_unregistered_dataset(tmp_path, toy_registry, 
     assert e.value.code == 0
     r = json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
     assert (r["train"]["epochs"], len(r["history"]), r["train"]["dim"], r["train"]["lr"]) == (2, 2, 8, 0.03)
-    assert r["options"] == {"alpha": 0.5, "beta": 2} and r["dataset"] == "toyset"
+    assert r["options"] == {"alpha": 0.5, "beta": 2} and r["dataset"] == "yoochoose_srgnn"
 
 
 def test_cli_says_when_the_time_limit_stopped_a_run(tmp_path, toy_registry, monkeypatch, capsys):
