@@ -231,10 +231,8 @@ def export(dataset: str,
            sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to read")] = None,
            quiet: QuietOpt = False):
     """Export prepared sessions as SR-GNN pickles (train.txt, test.txt, all_train_seq.txt) or S3-Rec text."""
-    from . import formats, io
-    src = _default("sessions", dataset, sessions)
-    io.require_kind(src, "sessions", dataset, "export")
-    summary = formats.export_dataset(src, out, fmt)
+    from . import formats
+    summary = formats.export_dataset(_default("sessions", dataset, sessions), out, fmt, dataset)
     if not quiet:
         console.print(_kv_table(f"export {dataset} ({fmt})", summary))
 

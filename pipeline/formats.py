@@ -41,7 +41,8 @@ from . import unpickle
 from .augment import last_samples, prefix_samples, shifted_samples
 from .errors import DataError, unknown
 from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, deferred_interrupt, read_manifest, read_split,
-                 sha256_file, shard_entry, verify_shards, write_bytes, write_json, write_parquet, write_split)
+                 require_kind, sha256_file, shard_entry, verify_shards, write_bytes, write_json, write_parquet,
+                 write_split)
 from .params import IMPORT_FORMATS, Params, to_dict
 from .protocols.srgnn import valid_count
 
@@ -277,12 +278,15 @@ def _write(dataset: str, imp: Imported, sessions_dst: Path, samples_dst: Path, p
 
 # --------------------------------------------------------------------------- export
 
-def export_dataset(sessions_dir: str | Path, out_dir: str | Path, fmt: str = "srgnn") -> dict:
-    """Write a sessions folder as SR-GNN pickles (or S3-Rec text) into `out_dir`, atomically."""
+def export_dataset(sessions_dir: str | Path, out_dir: str | Path, fmt: str = "srgnn",
+                   dataset: str | None = None) -> dict:
+    """Write a sessions folder as SR-GNN pickles (or S3-Rec text) into `out_dir`, atomically.
+    `dataset`: the name the command gave; the folder must then be that dataset's sessions."""
     if fmt not in FORMATS:
         raise unknown("format", fmt, FORMATS)
     sessions_dir, out_dir = Path(sessions_dir), Path(out_dir)
-    manifest = read_manifest(sessions_dir)
+    manifest = read_manifest(sessions_dir) if dataset is None else require_kind(sessions_dir, "sessions", dataset,
+                                                                                 "export")
     verify_shards(sessions_dir, manifest)
     frames = {s: read_split(sessions_dir, s).select("session_id", "items") for s in SPLITS}
     modes = manifest.get("augment", {})

@@ -125,9 +125,10 @@ def pick_device(name: str, option: str = "train.device"):
         device = torch.device(name)
     except RuntimeError:
         raise ParamsError(f"{option} '{name}' is not a device", "use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ParamsError(f"{option} is '{name}' but this machine has {torch.cuda.device_count()} CUDA device(s)",
-                          f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}, or {fix}")
+    count = torch.cuda.device_count() if device.type == "cuda" else 0
+    if device.type == "cuda" and device.index is not None and device.index >= count:
+        raise ParamsError(f"{option} is '{name}' but this machine has {count} CUDA device(s)",
+                          f"use cuda:0 to cuda:{count - 1}, or {fix}")
     return device
 
 
