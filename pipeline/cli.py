@@ -178,8 +178,14 @@ def stats(dataset: str,
           root: Annotated[Optional[Path], typer.Argument(help="a sessions or samples folder")] = None,
           as_json: JsonOpt = False):
     """Show a prepared folder's manifest counts as a table."""
-    from .io import read_manifest
-    manifest = read_manifest(_default("sessions", dataset, root))
+    from .errors import DataError
+    from .io import manifest_kind, read_manifest
+    folder = _default("sessions", dataset, root)
+    manifest = read_manifest(folder)
+    owner = manifest.get("dataset")
+    if isinstance(owner, str) and owner != dataset:    # as train / augment / export refuse it
+        raise DataError(f"{folder} holds {owner}'s {manifest_kind(manifest) or 'data'}, but the command names "
+                        f"'{dataset}'", f"name the dataset it holds: `seqpe stats {owner} {folder}`")
     if as_json:
         from .tables import to_json
         keys = ("dataset", "kind", "stage", "protocol", "n_items", "max_len", "steps", "splits", "augment")

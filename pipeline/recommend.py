@@ -52,6 +52,7 @@ from .lazy import lazy
 pl = lazy("polars")
 
 _SEPARATORS = re.compile(r"[\s,^|;]+")
+_ONE_SEPARATOR = re.compile(r"\s*[,^|;]\s*|\s+")   # one comma (spaces around it allowed) or a run of spaces
 
 
 @dataclass(frozen=True)
@@ -283,8 +284,15 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
 
 
 def parse_ids(text: str) -> list[str]:
-    """`--items 12,55,9` (or spaces) -> ["12", "55", "9"]."""
-    return [t for t in _SEPARATORS.split(text.strip()) if t]
+    """`--items 12,55,9` (or spaces) -> ["12", "55", "9"]. Two separators with nothing between
+    them (`12,,9`) are a ParamsError: an item was most likely left out, and dropping the gap would
+    score a different session without a word."""
+    tokens = _ONE_SEPARATOR.split(text.strip())
+    if not text.strip() or "" in tokens:
+        where = "it is empty" if not text.strip() else "two separators have no item between them"
+        raise ParamsError(f"--items {text!r}: {where}",
+                          "list the session's items in order, one separator between each: --items 12,55,9")
+    return tokens
 
 
 def write_topk(frame: "pl.DataFrame", out: str | Path) -> Path:

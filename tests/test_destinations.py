@@ -149,10 +149,11 @@ def test_a_folder_one_level_off_names_the_prepared_one(argv, fragment, prepared,
     (["augment", "diginetica", "{sessions}", "{out}"], "holds sample's sessions, but the command names 'diginetica'"),
     (["train", "diginetica", "{samples}", "{out}", "--model", "pop"], "holds sample's samples, but the command names"),
     (["export", "diginetica", "{out}", "--sessions", "{sessions}"], "holds sample's sessions, but the command names"),
+    (["stats", "diginetica", "{samples}"], "holds sample's samples, but the command names 'diginetica'"),
 ])
 def test_another_datasets_input_is_refused(argv, fragment, prepared, tmp_path):
     paths = {k: str(prepared / k) for k in ("raw", "sessions", "samples")} | {"out": str(tmp_path / "out")}
-    proc = seqpe(*[a.format(**paths) for a in argv], "--quiet")
+    proc = seqpe(*[a.format(**paths) for a in argv], *([] if argv[0] == "stats" else ["--quiet"]))
     assert_one_line_error(proc, fragment, f"`seqpe {argv[0]} sample ")      # the fix names the dataset it holds
     assert not (tmp_path / "out").exists()
 

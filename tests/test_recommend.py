@@ -145,6 +145,12 @@ def test_refusals_are_one_line_errors(trained, tmp_path):
                           capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 1 and len(lines) == 1 and "recommend ranks items" in lines[0]
+    for typo in ("3,,9", "3,5,", " "):                            # a gap is a left-out item, not a separator
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items", typo],
+                              cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 1 and len(lines) == 1 and f"--items {typo!r}" in lines[0], proc.stderr
+    assert recommend.parse_ids(" 3 , 5;9  12") == ["3", "5", "9", "12"]
 
 
 def test_device_errors_name_the_option_the_user_set(trained, monkeypatch):
