@@ -221,6 +221,7 @@ class StudyParams:
         if not self.seeds:
             raise _bad(f"{key}.seeds", self.seeds, "a non-empty list of seeds", "use e.g. [1, 2, 3]")
         _names(f"{key}.seeds", self.seeds, set(self.seeds), "seed")
+        check_seeds(self.seeds, f"params key '{key}.seeds' lists")
         from models.encodings import ENCODINGS       # torch-free metadata
         for task in ("next_item", "ctr"):
             grid = getattr(self, task)
@@ -360,6 +361,16 @@ def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         close = did_you_mean(value, choices)
         raise _bad(key, value, f"one of {', '.join(choices)}", f"did you mean '{close}'?" if close else None)
+
+
+SEED_MAX = 2**32 - 1   # a seed names a run folder (seed-N); 0 .. 2^32 - 1 is the range every RNG library takes
+
+
+def check_seeds(seeds, where: str = "--seed") -> None:
+    """A ParamsError for a seed outside 0 .. 2^32 - 1 (`--seed -3` would train into `seed--3`)."""
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+            raise ParamsError(f"{where} {seed!r}: not a seed seqpe takes", f"use an integer in 0..{SEED_MAX}")
 
 
 def _names(key: str, values: list[str], known, kind: str) -> None:

@@ -69,6 +69,8 @@ def test_overrides_apply_and_are_checked(tmp_path):
     with pytest.raises(ParamsError, match="must be int, got 1.5") as bad_type:
         load_params(path, ["train.epochs=1.5"], strict=False)
     assert "or --set train.epochs=" in bad_type.value.fix   # the fix names both places a value comes from
+    with pytest.raises(ParamsError, match=r"'study.seeds' lists -1: not a seed"):
+        load_params(path, ["study.seeds=[1,-1]"], strict=False)
 
 
 def test_invalid_yaml_and_missing_required_file(tmp_path):

@@ -440,6 +440,11 @@ def test_fitted_model_has_no_epochs_and_runs_under_encoding_none(tmp_path):
     again = stage.run("toyset", samples, tmp_path / "runs", params(model="pop", encoding="lpe"), seeds=[2, 1, 2],
                       progress=False)
     assert [r["seed"] for r in again] == [2, 1]
+    for bad in (-3, 2**32):          # `seed--3` is no folder name; seqpe takes 0 .. 2^32 - 1
+        with pytest.raises(ParamsError, match=rf"--seed {bad}: not a seed seqpe takes"):
+            stage.run("toyset", samples, tmp_path / "bad", params(model="pop", encoding="lpe"), seeds=[1, bad],
+                      progress=False)
+    assert not (tmp_path / "bad").exists()
 
 
 def untrained_sasrec_and_test_split(tmp_path):

@@ -9,7 +9,7 @@ from typing import Optional
 from .. import presets
 from ..errors import ParamsError
 from ..io import claim_dir, require_kind
-from ..params import Params, to_dict
+from ..params import Params, check_seeds, to_dict
 from ..report import config_name
 from ..versions import versions
 from . import distributed, heap, runs, setup, threads
@@ -55,6 +55,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",
                           f"use one of: {', '.join(causal)}; or train.objective: prefixes")
+    check_seeds(seeds or [])
     seeds = list(dict.fromkeys(seeds or params.study.seeds))    # --seed 1 --seed 1 trains and reports seed 1 once
     config = config_name(spec.name, enc_name, tag)
     run_dirs = {seed: Path(runs_dir) / config / f"seed-{seed}" for seed in seeds}
