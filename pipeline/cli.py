@@ -212,7 +212,7 @@ def _print_manifest(m: dict) -> None:
 
 @app.command("import")
 def import_(dataset: str,
-            src: Annotated[Path, typer.Argument(help="folder (SR-GNN pickles) or file (SASRec text)")],
+            src: Annotated[Path, typer.Argument(help="folder (SR-GNN pickles) or file (SASRec / S3-Rec text: `user item item ...` or `user item` per line)")],
             fmt: Annotated[str, typer.Option("--format", help="srgnn | sasrec")] = "srgnn",
             sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to write")] = None,
             samples: Annotated[Optional[Path], typer.Option(help="samples folder to write")] = None,

@@ -5,8 +5,13 @@ srgnn   SR-GNN-family pickles in one folder: `all_train_seq.txt` (train sessions
         Read only through `pipeline.unpickle` (no globals, lists/tuples/ints only);
         written with pickle protocol 3, the default of the Python 3.6 that SR-GNN's
         `datasets/preprocess.py` ran on, which reproduces the published files byte for byte.
-sasrec  SASRec / S3-Rec text: one line per user, `user item item ...` in time order
-        (leave-one-out protocol, REFERENCE.md §3).
+sasrec  SASRec / S3-Rec text (leave-one-out protocol, REFERENCE.md §3), in either layout,
+        told apart by content: S3-Rec's one line per user, `user item item ...` in time order;
+        or Kang & McAuley's (SASRec's `data/*.txt`, also pmixer/SASRec.pytorch's): one
+        interaction `user item` per line, each user's lines in time order (their
+        `data_partition` appends in file order). A file whose every line is `user item` and
+        that repeats a user is the second; one that never repeats a user reads the same both
+        ways; a file that repeats a user on longer lines mixes them and is refused.
 
 `import_dataset` writes a seqpe sessions folder (so `seqpe augment` works on it) and a
 samples folder (so `seqpe train` works without `augment`), both with stage "import"
@@ -19,9 +24,10 @@ byte-identical to `seqpe augment` of the imported sessions. Decisions:
   1; exact whenever the file was written by SR-GNN's `process_seqs`), else every sample
   becomes a session prefix + [target] under augment mode "last". Either way the stored
   test samples equal test.txt, and the manifest records that test came as samples.
-- sasrec: session_id is the file's user id, rows in file order; users with fewer than 3
-  items cannot give train, valid and test and are dropped and counted (as the
-  leave-one-out protocol does; S3-Rec's files are 5-core, so none are).
+- sasrec: session_id is the file's user id, rows in file order (Kang & McAuley's layout:
+  in the order of each user's first line); users with fewer than 3 items cannot give
+  train, valid and test and are dropped and counted (as the leave-one-out protocol does;
+  S3-Rec's files are 5-core, so none are).
 
 `export_dataset` turns a sessions folder back into SR-GNN pickles (train.txt from train +
 valid = the protocol's train set) or S3-Rec text (the test rows, i.e. full sequences), built
@@ -43,7 +49,7 @@ from .errors import DataError, unknown
 from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, deferred_interrupt, read_manifest, read_split,
                  require_kind, sha256_file, shard_entry, verify_shards, write_bytes, write_json, write_parquet,
                  write_split)
-from .params import IMPORT_FORMATS, Params, to_dict
+from .params import IMPORT_FORMATS, IMPORT_NAME, Params, to_dict
 from .protocols.srgnn import valid_count
 
 FORMATS = tuple(IMPORT_FORMATS)
@@ -76,6 +82,7 @@ def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | 
     """Import `src` (SR-GNN folder or S3-Rec text file) as seqpe sessions and samples."""
     if fmt not in FORMATS:
         raise unknown("format", fmt, FORMATS)
+    check_import_name(dataset, fmt)
     src, sessions_dst, samples_dst = Path(src), Path(sessions_dst), Path(samples_dst)
     if sessions_dst.resolve() == samples_dst.resolve():
         raise DataError(f"sessions and samples would both go to {sessions_dst}",
@@ -85,6 +92,21 @@ def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | 
     imp = _import_srgnn(src, params) if fmt == "srgnn" else _import_sasrec(src, params)
     _write(dataset, imp, sessions_dst, samples_dst, params)
     return {**imp.summary, "sessions folder": str(sessions_dst), "samples folder": str(samples_dst)}
+
+
+def check_import_name(dataset: str, fmt: str) -> None:
+    """The name labels every output and names the default data/ folders, so it must be folder-safe
+    (`../x` would write data/x); a registered name may take an import only of its own protocol
+    (S3-Rec's Beauty as `beauty`; not leave-one-out files as `diginetica`, whose protocol, presets
+    and reports are srgnn's)."""
+    from .datasets import all_datasets
+    if not IMPORT_NAME.fullmatch(dataset):
+        raise DataError(f"'{dataset}' is not a usable dataset name",
+                        "use lower-case letters, digits, '_' and '-' (it names data/ folders)")
+    spec = all_datasets().get(dataset)
+    if spec is not None and spec.protocol != IMPORT_FORMATS[fmt]:
+        raise DataError(f"'{dataset}' is a registered {spec.protocol} dataset, but --format {fmt} files follow "
+                        f"the {IMPORT_FORMATS[fmt]} protocol", f"import under another name, e.g. {dataset}_{fmt}")
 
 
 def _import_srgnn(src: Path, params: Params) -> Imported:
@@ -194,7 +216,8 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     if lines and lines[-1] == "":
         lines.pop()  # the final newline
     if not lines:
-        raise DataError(f"{src} is empty", "pass a file with one line per user: user item item ...")
+        raise DataError(f"{src} is empty", "pass a file with one line per user (`user item item ...`) or one "
+                        "interaction per line (`user item`)")
     rows = (pl.DataFrame({"text": lines}).with_row_index("line", offset=1)
             .with_columns(tok=pl.col("text").str.replace_all(r"\s+", " ").str.strip_chars(" ").str.split(" ")))
     _check_lines(src, rows)
@@ -202,10 +225,16 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     users = ids.select("line", session_id=pl.col("ids").list.first(),
                        items=pl.col("ids").list.slice(1).cast(pl.List(pl.Int32)))
     dup = users.filter(pl.col("session_id").is_duplicated()).sort("session_id", "line", maintain_order=True)
-    if dup.height:
+    pairs = dup.height > 0 and bool((rows.get_column("tok").list.len() == 2).all())
+    if dup.height and not pairs:
         u, first, second = dup["session_id"][0], dup["line"][0], dup["line"][1]
-        raise DataError(f"{src} line {second}: user {u} already had line {first}",
-                        "one line per user: merge the two lines in time order")
+        raise DataError(f"{src} line {second}: user {u} already had line {first}, and not every line is one "
+                        "`user item` interaction", "use one layout: one line per user (`user item item ...`, "
+                        "S3-Rec) or one interaction per line (`user item`, SASRec's data/*.txt)")
+    if pairs:   # Kang & McAuley's layout: a user's lines in file order are the sequence
+        users = users.group_by("session_id", maintain_order=True).agg(
+            pl.col("line").first(), pl.col("items").list.first())
+        users = users.select("line", "session_id", "items")
     n_read, inter, n_items = users.height, _clicks(users), _max_id(users)
     kept = users.filter(pl.col("items").list.len() >= 3).drop("line")
     n = pl.col("items").list.len()
@@ -222,6 +251,9 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     info = {"format": "sasrec", "file": src.name, "users_dropped_below_3_items": n_read - kept.height,
              "session_ids": "the file's user ids",
              "split": "leave-one-out: train = items[:-2], valid = items[:-1], test = all items"}
+    if pairs:
+        info["layout"] = "one `user item` interaction per line (Kang & McAuley's SASRec data)"
+        summary = {"format": "sasrec", "layout": "user item per line (SASRec)", **summary}
     return Imported(
         protocol=IMPORT_FORMATS["sasrec"], sessions=sessions, samples=samples, items=_items(kept, n_items),
         n_items=n_items, augment=modes, steps=steps, source={src.name: sha256_file(src)},

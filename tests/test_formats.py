@@ -241,7 +241,7 @@ def test_real_yoochoose_1_64_export_is_byte_exact(yoo, tmp_path):
     ("Toys_and_Games", 19_412, 11_924, 167_597),
 ])
 def test_real_s3rec_import_counts_and_round_trip(tmp_path, name, users, items, interactions):
-    summary = formats.import_dataset(name, S3REC / f"{name}.txt", "sasrec", tmp_path / "s", tmp_path / "a",
+    summary = formats.import_dataset(name.lower(), S3REC / f"{name}.txt", "sasrec", tmp_path / "s", tmp_path / "a",
                                      Params())
     assert (summary["users"], summary["items"], summary["interactions"], summary["n_items (max id)"],
             summary["users dropped (< 3 items)"]) == (users, items, interactions, items, 0)
@@ -253,7 +253,15 @@ def test_real_s3rec_import_counts_and_round_trip(tmp_path, name, users, items, i
         (sum(min(n - 3, max_len) for n in lengths), users, users)
     assert sum(n - 3 for n in lengths) == interactions - 3 * users
     formats.export_dataset(tmp_path / "s", tmp_path / "out", "sasrec")
-    assert (tmp_path / "out" / f"{name}.txt").read_bytes() == (S3REC / f"{name}.txt").read_bytes()
+    assert (tmp_path / "out" / f"{name.lower()}.txt").read_bytes() == (S3REC / f"{name}.txt").read_bytes()
+    if name == "Beauty":      # the same file in Kang & McAuley's layout (one `user item` per line) imports alike
+        pairs = tmp_path / "pairs.txt"
+        pairs.write_text("".join(f"{u} {i}\n" for line in (S3REC / f"{name}.txt").read_text().splitlines()
+                                 for u, *items in [line.split()] for i in items))
+        formats.import_dataset("beauty", pairs, "sasrec", tmp_path / "s2", tmp_path / "a2", Params())
+        for split in io.SPLITS:
+            for a, b in (("s", "s2"), ("a", "a2")):
+                assert io.read_split(tmp_path / a, split).equals(io.read_split(tmp_path / b, split)), (a, split)
 
 
 def test_sasrec_tiny_exact(tmp_path):
@@ -279,8 +287,46 @@ def test_sasrec_tiny_exact(tmp_path):
     assert [rows(tmp_path / "a2", x) for x in io.SPLITS] == [rows(a, x) for x in io.SPLITS]
 
 
+def test_sasrec_one_interaction_per_line_is_kang_and_mcauleys_layout(tmp_path):
+    """SASRec's own data/*.txt (and pmixer's) hold one `user item` per line; each user's lines in
+    file order are the sequence, even when users interleave. Same sessions and samples as S3-Rec's
+    one line per user."""
+    per_user = tmp_path / "per_user.txt"
+    per_user.write_text("3 4 6 8 2\n1 5 6 7 8 9\n7 9 9\n")
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("3 4\n1 5\n3 6\n1 6\n7 9\n1 7\n3 8\n1 8\n1 9\n3 2\n7 9\n")
+    got = {}
+    for name, src in (("u", per_user), ("p", pairs)):
+        summary = formats.import_dataset("tiny", src, "sasrec", tmp_path / name / "s", tmp_path / name / "a",
+                                         params(augment={"max_len": 3}))
+        got[name] = [rows(tmp_path / name / kind, x) for kind in ("s", "a") for x in io.SPLITS], summary
+    assert got["p"][0] == got["u"][0]
+    assert rows(tmp_path / "p" / "s", "test") == [(3, [4, 6, 8, 2]), (1, [5, 6, 7, 8, 9])]   # first-line order
+    assert got["p"][1]["layout"].startswith("user item") and "layout" not in got["u"][1]
+    assert (got["p"][1]["users"], got["p"][1]["interactions"]) == (3, 11)
+    assert "interaction per line" in io.read_manifest(tmp_path / "p" / "s")["protocol_info"]["layout"]
+
+
+@pytest.mark.parametrize("name, fmt, fragment", [
+    ("../x", "sasrec", "'../x' is not a usable dataset name"),         # would write data/sessions/../x = data/x
+    ("Beauty", "sasrec", "'Beauty' is not a usable dataset name"),
+    ("diginetica", "sasrec", "'diginetica' is a registered srgnn dataset, but --format sasrec files follow the "
+                             "leave_one_out protocol. Fix: import under another name, e.g. diginetica_sasrec"),
+    ("beauty", "srgnn", "'beauty' is a registered leave_one_out dataset"),
+])
+def test_import_names_are_folder_safe_and_keep_a_registered_names_protocol(tmp_path, name, fmt, fragment):
+    src = tmp_path / "ok.txt"
+    src.write_text("1 5 6 7\n2 3 4 5\n")
+    with pytest.raises(DataError) as err:
+        formats.import_dataset(name, src, fmt, tmp_path / "s", tmp_path / "a", params())
+    assert fragment in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.txt"]
+    formats.import_dataset("beauty", src, "sasrec", tmp_path / "s", tmp_path / "a", params())   # its own protocol
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("1 2 3 4\n\n2 5 6 7\n", "line 2 is empty"),
+    ("1 2\n1 3\n2 4 5 6\n", "line 2: user 1 already had line 1, and not every line is one `user item`"),
     ("1 2 3 4\n2 5 x7 6\n", "line 2: 'x7' is not an id in 1..2147483647"),
     ("1 2 3 4\n2 5 0 6\n", "line 2: '0' is not an id"),
     ("1 2 3 4\n2 5 6.0 7\n", "line 2: '6.0' is not an id"),
