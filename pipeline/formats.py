@@ -112,7 +112,8 @@ def check_import_name(dataset: str, fmt: str) -> None:
 def _import_srgnn(src: Path, params: Params) -> Imported:
     """SR-GNN folder -> sessions (train/valid from all_train_seq, test rebuilt from test.txt)."""
     if not src.is_dir():
-        raise DataError(f"{src} is not a folder", "pass the folder that holds all_train_seq.txt and test.txt")
+        raise DataError(f"{src} {'is not a folder' if src.exists() else 'does not exist'}",
+                        "pass the folder that holds all_train_seq.txt and test.txt")
     for name in SRGNN_FILES[:2]:
         if not (src / name).is_file():
             raise DataError(f"{src} has no {name}", "an SR-GNN folder needs all_train_seq.txt and test.txt")
@@ -207,7 +208,8 @@ def _check_train_txt(src: Path, train_all: pl.DataFrame) -> tuple[pl.DataFrame, 
 def _import_sasrec(src: Path, params: Params) -> Imported:
     """S3-Rec text -> leave-one-out sessions; users with fewer than 3 items are dropped."""
     if not src.is_file():
-        raise DataError(f"{src} is not a file", "pass the S3-Rec text file, e.g. Beauty.txt")
+        raise DataError(f"{src} {'is not a file' if src.exists() else 'does not exist'}",
+                        "pass the SASRec / S3-Rec text file, e.g. Beauty.txt")
     try:
         text = src.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

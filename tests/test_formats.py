@@ -324,6 +324,18 @@ def test_import_names_are_folder_safe_and_keep_a_registered_names_protocol(tmp_p
     formats.import_dataset("beauty", src, "sasrec", tmp_path / "s", tmp_path / "a", params())   # its own protocol
 
 
+def test_a_missing_source_is_named_as_missing(tmp_path):
+    src = tmp_path / "ok.txt"
+    src.write_text("1 5 6 7\n2 3 4 5\n")
+    for f, what in (("sasrec", "does not exist"), ("srgnn", "does not exist")):
+        with pytest.raises(DataError, match=f"nope {what}"):
+            formats.import_dataset("x", tmp_path / "nope", f, tmp_path / "s", tmp_path / "a", params())
+    with pytest.raises(DataError, match="ok.txt is not a folder"):
+        formats.import_dataset("x", src, "srgnn", tmp_path / "s", tmp_path / "a", params())
+    with pytest.raises(DataError, match=f"{tmp_path.name} is not a file"):
+        formats.import_dataset("x", tmp_path, "sasrec", tmp_path / "s", tmp_path / "a", params())
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("1 2 3 4\n\n2 5 6 7\n", "line 2 is empty"),
     ("1 2\n1 3\n2 4 5 6\n", "line 2: user 1 already had line 1, and not every line is one `user item`"),
