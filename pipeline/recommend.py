@@ -51,7 +51,6 @@ from .lazy import lazy
 
 pl = lazy("polars")
 
-_SEPARATORS = re.compile(r"[\s,^|;]+")
 _ONE_SEPARATOR = re.compile(r"\s*[,^|;]\s*|\s+")   # one comma (spaces around it allowed) or a run of spaces
 
 
@@ -258,8 +257,12 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
     if "items" in df.columns:
         col = df.get_column("items")
         if col.dtype == pl.String:
-            col = pl.Series("items", [[t for t in _SEPARATORS.split(v.strip()) if t] if v else []
-                                      for v in col.to_list()], dtype=pl.List(pl.String))
+            lists = [_ONE_SEPARATOR.split(v.strip()) if v and v.strip() else [] for v in col.to_list()]
+            gap = next((i for i, tokens in enumerate(lists) if "" in tokens), None)
+            if gap is not None:                  # `12,,9`: a left-out item, as parse_ids says
+                raise DataError(f"{path} row {gap + 1}: items {printable(col[gap], 60)!r} has two separators with "
+                                "nothing between them", "list each session's items with one separator between each")
+            col = pl.Series("items", lists, dtype=pl.List(pl.String))
         elif not isinstance(col.dtype, pl.List):
             raise DataError(f"{path}: column items is {col.dtype}, not a list of item ids",
                             "write each session's items as a list (Parquet) or as ids separated by spaces (CSV)")

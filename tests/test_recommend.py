@@ -83,6 +83,12 @@ def test_batch_files_list_and_long_layouts_give_the_same_parquet(trained, tmp_pa
     assert back.get_column("session_id").to_list() == [7] * 4 + [3] * 4 + [11] * 4
     assert back.get_column("rank").to_list() == [1, 2, 3, 4] * 3
     assert a.select("session_id", "rank", "item").equals(b.select("session_id", "rank", "item"))
+    (tmp_path / "lists.csv").write_text('session_id,items\n7,"1 2 3"\n3,4\n11,"5;5, 6|7 2"\n')   # items as text
+    c = model.recommend_frame(recommend.read_sessions(tmp_path / "lists.csv"), k=4)
+    assert a.select("session_id", "rank", "item").equals(c.select("session_id", "rank", "item"))
+    (tmp_path / "gap.csv").write_text('session_id,items\n7,"1 2 3"\n3,"4,,6"\n')
+    with pytest.raises(DataError, match=r"gap.csv row 2: items '4,,6' has two separators with nothing between"):
+        recommend.read_sessions(tmp_path / "gap.csv")
     for sid, items in sessions.items():
         want = [i for i, _ in full_ranking(model, items)[:4]]
         assert back.filter(pl.col("session_id") == sid).get_column("item").to_list() == want
