@@ -30,7 +30,8 @@ error (a diverged model), as in evaluation.
 
 Batch input (`read_sessions`), Parquet or CSV, one of two layouts:
     list   a column `items` holding each session's items in order (Parquet: a list column; CSV: ids
-           separated by spaces, commas, `^`, `|` or `;`), and optionally `session_id`
+           separated by spaces, or by one of `,` `^` `|` `;` each; two separators with nothing
+           between them are an error, not skipped), and optionally `session_id`
            (default: the row number, from 0)
     long   columns `session_id`, `item_id`: one row per click, a session's clicks in file order,
            sessions in order of first appearance
@@ -51,7 +52,7 @@ from .lazy import lazy
 
 pl = lazy("polars")
 
-_ONE_SEPARATOR = re.compile(r"\s*[,^|;]\s*|\s+")   # one comma (spaces around it allowed) or a run of spaces
+_ONE_SEPARATOR = re.compile(r"\s*[,^|;]\s*|\s+")   # one of , ^ | ; (spaces around it allowed), or spaces
 
 
 @dataclass(frozen=True)
