@@ -178,14 +178,10 @@ def stats(dataset: str,
           root: Annotated[Optional[Path], typer.Argument(help="a sessions or samples folder")] = None,
           as_json: JsonOpt = False):
     """Show a prepared folder's manifest counts as a table."""
-    from .errors import DataError
-    from .io import manifest_kind, read_manifest
+    from .io import read_manifest, require_dataset
     folder = _default("sessions", dataset, root)
     manifest = read_manifest(folder)
-    owner = manifest.get("dataset")
-    if isinstance(owner, str) and owner != dataset:    # as train / augment / export refuse it
-        raise DataError(f"{folder} holds {owner}'s {manifest_kind(manifest) or 'data'}, but the command names "
-                        f"'{dataset}'", f"name the dataset it holds: `seqpe stats {owner} {folder}`")
+    require_dataset(folder, manifest, dataset, f"name the dataset it holds: `seqpe stats {{owner}} {folder}`")
     if as_json:
         from .tables import to_json
         keys = ("dataset", "kind", "stage", "protocol", "n_items", "max_len", "steps", "splits", "augment")
@@ -212,7 +208,8 @@ def _print_manifest(m: dict) -> None:
 
 @app.command("import")
 def import_(dataset: str,
-            src: Annotated[Path, typer.Argument(help="folder (SR-GNN pickles) or file (SASRec / S3-Rec text: `user item item ...` or `user item` per line)")],
+            src: Annotated[Path, typer.Argument(help="folder (SR-GNN pickles) or file (SASRec / S3-Rec text: "
+                                                     "`user item item ...` or `user item` per line)")],
             fmt: Annotated[str, typer.Option("--format", help="srgnn | sasrec")] = "srgnn",
             sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to write")] = None,
             samples: Annotated[Optional[Path], typer.Option(help="samples folder to write")] = None,

@@ -234,9 +234,8 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
                         "`user item` interaction", "use one layout: one line per user (`user item item ...`, "
                         "S3-Rec) or one interaction per line (`user item`, SASRec's data/*.txt)")
     if pairs:   # Kang & McAuley's layout: a user's lines in file order are the sequence
-        users = users.group_by("session_id", maintain_order=True).agg(
-            pl.col("line").first(), pl.col("items").list.first())
-        users = users.select("line", "session_id", "items")
+        users = (users.group_by("session_id", maintain_order=True)
+                 .agg(pl.col("line").first(), pl.col("items").list.first()).select("line", "session_id", "items"))
     n_read, inter, n_items = users.height, _clicks(users), _max_id(users)
     kept = users.filter(pl.col("items").list.len() >= 3).drop("line")
     n = pl.col("items").list.len()

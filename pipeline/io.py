@@ -297,12 +297,19 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str) -> dict:
     if found != kind:
         raise DataError(f"{src} holds {found or 'an unknown kind of data'}, but `seqpe {stage}` reads {kind}",
                         f"pass {right}")
+    require_dataset(src, manifest, dataset, f"name the dataset it holds (`seqpe {stage} {{owner}} {src} ...`), "
+                    f"or pass {right}")
+    return manifest
+
+
+def require_dataset(src: str | Path, manifest: dict, dataset: str, fix: str) -> None:
+    """A DataError when the prepared folder `src` (its `manifest`) holds another dataset than the one
+    the command names: the name picks the protocol, the preset's dataset variant and the label every
+    output carries. `{owner}` in `fix` becomes the dataset the folder holds."""
     owner = manifest.get("dataset")
     if isinstance(owner, str) and owner != dataset:
-        # the name picks the protocol, the preset's dataset variant and the label every output carries
-        raise DataError(f"{src} holds {owner}'s {kind}, but the command names '{dataset}'",
-                        f"name the dataset it holds (`seqpe {stage} {owner} {src} ...`), or pass {right}")
-    return manifest
+        raise DataError(f"{src} holds {owner}'s {manifest_kind(manifest) or 'data'}, but the command names "
+                        f"'{dataset}'", fix.replace("{owner}", owner))
 
 
 @contextlib.contextmanager

@@ -258,7 +258,7 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
     if "items" in df.columns:
         col = df.get_column("items")
         if col.dtype == pl.String:
-            lists = [_ONE_SEPARATOR.split(v.strip()) if v and v.strip() else [] for v in col.to_list()]
+            lists = [_item_tokens(v or "") for v in col.to_list()]
             gap = next((i for i, tokens in enumerate(lists) if "" in tokens), None)
             if gap is not None:                  # `12,,9`: a left-out item, as parse_ids says
                 raise DataError(f"{path} row {gap + 1}: items {printable(col[gap], 60)!r} has two separators with "
@@ -291,12 +291,19 @@ def parse_ids(text: str) -> list[str]:
     """`--items 12,55,9` (or spaces) -> ["12", "55", "9"]. Two separators with nothing between
     them (`12,,9`) are a ParamsError: an item was most likely left out, and dropping the gap would
     score a different session without a word."""
-    tokens = _ONE_SEPARATOR.split(text.strip())
-    if not text.strip() or "" in tokens:
-        where = "it is empty" if not text.strip() else "two separators have no item between them"
+    tokens = _item_tokens(text)
+    if not tokens or "" in tokens:
+        where = "it is empty" if not tokens else "two separators have no item between them"
         raise ParamsError(f"--items {text!r}: {where}",
                           "list the session's items in order, one separator between each: --items 12,55,9")
     return tokens
+
+
+def _item_tokens(text: str) -> list[str]:
+    """A session's items as text -> its ids ([] for blank text); an empty string among them marks two
+    separators with nothing between them, which the callers refuse."""
+    text = text.strip()
+    return _ONE_SEPARATOR.split(text) if text else []
 
 
 def write_topk(frame: "pl.DataFrame", out: str | Path) -> Path:

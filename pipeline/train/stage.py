@@ -37,8 +37,9 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     Only the samples manifest describes the data (task, n_items or the CTR schema): `dataset` need not
     be a registered name (`seqpe import diginetica_srgnn ...` then `seqpe train diginetica_srgnn`), but
     it must be the one the samples carry (io.require_kind); it picks the preset's dataset variant.
-    `overrides` are the command line's --set strings: their `train.*` keys win over the preset. `metrics_path` / `live_dir`: the configuration's DVC metrics
-    file and dvclive curves (the study grid's stages pass them)."""
+    `overrides` are the command line's --set strings: their `train.*` keys win over the preset.
+    `metrics_path` / `live_dir`: the configuration's DVC metrics file and dvclive curves (the study
+    grid's stages pass them)."""
     from models import MODELS
 
     setup.check_tag(tag)
