@@ -80,6 +80,11 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
                 raise DataError(f"{path} has no test metrics", "re-run `seqpe train` for that run")
             rec["_path"] = str(path)
             records.append(rec)
+        for path in sorted(root.rglob("checkpoint.pt")):   # a run whose record was lost is not left out quietly
+            if not (path.parent / "run.json").exists() \
+                    and not any(part.startswith(".") for part in path.relative_to(root).parts):
+                raise DataError(f"{path.parent} has a checkpoint but no run.json, so its seed cannot be reported",
+                                f"re-run `seqpe train` for that run, or remove {path.parent}")
     return records
 
 

@@ -286,3 +286,17 @@ def test_per_sample_tests_pair_the_common_seeds_only(tmp_path):
                     axis=0)
     assert sas["comparison"]["sample"]["bootstrap"]["diff"] == pytest.approx(np.mean(x["sasrec-lpe"] - x_pop))
     assert any("share no seed" in n for n in sas["comparison"]["notes"])
+
+
+def test_a_run_whose_record_was_lost_is_an_error_not_a_missing_seed(tmp_path):
+    """A seed folder with its checkpoint but no run.json (deleted by hand, a copy cut short) used to be
+    left out of the report without a word, so the row said 2 seeds where the user trained 3."""
+    for seed in (1, 2, 3):
+        write_run(tmp_path, "sasrec", "none", seed, {"hr@10": 0.5})
+        (tmp_path / "sasrec-none" / f"seed-{seed}" / "checkpoint.pt").write_bytes(b"x")
+    (tmp_path / "sasrec-none" / "seed-2" / "run.json").unlink()
+    with pytest.raises(DataError, match=r"seed-2 has a checkpoint but no run.json.*re-run `seqpe train`"):
+        report.find_runs([tmp_path])
+    hidden = tmp_path / "sasrec-none" / ".tmp-seed-2"          # a run being written is not a lost one
+    (tmp_path / "sasrec-none" / "seed-2").rename(hidden)
+    assert [r["seed"] for r in report.find_runs([tmp_path])] == [1, 3]
