@@ -301,8 +301,10 @@ def report(runs: Annotated[Optional[list[Path]], typer.Argument(help="runs folde
            samples: Annotated[Optional[Path], typer.Option(
                "--samples", help="CTR runs: the samples folder whose test labels the per-sample tests need")] = None,
            as_json: JsonOpt = False, quiet: QuietOpt = False):
-    """Aggregate runs over seeds (mean, std and 95% CI of every test metric) and test each
-    configuration against a baseline (paired t-test over seeds, Wilcoxon and bootstrap over samples)."""
+    """Aggregate runs over seeds (mean, std, 95% CI) and test each configuration against a baseline.
+
+    Every test metric of every configuration under RUNS; the tests are a paired t-test over seeds and
+    Wilcoxon and bootstrap tests over samples."""
     from . import report as stage
     rows = stage.run(runs or [Path("data") / "runs"], out, baseline=baseline, samples=samples)
     if as_json:
@@ -465,6 +467,21 @@ INTERRUPTED = {
 def _interrupted_note(argv: list[str]) -> str:
     command = next((a for a in argv if not a.startswith("-")), None)
     return INTERRUPTED.get(command, "nothing was left half-written")
+
+
+def _rewrap_help(group: typer.Typer) -> None:
+    """Give every command its docstring as help with each paragraph on one line: typer 0.29's rich help
+    prints a docstring's line breaks after the first paragraph as they are, cutting sentences in two."""
+    import inspect
+    for info in group.registered_commands:
+        if info.help is None and info.callback is not None and info.callback.__doc__:
+            paragraphs = inspect.cleandoc(info.callback.__doc__).split("\n\n")
+            info.help = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    for sub in group.registered_groups:
+        _rewrap_help(sub.typer_instance)
+
+
+_rewrap_help(app)
 
 
 class Interrupted(BaseException):

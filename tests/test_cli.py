@@ -195,3 +195,14 @@ def test_training_lines_go_to_stderr_and_tables_to_stdout(tmp_path):
     assert [line.split(":")[0] for line in err] == ["toyset sasrec-none seed 1 epoch 1", "toyset sasrec-none seed 1 "
                                                     "epoch 2", "toyset sasrec-none seed 1"]
     assert "loss" not in proc.stdout and "test metrics (×100)" in proc.stdout and "…" not in proc.stdout
+
+
+def test_command_help_keeps_sentences_whole():
+    """typer's rich help printed a docstring's line breaks after its first paragraph as they were, so
+    `seqpe import --help` cut 'Valid is carved' from the rest of its sentence."""
+    proc = seqpe("import", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "Valid is carved like `preprocess` does (preprocess.valid_fraction); `train` works on the " \
+           "samples folder" in proc.stdout
+    proc = seqpe("report", "--help")
+    assert "the tests are a paired t-test over seeds and Wilcoxon" in proc.stdout
