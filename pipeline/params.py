@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -432,13 +433,18 @@ def _coerce(value: Any, tp: Any, key: str, strict: bool = False) -> Any:
     if tp is Any:
         return value
     if tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML reads 1e-3 as a string
+            number = float(value)
+        elif isinstance(value, str):  # YAML reads 1e-3 as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            if not math.isfinite(number):   # NaN passes every `<` range check; inf is no setting either
+                raise _bad(key, value, "a finite number", _where(key, "a finite number"))
+            return number
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value

@@ -125,6 +125,7 @@ def tiny_samples(root: Path, n_items: int = 9) -> Path:
 
 @pytest.mark.parametrize("setting, fragment", [
     ("train.lr=-1", "params key 'train.lr' must be > 0, got -1.0"),
+    ("train.lr=nan", "params key 'train.lr' must be a finite number, got 'nan'"),   # was Adam's traceback
     ("train.dropout=1.5", "params key 'train.dropout' must be in [0, 1), got 1.5"),
     ("evaluate.ks=[0]", "params key 'evaluate.ks[0]' must be >= 1, got 0"),
     ("study.seeds=[]", "params key 'study.seeds' must be a non-empty list of seeds"),

@@ -59,6 +59,19 @@ def test_ints_are_accepted_for_floats_and_scientific_strings(tmp_path):
     assert p.train.lr == pytest.approx(0.001) and isinstance(p.train.dropout, float)
 
 
+@pytest.mark.parametrize("value", ["nan", ".nan", "inf", "-.inf", "'NaN'"])
+def test_a_float_setting_that_is_not_finite_is_refused(tmp_path, value):
+    """NaN passes every `<` range check, so `--set train.lr=nan` reached torch's Adam as a traceback."""
+    path = write(tmp_path, f"train:\n  lr: {value}\n")
+    with pytest.raises(ParamsError, match="'train.lr' must be a finite number"):
+        load_params(path, strict=False)
+    import yaml
+
+    from models.config import SinusoidConfig, parse_options
+    with pytest.raises(ParamsError, match="'encodings.rope.base' must be a finite number"):   # options too
+        parse_options(SinusoidConfig, "encodings", "rope", {"base": yaml.safe_load(value)})
+
+
 def test_overrides_apply_and_are_checked(tmp_path):
     path = write(tmp_path, "train:\n  epochs: 3\n")
     assert load_params(path, ["train.epochs=7", "study.seeds=[1,2]"], strict=False).study.seeds == [1, 2]
