@@ -238,6 +238,9 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
                  .agg(pl.col("line").first(), pl.col("items").list.first()).select("line", "session_id", "items"))
     n_read, inter, n_items = users.height, _clicks(users), _max_id(users)
     kept = users.filter(pl.col("items").list.len() >= 3).drop("line")
+    if kept.height == 0:   # leave-one-out needs a train, a valid and a test item per user
+        raise DataError(f"{src}: no user has 3 or more items ({n_read:,} read), so leave-one-out has "
+                        "nothing to train, validate or test on", "import the whole dataset (each kept user needs 3 items)")
     n = pl.col("items").list.len()
     sessions = {"train": kept.with_columns(pl.col("items").list.slice(0, n - 2)),
                 "valid": kept.with_columns(pl.col("items").list.slice(0, n - 1)),

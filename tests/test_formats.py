@@ -345,6 +345,8 @@ def test_a_missing_source_is_named_as_missing(tmp_path):
     ("1 2 3 4\n2\n", "line 2 has a user but no items"),
     ("1 2 3 4\n2 3 4 5\n1 5 6 7\n", "line 3: user 1 already had line 1"),
     ("", "is empty"),
+    ("1 2 3\n2 4 5\n", "no user has 3 or more items (2 read)"),     # was an import of 0 samples
+    ("1 2\n1 3\n2 4\n", "no user has 3 or more items (2 read)"),   # the same in Kang & McAuley's layout
 ])
 def test_sasrec_malformed_lines(tmp_path, text, fragment):
     src = tmp_path / "bad.txt"
