@@ -89,6 +89,27 @@ def _kv_table(title: str, rows: dict) -> Table:
 JsonOpt = Annotated[bool, typer.Option("--json", help="print machine-readable JSON (stable keys) instead of tables")]
 
 
+def _imported_on_disk(data_dir: Path) -> dict[str, dict]:
+    """Datasets that `seqpe import` wrote under data_dir (sessions/NAME or samples/NAME whose manifest says
+    stage: import), by name: protocol, format and source file. A damaged manifest is skipped here: the
+    listing is for looking, and `seqpe stats` names what is wrong with one."""
+    import json
+    found: dict[str, dict] = {}
+    for kind in ("sessions", "samples"):
+        for path in sorted((data_dir / kind).glob("*/manifest.json")):
+            try:
+                m = json.loads(path.read_text(encoding="utf-8"))
+                info = m.get("protocol_info") or {}
+                if m.get("stage") != "import" or m.get("dataset") != path.parent.name:
+                    continue
+                found.setdefault(path.parent.name, {"protocol": str(m["protocol"]),
+                                                    "format": str(info.get("format", "?")),
+                                                    "source": ", ".join(sorted(map(str, m.get("source") or {})))})
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+    return found
+
+
 @app.command()
 def datasets(params: ParamsOpt = None,
              data_dir: Annotated[Path, typer.Option(help="data folder")] = Path("data"),
@@ -118,6 +139,12 @@ def datasets(params: ParamsOpt = None,
         entries.append({"dataset": name, "protocol": IMPORT_FORMATS[spec["format"]],
                         "source": f"imports: {spec['path']}", "origin": f"{spec['format']} format", "url": None,
                         "paper_size": "", "enabled": True, **on_disk(name)})
+    listed = {e["dataset"] for e in entries}
+    for name, info in sorted(_imported_on_disk(data_dir).items()):   # `seqpe import` without imports:
+        if name not in listed:
+            entries.append({"dataset": name, "protocol": info["protocol"], "source": info["source"],
+                            "origin": f"{info['format']} format, seqpe import", "url": None, "paper_size": "",
+                            "enabled": False, **on_disk(name)})
     entries.sort(key=lambda e: e["dataset"])
     if as_json:
         to_json(entries)

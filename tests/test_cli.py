@@ -207,3 +207,22 @@ def test_command_help_keeps_sentences_whole():
            "samples folder" in proc.stdout
     proc = seqpe("report", "--help")
     assert "the tests are a paired t-test over seeds and Wilcoxon" in proc.stdout
+
+
+def test_datasets_lists_what_seqpe_import_wrote(tmp_path):
+    """An imported dataset outside params' imports: was missing from `seqpe datasets` ('what is on disk
+    here'), so a user could not see the name to train it under."""
+    src = tmp_path / "mine.txt"
+    src.write_text("1 2 3 4\n2 3 4 5 6\n3 4 5 6\n")
+    proc = seqpe("import", "mine", str(src), "--format", "sasrec", "--quiet", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "data" / "samples" / "broken").mkdir()
+    (tmp_path / "data" / "samples" / "broken" / "manifest.json").write_text("{not json")   # skipped, not fatal
+    proc = seqpe("datasets", "--data-dir", str(tmp_path / "data"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    entries = {e["dataset"]: e for e in json.loads(proc.stdout)}
+    assert "broken" not in entries
+    mine = entries["mine"]
+    assert (mine["protocol"], mine["source"], mine["enabled"]) == ("leave_one_out", "mine.txt", False)
+    assert mine["sessions"] and mine["samples"] and not mine["raw"]
+    assert not entries["beauty"]["sessions"]
