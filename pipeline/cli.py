@@ -237,7 +237,8 @@ def _print_manifest(m: dict) -> None:
 def import_(dataset: str,
             src: Annotated[Path, typer.Argument(help="folder (SR-GNN pickles) or file (SASRec / S3-Rec text: "
                                                      "`user item item ...` or `user item` per line)")],
-            fmt: Annotated[str, typer.Option("--format", help="srgnn | sasrec")] = "srgnn",
+            fmt: Annotated[str, typer.Option("--format", help="auto (a folder: srgnn, a text file: sasrec) | "
+                                                              "srgnn | sasrec")] = "auto",
             sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to write")] = None,
             samples: Annotated[Optional[Path], typer.Option(help="samples folder to write")] = None,
             params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
@@ -251,7 +252,7 @@ def import_(dataset: str,
     summary = formats.import_dataset(dataset, src, fmt, _default("sessions", dataset, sessions, check=False),
                                      _default("samples", dataset, samples, check=False), _params(params, overrides))
     if not quiet:
-        console.print(_kv_table(f"import {dataset} ({fmt})", summary))
+        console.print(_kv_table(f"import {dataset} ({summary.get('format', fmt)})", summary))
 
 
 @app.command()

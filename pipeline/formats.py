@@ -43,7 +43,7 @@ from pathlib import Path
 
 import polars as pl
 
-from . import unpickle
+from . import sniff, unpickle
 from .augment import last_samples, prefix_samples, shifted_samples
 from .errors import DataError, unknown
 from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, deferred_interrupt, read_manifest, read_split,
@@ -77,11 +77,37 @@ class Imported:
 
 # --------------------------------------------------------------------------- import
 
+def detect_format(src: str | Path) -> str:
+    """What `seqpe import` without --format reads `src` as, from what it is: a folder is SR-GNN's
+    (its pickles), a text file SASRec's / S3-Rec's; anything else is an error naming what it is."""
+    src = Path(src)
+    if src.is_dir():
+        return "srgnn"
+    if not src.exists():
+        raise DataError(f"{src} does not exist", "pass the SR-GNN folder or the SASRec / S3-Rec text file")
+    _require_text_file(src)
+    return "sasrec"
+
+
+def _require_text_file(src: Path) -> None:
+    """A DataError naming what `src` is unless it is text (or empty: the reader says so)."""
+    found = sniff.describe(sniff.head(src))
+    if found == "a Python pickle":
+        raise DataError(f"{src} is a Python pickle (a file of an SR-GNN folder), not SASRec / S3-Rec text",
+                        f"import the folder that holds it with all_train_seq.txt and test.txt ({src.resolve().parent})")
+    if found not in ("text", "empty"):
+        raise DataError(f"{src} is {found}, not SASRec / S3-Rec text",
+                        "pass the `user item item ...` (or `user item`) text file, or an SR-GNN folder")
+
+
 def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | Path,
                    samples_dst: str | Path, params: Params) -> dict:
-    """Import `src` (SR-GNN folder or S3-Rec text file) as seqpe sessions and samples."""
+    """Import `src` (SR-GNN folder or S3-Rec text file) as seqpe sessions and samples; `fmt` "auto"
+    tells them apart (detect_format)."""
+    if fmt == "auto":
+        fmt = detect_format(src)
     if fmt not in FORMATS:
-        raise unknown("format", fmt, FORMATS)
+        raise unknown("format", fmt, ("auto",) + FORMATS)
     check_import_name(dataset, fmt)
     src, sessions_dst, samples_dst = Path(src), Path(sessions_dst), Path(samples_dst)
     if sessions_dst.resolve() == samples_dst.resolve():
@@ -210,6 +236,7 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     if not src.is_file():
         raise DataError(f"{src} {'is not a file' if src.exists() else 'does not exist'}",
                         "pass the SASRec / S3-Rec text file, e.g. Beauty.txt")
+    _require_text_file(src)
     try:
         text = src.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import re
 import subprocess
 import sys
 import time
@@ -133,7 +134,7 @@ def test_test_samples_not_from_whole_sessions_are_kept_exactly(tmp_path):
 
 def test_import_errors(tmp_path):
     p = params()
-    with pytest.raises(UnknownNameError, match="unknown format 'csv'. Fix: use one of: sasrec, srgnn"):
+    with pytest.raises(UnknownNameError, match="unknown format 'csv'. Fix: use one of: auto, sasrec, srgnn"):
         formats.import_dataset("x", tmp_path, "csv", tmp_path / "s", tmp_path / "a", p)
     with pytest.raises(DataError, match="has no all_train_seq.txt"):
         formats.import_dataset("x", tmp_path, "srgnn", tmp_path / "s", tmp_path / "a", p)
@@ -334,6 +335,30 @@ def test_a_missing_source_is_named_as_missing(tmp_path):
         formats.import_dataset("x", src, "srgnn", tmp_path / "s", tmp_path / "a", params())
     with pytest.raises(DataError, match=f"{tmp_path.name} is not a file"):
         formats.import_dataset("x", tmp_path, "sasrec", tmp_path / "s", tmp_path / "a", params())
+
+
+def test_without_a_format_the_source_says_what_it_is(tmp_path):
+    """`seqpe import NAME Beauty.txt` (no --format) used to read it as an SR-GNN folder and say 'not a
+    folder'. `auto` reads a folder as SR-GNN's and a text file as SASRec's, recognised by content."""
+    dump(tmp_path / "in" / "all_train_seq.txt", SEQS)
+    dump(tmp_path / "in" / "test.txt", TEST)
+    (tmp_path / "beauty.parquet").write_text("1 2 3 4\n2 3 4 5\n")        # text, whatever its name
+    assert formats.detect_format(tmp_path / "in") == "srgnn"
+    assert formats.detect_format(tmp_path / "beauty.parquet") == "sasrec"
+    auto = formats.import_dataset("t", tmp_path / "in", "auto", tmp_path / "s1", tmp_path / "a1", params())
+    given = formats.import_dataset("t", tmp_path / "in", "srgnn", tmp_path / "s2", tmp_path / "a2", params())
+    assert auto["format"] == "srgnn" and rows(tmp_path / "a1", "test") == rows(tmp_path / "a2", "test")
+    summary = formats.import_dataset("u", tmp_path / "beauty.parquet", "auto", tmp_path / "s3", tmp_path / "a3",
+                                     params())
+    assert summary["format"] == "sasrec" and summary["test samples"] == 2
+    (tmp_path / "x.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(20))
+    for src, fragment in ((tmp_path / "in" / "test.txt", "test.txt is a Python pickle (a file of an SR-GNN folder)"),
+                          (tmp_path / "x.gz", "x.gz is gzip data, not SASRec / S3-Rec text"),
+                          (tmp_path / "nope", "nope does not exist")):
+        for fmt in ("auto", "sasrec"):
+            with pytest.raises(DataError, match=re.escape(fragment)):
+                formats.import_dataset("v", src, fmt, tmp_path / "s4", tmp_path / "a4", params())
+    assert not (tmp_path / "s4").exists() and not (tmp_path / "a4").exists()
 
 
 @pytest.mark.parametrize("text, fragment", [
