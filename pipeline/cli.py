@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import SeqpeError
+from .errors import DataError, SeqpeError
 
 
 class _Commands(typer.core.TyperGroup):
@@ -207,6 +207,9 @@ def stats(dataset: str,
     """Show a prepared folder's manifest counts as a table."""
     from .io import read_manifest, require_dataset
     folder = _default("sessions", dataset, root)
+    if not folder.exists():
+        raise DataError(f"{folder} does not exist", f"run `seqpe preprocess {dataset}` (sessions) or `seqpe augment "
+                        f"{dataset}` (samples) first, or pass a sessions or samples folder")
     manifest = read_manifest(folder)
     require_dataset(folder, manifest, dataset, f"name the dataset it holds: `seqpe stats {{owner}} {folder}`")
     if as_json:

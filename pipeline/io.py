@@ -284,6 +284,10 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str) -> dict:
     missing manifest or a folder of another kind is a DataError naming the folder to pass."""
     src = Path(src)
     right = f"data/{kind}/{dataset} (written by `seqpe {_MAKER[kind]} {dataset}`)"
+    if not src.exists():
+        made = f"run `seqpe {_MAKER[kind]} {dataset}` first (or `seqpe import`, or `dvc repro`)"
+        raise DataError(f"{kind} folder {src} does not exist",
+                        made if src == Path("data") / kind / dataset else f"{made}, or pass {right}")
     if not (src / MANIFEST).is_file():
         found, _ = _owner(src) if src.is_dir() else (None, None)
         if found is None and src.is_dir() and any(src.glob("*/seed-*/run.json")):

@@ -226,3 +226,17 @@ def test_datasets_lists_what_seqpe_import_wrote(tmp_path):
     assert (mine["protocol"], mine["source"], mine["enabled"]) == ("leave_one_out", "mine.txt", False)
     assert mine["sessions"] and mine["samples"] and not mine["raw"]
     assert not entries["beauty"]["sessions"]
+
+
+def test_a_missing_prepared_folder_is_named_as_missing(tmp_path):
+    """`seqpe train beauty` before any data said 'no manifest.json in data/samples/beauty: it is not a
+    samples folder seqpe prepared ... or pass data/samples/beauty': the very path it had tried."""
+    proc = seqpe("train", "sample", "--params", str(ROOT / "params.yaml"), cwd=tmp_path)
+    assert_one_line_error(proc, "samples folder data/samples/sample does not exist",
+                          "Fix: run `seqpe augment sample` first (or `seqpe import`, or `dvc repro`)")
+    assert "or pass" not in proc.stderr
+    proc = seqpe("augment", "sample", str(tmp_path / "nope"), str(tmp_path / "out"), cwd=tmp_path)
+    assert_one_line_error(proc, "sessions folder", "nope does not exist", "or pass data/sessions/sample")
+    proc = seqpe("stats", "sample", cwd=tmp_path)
+    assert_one_line_error(proc, "data/sessions/sample does not exist", "`seqpe augment sample` (samples)")
+    assert not (tmp_path / "data").exists() and not (tmp_path / "out").exists()
