@@ -82,6 +82,11 @@ def detect_format(src: str | Path) -> str:
     (its pickles), a text file SASRec's / S3-Rec's; anything else is an error naming what it is."""
     src = Path(src)
     if src.is_dir():
+        texts = [] if (src / "all_train_seq.txt").exists() else \
+            [f for f in sorted(src.iterdir()) if f.is_file() and sniff.describe(sniff.head(f, 4096)) == "text"]
+        if texts:   # e.g. S3-Rec's data/ folder, passed where its Beauty.txt was meant
+            raise DataError(f"{src} is a folder without SR-GNN's all_train_seq.txt, but it holds text files",
+                            f"pass the SASRec / S3-Rec text file itself, e.g. {texts[0]}")
         return "srgnn"
     if not src.exists():
         raise DataError(f"{src} does not exist", "pass the SR-GNN folder or the SASRec / S3-Rec text file")

@@ -351,6 +351,12 @@ def test_without_a_format_the_source_says_what_it_is(tmp_path):
     summary = formats.import_dataset("u", tmp_path / "beauty.parquet", "auto", tmp_path / "s3", tmp_path / "a3",
                                      params())
     assert summary["format"] == "sasrec" and summary["test samples"] == 2
+    (tmp_path / "s3rec").mkdir()
+    (tmp_path / "s3rec" / "Beauty.txt").write_text("1 2 3 4\n")                  # S3-Rec's data/ folder
+    with pytest.raises(DataError, match=r"s3rec is a folder without SR-GNN's all_train_seq.txt.*e\.g\. .*Beauty.txt"):
+        formats.detect_format(tmp_path / "s3rec")
+    (tmp_path / "empty").mkdir()
+    assert formats.detect_format(tmp_path / "empty") == "srgnn"    # whose reader names the missing files
     (tmp_path / "x.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(20))
     for src, fragment in ((tmp_path / "in" / "test.txt", "test.txt is a Python pickle (a file of an SR-GNN folder)"),
                           (tmp_path / "x.gz", "x.gz is gzip data, not SASRec / S3-Rec text"),
