@@ -82,7 +82,7 @@ def detect_format(src: str | Path) -> str:
     (its pickles), a text file SASRec's / S3-Rec's; anything else is an error naming what it is."""
     src = Path(src)
     if src.is_dir():
-        texts = [] if (src / "all_train_seq.txt").exists() else \
+        texts = [] if any((src / f).exists() for f in ("all_train_seq.txt", "train.txt", "test.txt")) else \
             [f for f in sorted(src.iterdir()) if f.is_file() and sniff.describe(sniff.head(f, 4096)) == "text"]
         if texts:   # e.g. S3-Rec's data/ folder, passed where its Beauty.txt was meant
             raise DataError(f"{src} is a folder without SR-GNN's all_train_seq.txt, but it holds text files",
