@@ -47,8 +47,8 @@ from . import sniff, unpickle
 from .augment import last_samples, prefix_samples, shifted_samples
 from .errors import DataError, unknown
 from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, deferred_interrupt, read_manifest, read_split,
-                 require_kind, sha256_file, shard_entry, verify_shards, write_bytes, write_json, write_parquet,
-                 write_split)
+                 refuse_nested, require_kind, sha256_file, shard_entry, verify_shards, write_bytes, write_json,
+                 write_parquet, write_split)
 from .params import IMPORT_FORMATS, IMPORT_NAME, Params, to_dict
 from .protocols.srgnn import valid_count
 
@@ -362,6 +362,7 @@ def export_dataset(sessions_dir: str | Path, out_dir: str | Path, fmt: str = "sr
         files, summary = _export_srgnn(sessions_dir, frames, modes, manifest)
     else:
         files, summary = _export_sasrec(sessions_dir, frames, modes, manifest)
+    refuse_nested(out_dir, "export", "e.g. a new folder next to data/")
     if out_dir.exists() and (not out_dir.is_dir() or set(p.name for p in out_dir.iterdir()) - set(files)):
         raise DataError(f"{out_dir} already holds other files", _NO_CLOBBER)
     with atomic_dir(out_dir) as tmp:

@@ -250,6 +250,26 @@ def _owner(folder: Path) -> tuple[Optional[str], Optional[str]]:
     return None, None
 
 
+def refuse_nested(dst: str | Path, what: str, instead: str, *, itself: bool = False) -> None:
+    """A DataError when `dst` lies inside a folder another seqpe stage wrote (raw data, sessions, samples,
+    a run, a report): each is replaced whole when its stage runs again, or by `dvc repro` and `dvc
+    checkout`, which would delete `what` with it; a samples folder is also a DVC output whose hash it
+    would change. `seqpe train data/samples/X data/samples/X` used to write its runs there. `instead`:
+    the kind of folder to pass (the fix); `itself`: `dst` may not be such a folder either (a runs folder,
+    whose seed folders go inside it)."""
+    dst = Path(dst)
+    for parent in ([dst.absolute()] if itself else []) + list(dst.absolute().parents):
+        owner_kind, owner_dataset = _owner(parent)
+        if owner_kind is not None and owner_dataset is not None:
+            where = f"{dst}" if parent == dst.absolute() else f"{dst} is inside {parent}, which"
+            raise DataError(f"{where} holds {owner_dataset}'s {_WHAT[owner_kind]}: "
+                            f"`seqpe {_MAKER[owner_kind]}` replaces that folder whole, and the {what} with it",
+                            f"pass a folder outside it ({instead})")
+
+
+_PLURAL = {"raw": "raw", "sessions": "sessions", "samples": "samples", "run": "runs", "report": "reports"}
+
+
 def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tuple[str, ...] = ()) -> None:
     """Refuse to replace `dst` unless seqpe wrote it: a stage replaces only a folder that is missing,
     empty, or holds its own `kind` output for `dataset` (source.json for raw, a manifest of that
@@ -258,6 +278,7 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
     that do not count (e.g. a resumable `.FILE.part` in a raw folder)."""
     assert kind in KINDS, kind
     dst = Path(dst)
+    refuse_nested(dst, f"{kind} output", f"e.g. data/{_PLURAL[kind]}/{dataset or 'DATASET'}")
     if not dst.exists() and not dst.is_symlink():
         return
     if not dst.is_dir():

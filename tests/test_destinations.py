@@ -173,6 +173,25 @@ def test_claim_dir_unit_rules(tmp_path):
         io.claim_dir(run, "x", "samples")
 
 
+@pytest.mark.parametrize("argv, fragment", [
+    (["train", "sample", "{p}/samples", "{p}/samples", "--seed", "1"],
+     "samples holds sample's samples (manifest.json): `seqpe augment` replaces that folder whole, and the runs"),
+    (["train", "sample", "{p}/samples", "{p}/samples/runs", "--seed", "1"],
+     "samples/runs is inside {p}/samples, which holds sample's samples"),
+    (["preprocess", "sample", "{p}/raw", "{p}/raw/sessions"],
+     "raw/sessions is inside {p}/raw, which holds sample's raw data (source.json): `seqpe download`"),
+    (["augment", "sample", "{p}/sessions", "{p}/sessions/samples"], "sessions/samples is inside {p}/sessions"),
+    (["export", "sample", "{p}/sessions/srgnn", "--sessions", "{p}/sessions"], "sessions/srgnn is inside"),
+])
+def test_an_output_inside_another_stages_folder_is_refused(argv, fragment, prepared):
+    """`seqpe train mine data/samples/mine data/samples/mine` wrote its runs into the samples folder (a
+    DVC output): the next `seqpe augment` or `dvc checkout` replaced that folder, runs and all."""
+    before = {p: p.stat().st_mtime_ns for p in prepared.rglob("*")}
+    proc = seqpe(*[a.replace("{p}", str(prepared)) for a in argv], "--quiet")
+    assert_one_line_error(proc, fragment.replace("{p}", str(prepared)), "Fix: pass a folder outside it")
+    assert {p: p.stat().st_mtime_ns for p in prepared.rglob("*")} == before   # nothing written, nothing touched
+
+
 # --------------------------------------------------------------------------- leftovers of killed runs
 
 KILL_INSIDE = """

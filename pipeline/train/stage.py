@@ -8,7 +8,7 @@ from typing import Optional
 
 from .. import presets
 from ..errors import ParamsError
-from ..io import claim_dir, require_kind
+from ..io import claim_dir, refuse_nested, require_kind
 from ..params import Params, check_seeds, to_dict
 from ..report import config_name
 from ..versions import versions
@@ -59,6 +59,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     check_seeds(seeds or [])
     seeds = list(dict.fromkeys(seeds or params.study.seeds))    # --seed 1 --seed 1 trains and reports seed 1 once
     config = config_name(spec.name, enc_name, tag)
+    refuse_nested(runs_dir, "runs", f"e.g. data/runs/{dataset}", itself=True)
     run_dirs = {seed: Path(runs_dir) / config / f"seed-{seed}" for seed in seeds}
     for run_dir in run_dirs.values():
         claim_dir(run_dir, None, "run")
