@@ -382,6 +382,11 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
                           "e.g. seqpe recommend RUN --items 12,55,9 -k 10")
     if input_file is not None and out is None:
         raise ParamsError("--input needs --out FILE.parquet for the top-K lists", "add --out topk.parquet")
+    if items is not None and out is not None:
+        raise ParamsError("--out is for --input (many sessions); --items prints its one list",
+                          "drop --out, or put the session in a file and pass it with --input")
+    if out is not None:
+        rec.check_out(out)                    # before the model is loaded and every session scored
     record = rec.read_json(run / "run.json") if (run / "run.json").is_file() else {}
     if sessions is None and record.get("dataset"):
         default = Path("data") / "sessions" / str(record["dataset"])

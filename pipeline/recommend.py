@@ -47,7 +47,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .errors import DataError, NonFiniteScores, ParamsError, printable
-from .io import read_json, read_manifest, write_parquet
+from .io import read_json, read_manifest, refuse_nested, write_parquet
 from .lazy import lazy
 
 pl = lazy("polars")
@@ -101,7 +101,8 @@ class RunModel:
         """The top `k` items of each session (internal ids), batched on the run's device."""
         import torch
         if not 1 <= k <= self.n_items:
-            raise ParamsError(f"-k {k} is outside 1..{self.n_items} (the run's n_items)", "pass e.g. -k 10")
+            raise ParamsError(f"-k {k} is outside 1..{self.n_items} (the run's n_items)",
+                              f"pass e.g. -k {min(10, self.n_items)}")
         if batch_size < 1:
             raise ParamsError(f"batch size {batch_size} is not positive", "pass e.g. --batch-size 512")
         exclude = self.exclude_seen if exclude_seen is None else exclude_seen
@@ -306,9 +307,19 @@ def _item_tokens(text: str) -> list[str]:
     return _ONE_SEPARATOR.split(text) if text else []
 
 
-def write_topk(frame: "pl.DataFrame", out: str | Path) -> Path:
+def check_out(out: str | Path) -> Path:
+    """The top-K file `out`, checked before any scoring: a .parquet path that is not a folder and not
+    inside a folder another seqpe stage replaces whole (io.refuse_nested)."""
     out = Path(out)
     if out.suffix.lower() != ".parquet":
         raise ParamsError(f"output file '{out}' must end in .parquet", "pass e.g. --out topk.parquet")
+    if out.is_dir():
+        raise DataError(f"{out} is a folder", "pass a file path, e.g. --out topk.parquet")
+    refuse_nested(out, "top-K file", "e.g. --out topk.parquet")
+    return out
+
+
+def write_topk(frame: "pl.DataFrame", out: str | Path) -> Path:
+    out = check_out(out)
     write_parquet(out, frame)
     return out

@@ -159,6 +159,29 @@ def test_refusals_are_one_line_errors(trained, tmp_path):
     assert recommend.parse_ids(" 3 , 5;9  12") == ["3", "5", "9", "12"]
 
 
+def test_the_output_file_is_checked_before_any_scoring(trained, tmp_path):
+    """A wrong --out was found only after every session was scored (`.csv`), or was written into the
+    samples folder (a DVC output replaced whole by the next augment); --out beside --items was ignored."""
+    root, run, _ = trained
+    src = tmp_path / "in.csv"
+    src.write_text("session_id,items\n1,1 2\n")
+    (tmp_path / "d.parquet").mkdir()
+    cases = ((["--input", str(src), "--out", str(root / "samples" / "top.parquet")],
+              "top.parquet is inside", "which holds sample's samples"),
+             (["--input", str(src), "--out", str(tmp_path / "top.csv")], "must end in .parquet"),
+             (["--input", str(src), "--out", str(tmp_path / "d.parquet")], "d.parquet is a folder"),
+             (["--items", "1,2", "--out", str(tmp_path / "top.parquet")], "--out is for --input"),
+             (["--input", str(src), "--out", str(tmp_path / "top.parquet"), "-k", "100000"],
+              "-k 100000 is outside", "Fix: pass e.g. -k 10"))
+    for args, *fragments in cases:
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), *args], cwd=ROOT,
+                              capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+        assert all(f in lines[0] for f in fragments), lines[0]
+    assert not (root / "samples" / "top.parquet").exists() and not (tmp_path / "top.parquet").exists()
+
+
 def test_device_errors_name_the_option_the_user_set(trained, monkeypatch):
     root, run, sessions = trained
     from pipeline.train.setup import pick_device
