@@ -28,7 +28,7 @@ from scipy import stats
 
 from . import significance
 from .errors import DataError, ParamsError, unknown
-from .io import read_json, write_bytes
+from .io import read_json, refuse_nested, write_bytes
 
 _FAMILY = {"hr": 0, "recall": 0, "mrr": 1, "ndcg": 2, "auc": 3, "gauc": 4, "logloss": 5}
 
@@ -416,14 +416,19 @@ def to_json(rows: list[dict]) -> list[dict]:
     return out
 
 
-def write_report(rows: list[dict], out: str | Path) -> Path:
+def check_out(out: str | Path) -> Path:
+    """The report file `out`, checked before any work: .md or .csv, not inside a folder another seqpe
+    stage replaces whole (io.refuse_nested)."""
     out = Path(out)
-    if out.suffix.lower() == ".md":
-        text = to_markdown(rows)
-    elif out.suffix.lower() == ".csv":
-        text = to_csv(rows)
-    else:
+    if out.suffix.lower() not in (".md", ".csv"):
         raise ParamsError(f"report file '{out}' must end in .md or .csv", "pass --out report.md or --out report.csv")
+    refuse_nested(out, "report file", "e.g. --out report.md")
+    return out
+
+
+def write_report(rows: list[dict], out: str | Path) -> Path:
+    out = check_out(out)
+    text = to_markdown(rows) if out.suffix.lower() == ".md" else to_csv(rows)
     write_bytes(out, text.encode("utf-8"))
     return out
 
@@ -433,8 +438,8 @@ def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Opt
     """Aggregate every run under `roots`, compare each configuration with `baseline` (default: each
     dataset's first), write `out` (.md or .csv) when given; return the rows. `samples`: the samples
     folder of a CTR dataset, whose test labels the per-sample CTR tests need."""
-    if out is not None and Path(out).suffix.lower() not in (".md", ".csv"):
-        write_report([], out)   # raises the suffix error before any work
+    if out is not None:
+        check_out(out)
     records = find_runs(roots)
     if not records:
         raise DataError(f"no run.json under {', '.join(str(r) for r in roots)}", "run `seqpe train DATASET` first")

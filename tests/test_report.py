@@ -86,6 +86,11 @@ def test_errors(tmp_path):
         report.run([tmp_path])
     with pytest.raises(DataError, match="does not exist"):
         report.run([tmp_path / "nope"])
+    samples = tmp_path / "samples"                     # a report file in a samples folder, checked before any work
+    samples.mkdir()
+    (samples / "manifest.json").write_text('{"dataset": "toyset", "kind": "samples"}')
+    with pytest.raises(DataError, match="r.md is inside .*samples, which holds toyset's samples"):
+        report.run([tmp_path / "nope"], samples / "r.md")
 
 
 def test_cli_report_writes_markdown(tmp_path):
