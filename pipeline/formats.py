@@ -353,6 +353,7 @@ def export_dataset(sessions_dir: str | Path, out_dir: str | Path, fmt: str = "sr
     if fmt not in FORMATS:
         raise unknown("format", fmt, FORMATS)
     sessions_dir, out_dir = Path(sessions_dir), Path(out_dir)
+    refuse_nested(out_dir, "export", "e.g. a new folder next to data/")
     manifest = read_manifest(sessions_dir) if dataset is None else require_kind(sessions_dir, "sessions", dataset,
                                                                                  "export")
     verify_shards(sessions_dir, manifest)
@@ -362,7 +363,6 @@ def export_dataset(sessions_dir: str | Path, out_dir: str | Path, fmt: str = "sr
         files, summary = _export_srgnn(sessions_dir, frames, modes, manifest)
     else:
         files, summary = _export_sasrec(sessions_dir, frames, modes, manifest)
-    refuse_nested(out_dir, "export", "e.g. a new folder next to data/")
     if out_dir.exists() and (not out_dir.is_dir() or set(p.name for p in out_dir.iterdir()) - set(files)):
         raise DataError(f"{out_dir} already holds other files", _NO_CLOBBER)
     with atomic_dir(out_dir) as tmp:
