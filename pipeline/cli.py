@@ -93,20 +93,21 @@ def _imported_on_disk(data_dir: Path) -> dict[str, dict]:
     """Datasets that `seqpe import` wrote under data_dir (sessions/NAME or samples/NAME whose manifest says
     stage: import), by name: protocol, format and source file. A damaged manifest is skipped here: the
     listing is for looking, and `seqpe stats` names what is wrong with one."""
-    import json
+    from .io import read_json
     found: dict[str, dict] = {}
     for kind in ("sessions", "samples"):
         for path in sorted((data_dir / kind).glob("*/manifest.json")):
             try:
-                m = json.loads(path.read_text(encoding="utf-8"))
-                info = m.get("protocol_info") or {}
-                if m.get("stage") != "import" or m.get("dataset") != path.parent.name:
-                    continue
-                found.setdefault(path.parent.name, {"protocol": str(m["protocol"]),
-                                                    "format": str(info.get("format", "?")),
-                                                    "source": ", ".join(sorted(map(str, m.get("source") or {})))})
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                m = read_json(path)
+            except (DataError, OSError):
                 continue
+            if not isinstance(m, dict) or m.get("stage") != "import" or m.get("dataset") != path.parent.name:
+                continue
+            info = m.get("protocol_info") if isinstance(m.get("protocol_info"), dict) else {}
+            source = m.get("source") if isinstance(m.get("source"), dict) else {}
+            found.setdefault(path.parent.name, {"protocol": str(m.get("protocol", "?")),
+                                                "format": str(info.get("format", "?")),
+                                                "source": ", ".join(sorted(map(str, source)))})
     return found
 
 

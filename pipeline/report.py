@@ -70,9 +70,10 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
         root = Path(root)
         if not root.is_dir():
             raise DataError(f"runs folder {root} does not exist", "run `seqpe train DATASET` first or fix the path")
+        hidden = lambda p: any(part.startswith(".") for part in p.relative_to(root).parts)  # noqa: E731
         for path in sorted(root.rglob("run.json")):
             key = path.resolve()
-            if key in seen or any(part.startswith(".") for part in path.relative_to(root).parts):
+            if key in seen or hidden(path):
                 continue   # temporary folders of a run being written
             seen.add(key)
             rec = read_json(path)
@@ -81,8 +82,7 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
             rec["_path"] = str(path)
             records.append(rec)
         for path in sorted(root.rglob("checkpoint.pt")):   # a run whose record was lost is not left out quietly
-            if not (path.parent / "run.json").exists() \
-                    and not any(part.startswith(".") for part in path.relative_to(root).parts):
+            if not (path.parent / "run.json").exists() and not hidden(path):
                 raise DataError(f"{path.parent} has a checkpoint but no run.json, so its seed cannot be reported",
                                 f"re-run `seqpe train` for that run, or remove {path.parent}")
     return records
