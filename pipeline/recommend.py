@@ -180,8 +180,6 @@ def _as_id(value) -> int:
 def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, device: str = "auto") -> RunModel:
     """A seed's run folder as a ready model; `sessions_dir` (the dataset's sessions folder) is
     checked against the run's vocabulary and gives raw ids."""
-    import torch
-
     from .params import TrainParams, from_dict
     from .train.setup import build_encoding, pick_device
     run_dir = Path(run_dir)
@@ -196,8 +194,9 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
         raise DataError(f"{run_dir} is a CTR run ({record.get('model')}): it scores (user, item) pairs and ranks no "
                         "items, while recommend ranks items", "pass a next-item run (srgnn or leave-one-out data)")
     from models import MODELS, build_model
-    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
-    cfg = ckpt.get("config", {})
+    from .train.runs import load_checkpoint
+    ckpt = load_checkpoint(run_dir)
+    cfg = ckpt["config"]
     if not isinstance(cfg.get("n_items"), int) or cfg.get("model") not in MODELS:
         raise DataError(f"{run_dir}/checkpoint.pt does not describe a next-item model (config: model "
                         f"{cfg.get('model')!r}, n_items {cfg.get('n_items')!r})", "re-run `seqpe train` for it")

@@ -182,6 +182,33 @@ def test_the_output_file_is_checked_before_any_scoring(trained, tmp_path):
     assert not (root / "samples" / "top.parquet").exists() and not (tmp_path / "top.parquet").exists()
 
 
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "not seqpe's"])
+def test_a_damaged_checkpoint_is_a_one_line_error(trained, tmp_path, damage):
+    """torch's unpickler met a damaged checkpoint.pt with a KeyError / RuntimeError traceback in
+    `seqpe recommend` and `seqpe encodings inspect --run`."""
+    _, run, _ = trained
+    bad = tmp_path / "seed-1"
+    bad.mkdir()
+    (bad / "run.json").write_bytes((run / "run.json").read_bytes())
+    good = (run / "checkpoint.pt").read_bytes()
+    if damage == "garbage":
+        (bad / "checkpoint.pt").write_bytes(b"junk\n")
+    elif damage == "truncated":
+        (bad / "checkpoint.pt").write_bytes(good[: len(good) // 2])
+    else:
+        torch.save([1, 2], bad / "checkpoint.pt")
+    fragment = "is not a seqpe checkpoint" if damage == "not seqpe's" else "is not a readable torch checkpoint"
+    with pytest.raises(DataError, match=fragment):
+        recommend.load_run(bad)
+    for args in (["recommend", str(bad), "--items", "1,2"],
+                 ["encodings", "inspect", "lpe", "--lengths", "5", "--run", str(bad), "--out", str(tmp_path / "f")]):
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                              env=dict(os.environ, COLUMNS="200"))
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 1 and len(lines) == 1 and fragment in lines[0], proc.stderr
+    assert not (tmp_path / "f").exists()
+
+
 def test_device_errors_name_the_option_the_user_set(trained, monkeypatch):
     root, run, sessions = trained
     from pipeline.train.setup import pick_device

@@ -384,6 +384,17 @@ def test_missing_samples_manifest_says_run_augment(tmp_path, toy_registry):
         stage.run("toyset", tmp_path / "nothing", tmp_path / "runs", params(), progress=False)
 
 
+def test_a_damaged_samples_shard_is_named_before_training(tmp_path, toy_registry):
+    """A truncated shard reached Polars mid-load as a traceback ("The file must end with PAR1"); train now
+    checks every shard against the manifest's sha256 first, and writes no run folder."""
+    samples = make_samples(tmp_path / "samples")
+    shard = samples / "train" / "part-00000.parquet"
+    shard.write_bytes(shard.read_bytes()[:200])
+    with pytest.raises(DataError, match=r"shard .*train/part-00000.parquet is missing or does not match its manifest"):
+        stage.run("toyset", samples, tmp_path / "runs", params(), progress=False)
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("option, message", [
     ("models.posrce.anchors=false", "unknown name under models: 'posrce'. Fix: did you mean 'posrec'?"),
     ("encodings.ropee.base=100", "unknown name under encodings: 'ropee'. Fix: did you mean 'rope'?")])

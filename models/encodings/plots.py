@@ -56,11 +56,9 @@ def check_inputs(lengths: list[int], dim: int) -> None:
 
 def load_from_run(name: str, run_dir: Path):
     """The encoding of a trained run, with its learned weights; (encoding, dim, heads, max_len)."""
-    path = Path(run_dir) / "checkpoint.pt"
-    if not path.is_file():
-        raise DataError(f"no checkpoint.pt in {run_dir}", "pass a run folder written by `seqpe train`")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    cfg = ckpt.get("config", {})
+    from pipeline.train.runs import load_checkpoint
+    ckpt = load_checkpoint(run_dir)
+    cfg = ckpt["config"]
     if cfg.get("encoding") != name:
         raise DataError(f"run {run_dir} was trained with encoding '{cfg.get('encoding')}', not '{name}'",
                         f"inspect {cfg.get('encoding')} or pass another run")

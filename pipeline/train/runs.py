@@ -60,6 +60,26 @@ def done_path(fp: str) -> Path:
     return state_root() / "done" / fp
 
 
+def load_checkpoint(run_dir: Path) -> dict:
+    """A run's checkpoint.pt (tensors only: torch's weights-only unpickler), or a one-line error: a file that is
+    truncated, not torch's format, or not seqpe's {"model", "config"} record is named instead of torch's traceback."""
+    import torch
+    from ..errors import DataError
+    path = Path(run_dir) / "checkpoint.pt"
+    if not path.is_file():
+        raise DataError(f"no checkpoint.pt in {run_dir}", "pass a run folder written by `seqpe train`")
+    fix = f"re-run `seqpe train` for it (or `dvc pull` / `dvc checkout` {run_dir})"
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:     # torch raises KeyError, RuntimeError, UnpicklingError, EOFError ... by damage
+        raise DataError(f"{path} is not a readable torch checkpoint (damaged or truncated: "
+                        f"{type(exc).__name__})", fix) from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("model"), dict) \
+            or not isinstance(ckpt.get("config"), dict):
+        raise DataError(f"{path} is not a seqpe checkpoint (it needs 'model' and 'config' entries)", fix)
+    return ckpt
+
+
 def save_run(run_dir: Path, net, record: dict, timing: dict, per_sample) -> None:
     """checkpoint.pt, run.json, test_samples.parquet and timing.json, swapped into place together (atomic
     folder); a copy (hard links) goes to the state root until the configuration is finished."""

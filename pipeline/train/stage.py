@@ -8,7 +8,7 @@ from typing import Optional
 
 from .. import presets
 from ..errors import ParamsError
-from ..io import claim_dir, refuse_nested, require_kind
+from ..io import claim_dir, refuse_nested, require_kind, verify_shards
 from ..params import Params, check_seeds, to_dict
 from ..report import config_name
 from ..versions import versions
@@ -18,9 +18,11 @@ from .tasks import make_task
 
 
 def samples_manifest(dataset: str, samples_dir: Path) -> dict:
-    """The samples folder's manifest (a samples folder, or a one-line error naming the right one)."""
+    """The samples folder's manifest (a samples folder whose every shard matches its sha256, or a one-line error
+    naming the right one): a truncated or edited shard is named here, not met as Polars' traceback mid-load."""
     from ..errors import DataError
     manifest = require_kind(samples_dir, "samples", dataset, "train")
+    verify_shards(samples_dir, manifest)
     if setup.task_of(manifest) == "next_item" and (not isinstance(manifest.get("n_items"), int)
                                                     or manifest["n_items"] < 1):
         raise DataError(f"{Path(samples_dir) / 'manifest.json'} has no positive integer n_items",
