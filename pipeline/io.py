@@ -491,10 +491,12 @@ def read_split(root: str | Path, split: str) -> pl.DataFrame:
     return scan_split(root, split).collect()
 
 
-def verify_shards(root: str | Path, manifest: dict | None = None) -> None:
-    """Check every shard listed in the manifest against its sha256."""
+def verify_shards(root: str | Path, manifest: dict | None = None, only: tuple[str, ...] = ()) -> None:
+    """Check every shard listed in the manifest (or only those whose path is in `only`) against its sha256."""
     manifest = manifest or read_manifest(root)
     for entry in manifest.get("shards", []):
+        if only and entry.get("path") not in only:
+            continue
         path = Path(root) / entry["path"]
         if not path.is_file() or sha256_file(path) != entry["sha256"]:
             raise DataError(f"shard {path} is missing or does not match its manifest sha256",

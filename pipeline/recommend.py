@@ -47,7 +47,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .errors import DataError, NonFiniteScores, ParamsError, printable
-from .io import read_json, read_manifest, refuse_nested, write_parquet
+from .io import read_json, read_manifest, refuse_nested, verify_shards, write_parquet
 from .lazy import lazy
 
 pl = lazy("polars")
@@ -229,6 +229,7 @@ def _vocabulary(folder: Path, n_items: int, run_dir: Path, dataset: Optional[str
     if not path.is_file():
         raise DataError(f"{folder} has no items.parquet (raw ids): it is not a sessions folder",
                         "pass the dataset's sessions folder (data/sessions/DATASET)")
+    verify_shards(folder, manifest, only=("items.parquet",))
     items = pl.read_parquet(path, columns=["item_id", "raw_id"]).with_columns(pl.col("raw_id").cast(pl.String))
     ids = items.get_column("item_id")
     if items.height != n_items or ids.n_unique() != n_items or ids.min() != 1 or ids.max() != n_items:

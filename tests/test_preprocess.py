@@ -17,8 +17,11 @@ SOURCE = {"dataset": "diginetica", "source": "diginetica", "url": None, "origin"
 
 
 def raw_folder(root: Path, rows: str = DIGI_ROWS) -> Path:
+    """A raw folder as `seqpe download` leaves it: source.json records the file's size and sha256."""
     write_digi(root, rows=rows)
-    io.write_json(root / "source.json", SOURCE)
+    csv = root / "train-item-views.csv"
+    io.write_json(root / "source.json", {**SOURCE, "files": {csv.name: {"bytes": csv.stat().st_size,
+                                                                        "sha256": io.sha256_file(csv)}}})
     return root
 
 
@@ -27,7 +30,8 @@ def params(**kw) -> Params:
 
 
 def test_writes_shards_items_and_manifest(tmp_path):
-    m = preprocess.run("diginetica", raw_folder(tmp_path / "raw"), tmp_path / "out", params())
+    raw = raw_folder(tmp_path / "raw")
+    m = preprocess.run("diginetica", raw, tmp_path / "out", params())
     out = tmp_path / "out"
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
         "items.parquet", "manifest.json", "test/part-00000.parquet", "train/part-00000.parquet",
@@ -37,7 +41,8 @@ def test_writes_shards_items_and_manifest(tmp_path):
     assert m["n_items"] == 4 and m["max_len"] == 3
     assert m["splits"] == {"train": {"sessions": 3, "clicks": 8}, "valid": {"sessions": 2, "clicks": 6},
                            "test": {"sessions": 1, "clicks": 2}}
-    assert m["source"] == {k: SOURCE[k] for k in ("source", "filename", "origin", "sha256", "md5", "bytes", "files")}
+    source = io.read_json(raw / "source.json")
+    assert m["source"] == {k: source[k] for k in ("source", "filename", "origin", "sha256", "md5", "bytes", "files")}
     assert m["augment"] == {"train": "prefixes", "valid": "prefixes", "test": "prefixes"}
     assert m["params"]["preprocess"]["valid_fraction"] == 0.4 and m["params"]["options"]["split_days"] == 7
     assert [s["step"] for s in m["steps"]][0] == "read" and len(m["steps"]) == 9
@@ -64,6 +69,20 @@ def test_shards_split_at_rows_per_shard(tmp_path):
     assert [(e["path"], e["rows"]) for e in m["shards"]] == [
         ("train/part-00000.parquet", 2), ("train/part-00001.parquet", 1), ("valid/part-00000.parquet", 2),
         ("test/part-00000.parquet", 1), ("items.parquet", 4)]
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ("cut", r"has \d+ bytes, but source.json records \d+"), ("edit", "does not match the sha256 source.json records")])
+def test_a_raw_file_changed_since_download_is_refused(tmp_path, change, fragment):
+    """A raw file cut at a line boundary parsed cleanly and was preprocessed (fewer days, fewer sessions)
+    under the original's hashes, which the manifest copies as its provenance."""
+    raw = raw_folder(tmp_path / "raw")
+    csv = raw / "train-item-views.csv"
+    lines = csv.read_text().splitlines(keepends=True)
+    csv.write_text("".join(lines[:-2]) if change == "cut" else "".join(lines).replace(";10;", ";20;", 1))
+    with pytest.raises(DataError, match=fragment + r".*Fix: delete .*raw and download it again"):
+        preprocess.run("diginetica", raw, tmp_path / "out", params())
+    assert not (tmp_path / "out").exists()
 
 
 def test_missing_source_json(tmp_path):

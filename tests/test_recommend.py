@@ -209,6 +209,18 @@ def test_a_damaged_checkpoint_is_a_one_line_error(trained, tmp_path, damage):
     assert not (tmp_path / "f").exists()
 
 
+def test_a_damaged_items_file_is_named(trained, tmp_path):
+    """items.parquet (raw ids) is checked against the sessions manifest's sha256 before it is read."""
+    import shutil
+    _, run, sessions = trained
+    copy = tmp_path / "sessions"
+    shutil.copytree(sessions, copy)
+    items = copy / "items.parquet"
+    items.write_bytes(items.read_bytes()[:100])
+    with pytest.raises(DataError, match=r"shard .*items.parquet is missing or does not match its manifest sha256"):
+        recommend.load_run(run, copy)
+
+
 def test_device_errors_name_the_option_the_user_set(trained, monkeypatch):
     root, run, sessions = trained
     from pipeline.train.setup import pick_device
