@@ -243,7 +243,7 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
                         "pass the SASRec / S3-Rec text file, e.g. Beauty.txt")
     _require_text_file(src)
     try:
-        text = src.read_text(encoding="utf-8")
+        text = src.read_text(encoding="utf-8-sig")   # a byte-order mark (Windows editors) is no part of the ids
     except UnicodeDecodeError as e:
         raise DataError(f"{src} is not UTF-8 text (byte {e.start})", "pass the S3-Rec .txt file") from None
     lines = text.split("\n")
@@ -301,6 +301,12 @@ def _check_lines(src: Path, rows: pl.DataFrame) -> None:
     bad = rows.filter(pl.col("text").str.strip_chars() == "").head(1)
     if bad.height:
         raise DataError(f"{src} line {bad['line'][0]} is empty", "remove it: every line is `user item item ...`")
+    bad = rows.filter(pl.col("text").str.contains(r"\d[,;|]\d")).head(1)
+    if bad.height:           # a CSV export: "1,23" would be read as one token
+        sep = next(c for c in ",;|" if c in bad["text"][0])
+        raise DataError(f"{src} line {bad['line'][0]} separates ids by '{sep}'",
+                        "separate ids by spaces or tabs: every line is `user item item ...` (S3-Rec) or `user "
+                        "item` (SASRec)")
     bad = rows.filter(pl.col("tok").list.len() < 2).head(1)
     if bad.height:
         raise DataError(f"{src} line {bad['line'][0]} has a user but no items",
@@ -308,7 +314,10 @@ def _check_lines(src: Path, rows: pl.DataFrame) -> None:
     toks = rows.select("line", "tok").explode("tok").with_columns(v=pl.col("tok").cast(pl.Int64, strict=False))
     bad = toks.filter(pl.col("v").is_null() | (pl.col("v") < 1) | (pl.col("v") > unpickle.MAX_ID)).head(1)
     if bad.height:
-        raise DataError(f"{src} line {bad['line'][0]}: '{bad['tok'][0][:40]}' is not an id in 1..{unpickle.MAX_ID}",
+        line, tok = bad["line"][0], bad["tok"][0]
+        header = line == 1 and toks.filter(pl.col("line") == 1).get_column("v").is_null().all()
+        raise DataError(f"{src} line {line}: {tok[:40]!r} is not an id in 1..{unpickle.MAX_ID}",
+                        "remove the header line: the file holds ids only" if header else
                         "every token must be a positive integer id")
 
 

@@ -367,6 +367,19 @@ def test_without_a_format_the_source_says_what_it_is(tmp_path):
     assert not (tmp_path / "s4").exists() and not (tmp_path / "a4").exists()
 
 
+def test_sasrec_file_with_a_byte_order_mark_or_crlf_imports_the_same(tmp_path):
+    """Windows editors save UTF-8 with a BOM ('\\ufeff1' was "not an id") and CRLF line ends."""
+    text = "1 5 6 7 8 9\n2 3 4 5\n3 4 6 8\n"
+    out = {}
+    for name, data in (("plain", text.encode()), ("bom", b"\xef\xbb\xbf" + text.encode()),
+                       ("crlf", text.replace("\n", "\r\n").encode())):
+        (tmp_path / f"{name}.txt").write_bytes(data)
+        formats.import_dataset("tiny", tmp_path / f"{name}.txt", "sasrec", tmp_path / name / "s",
+                               tmp_path / name / "a", params())
+        out[name] = [rows(tmp_path / name / "a", x) for x in io.SPLITS]
+    assert out["bom"] == out["plain"] == out["crlf"] and out["plain"][2][0] == (1, [5, 6, 7, 8], 9)
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("1 2 3 4\n\n2 5 6 7\n", "line 2 is empty"),
     ("1 2\n1 3\n2 4 5 6\n", "line 2: user 1 already had line 1, and not every line is one `user item`"),
@@ -374,6 +387,10 @@ def test_without_a_format_the_source_says_what_it_is(tmp_path):
     ("1 2 3 4\n2 5 0 6\n", "line 2: '0' is not an id"),
     ("1 2 3 4\n2 5 6.0 7\n", "line 2: '6.0' is not an id"),
     ("1 2 3 4\n2\n", "line 2 has a user but no items"),
+    ("user item\n1 2\n1 3\n", "line 1: 'user' is not an id in 1..2147483647. Fix: remove the header line"),
+    ("1 2 3 4\n2 item 5\n", "'item' is not an id in 1..2147483647. Fix: every token must be"),
+    ("1,2\n1,3\n1,4\n", "line 1 separates ids by ','. Fix: separate ids by spaces or tabs"),
+    ("1 2 3 4\n2;5;6;7\n", "line 2 separates ids by ';'"),
     ("1 2 3 4\n2 3 4 5\n1 5 6 7\n", "line 3: user 1 already had line 1"),
     ("", "is empty"),
     ("1 2 3\n2 4 5\n", "no user has 3 or more items (2 read)"),     # was an import of 0 samples
