@@ -182,6 +182,12 @@ def test_claim_dir_unit_rules(tmp_path):
      "raw/sessions is inside {p}/raw, which holds sample's raw data (source.json): `seqpe download`"),
     (["augment", "sample", "{p}/sessions", "{p}/sessions/samples"], "sessions/samples is inside {p}/sessions"),
     (["export", "sample", "{p}/sessions/srgnn", "--sessions", "{p}/sessions"], "sessions/srgnn is inside"),
+    (["train", "sample", "{p}/samples", "{p}/runs", "--seed", "1", "--metrics", "{p}/samples/m.json"],
+     "samples/m.json is inside {p}/samples, which holds sample's samples (manifest.json): `seqpe augment` "
+     "replaces that folder whole, and the metrics file with it"),
+    (["train", "sample", "{p}/samples", "{p}/runs", "--seed", "1", "--live", "{p}/sessions"],
+     "sessions holds sample's sessions (manifest.json): `seqpe preprocess` replaces that folder whole, and the "
+     "curves with it"),
 ])
 def test_an_output_inside_another_stages_folder_is_refused(argv, fragment, prepared):
     """`seqpe train mine data/samples/mine data/samples/mine` wrote its runs into the samples folder (a
