@@ -507,6 +507,44 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), yaml.safe_load(raw)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml's safe loader, but a key given twice in one mapping is an error: PyYAML keeps the last and
+    drops the first without a word, so a second `train:` section appended to params.yaml silently
+    replaced the whole first one (then "missing params key 'train.batch_size'" named the wrong thing)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise _DuplicateKey(key, seen[key], key_node.start_mark.line + 1)
+            if isinstance(key, (str, int, float, bool)):
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key, first: int, again: int):
+        super().__init__(key)
+        self.key, self.first, self.again = key, first, again
+
+
+def _read_yaml(path: Path) -> Any:
+    """params.yaml as Python data; a syntax error or a repeated key is a ParamsError naming the line."""
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise ParamsError(f"{path} line {e.again}: key '{e.key}' was already given at line {e.first} (YAML keeps "
+                          "only the last)", "give each key once: merge the two") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(e, "problem", None)
+        tab = r"'\t'" in str(problem or "")       # PyYAML: "found character '\t' that cannot start any token"
+        raise ParamsError(f"{path} is not valid YAML{where}" + (f" ({problem})" if problem else ""),
+                          "indent with spaces, not tabs" if tab else "fix the syntax there") from None
+
+
 def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None = None,
                 required: bool = False, strict: bool = True) -> Params:
     """Load params.yaml plus KEY=VALUE overrides.
@@ -519,12 +557,7 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None =
     path = Path(path)
     data: dict = {}
     if path.is_file():
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark else ""
-            raise ParamsError(f"{path} is not valid YAML{where}", "fix the syntax there") from None
+        data = _read_yaml(path) or {}
         if not isinstance(data, dict):
             raise ParamsError(f"{path} must be a mapping of sections", "see the README for its layout")
     elif required:

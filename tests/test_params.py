@@ -91,6 +91,23 @@ def test_invalid_yaml_and_missing_required_file(tmp_path):
         load_params(write(tmp_path, "train: [\n"))
     with pytest.raises(ParamsError, match="not found"):
         load_params(tmp_path / "nope.yaml", required=True)
+    with pytest.raises(ParamsError, match=r"line 2 \(found character '\\t' .*Fix: indent with spaces, not tabs"):
+        load_params(write(tmp_path, "train:\n\tepochs: 3\n"))
+
+
+def test_a_key_given_twice_is_an_error_naming_both_lines(tmp_path):
+    """PyYAML keeps the last of two equal keys: a second `train:` section appended to params.yaml
+    replaced the whole first one, and the error named a key it had dropped (train.batch_size)."""
+    text = (ROOT / "params.yaml").read_text()
+    first = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith("train:"))
+    last = len(text.splitlines()) + 1
+    with pytest.raises(ParamsError, match=rf"line {last}: key 'train' was already given at line {first}.*Fix: give "
+                                          "each key once"):
+        load_params(write(tmp_path, text + "train:\n  epochs: 7\n"))
+    with pytest.raises(ParamsError, match=r"line 3: key 'lr' was already given at line 2"):
+        load_params(write(tmp_path, "train:\n  lr: 0.1\n  lr: 0.2\n"), strict=False)
+    from pipeline.params import _read_yaml         # equal keys in different mappings are no repeat
+    assert _read_yaml(write(tmp_path, "a:\n  lr: 0.1\nb:\n  lr: 0.2\n")) == {"a": {"lr": 0.1}, "b": {"lr": 0.2}}
 
 
 def test_params_are_frozen():
