@@ -64,7 +64,22 @@ def _root(ctx: typer.Context,
 
 def _params(path: Optional[Path], overrides: Optional[list[str]] = None):
     from .params import DEFAULT_PARAMS, load_params
+    if path is None and not DEFAULT_PARAMS.is_file():
+        _note_project_above()
     return load_params(path or DEFAULT_PARAMS, overrides or [], required=path is not None)
+
+
+def _note_project_above() -> None:
+    """Run from a subfolder of a seqpe project (`cd notebooks; seqpe train beauty ../data/...`), the built-in
+    defaults apply, not the project's params.yaml: say so on stderr rather than train on other settings."""
+    from rich.markup import escape
+    for parent in Path.cwd().parents:
+        if (parent / "params.yaml").is_file() and (parent / "dvc.yaml").is_file():
+            err_console.print(f"[bold yellow]note:[/] no params.yaml in this folder, so the built-in defaults apply, "
+                              f"not {escape(str(parent / 'params.yaml'))}. Run from {escape(str(parent))} or pass "
+                              f"--params {escape(str(parent / 'params.yaml'))} to use it", highlight=False,
+                              soft_wrap=True)
+            return
 
 
 def _default(kind: str, dataset: str, given: Optional[Path], check: bool = True) -> Path:

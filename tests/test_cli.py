@@ -240,3 +240,19 @@ def test_a_missing_prepared_folder_is_named_as_missing(tmp_path):
     proc = seqpe("stats", "sample", cwd=tmp_path)
     assert_one_line_error(proc, "data/sessions/sample does not exist", "`seqpe augment sample` (samples)")
     assert not (tmp_path / "data").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_subfolder_of_a_project_is_told_its_params_yaml_is_not_read(tmp_path):
+    """`cd notebooks; seqpe train beauty ../data/samples/beauty ...` trained on the built-in defaults, not the
+    project's params.yaml, without a word."""
+    project = tmp_path / "project"
+    (project / "notebooks").mkdir(parents=True)
+    (project / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    (project / "dvc.yaml").write_text("stages: {}\n")
+    (tmp_path / "elsewhere").mkdir()
+    below = seqpe("datasets", "--json", cwd=project / "notebooks")
+    assert below.returncode == 0 and below.stderr.startswith("note: no params.yaml in this folder"), below.stderr
+    assert f"--params {project / 'params.yaml'}" in below.stderr.replace("\n", "")
+    for cwd in (project, tmp_path / "elsewhere"):              # the project's root, or no project at all
+        proc = seqpe("datasets", "--json", cwd=cwd)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
