@@ -191,9 +191,9 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
         dst.parent.mkdir(parents=True, exist_ok=True)
         sweep_leftovers(dst)
         tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent))
+        old = None
         try:
             yield tmp
-            old = None
             if dst.exists():
                 old = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".old", dir=dst.parent))
                 os.rmdir(old)
@@ -205,6 +205,8 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
                 shutil.rmtree(old, ignore_errors=True)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None and old.exists() and not dst.exists():
+                os.replace(old, dst)      # the swap failed half-way (another process took dst): put it back
             raise
 
 

@@ -229,3 +229,25 @@ def test_a_live_runs_temporary_folder_is_left_alone(tmp_path):
     dead.mkdir()
     assert io.sweep_leftovers(tmp_path / "out") == 2
     assert live.is_dir() and not legacy.exists() and not dead.exists()
+
+
+def test_a_swap_that_fails_half_way_puts_the_previous_output_back(tmp_path, monkeypatch):
+    """atomic_dir moves the old folder aside, then renames the new one in; when that rename failed (a
+    second writer of the same folder got there first, a full directory table), the old output sat in a
+    `.old` folder that the next run sweeps away, and `dst` was gone."""
+    dst = tmp_path / "out"
+    dst.mkdir()
+    (dst / "manifest.json").write_text("previous")
+    real = os.replace
+
+    def replace(a, b):
+        if Path(a).name.endswith(".tmp") and Path(b) == dst:
+            raise OSError(39, "Directory not empty")
+        return real(a, b)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError):
+        with io.atomic_dir(dst) as tmp:
+            (tmp / "manifest.json").write_text("new")
+    assert (dst / "manifest.json").read_text() == "previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
