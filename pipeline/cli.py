@@ -536,6 +536,32 @@ def _rewrap_help(group: typer.Typer) -> None:
 _rewrap_help(app)
 
 
+def _plain_option_types() -> None:
+    """typer 0.29's rich help prints a Python type after every option: `--quiet <bool>` and `--help
+    <bool>` read as if the flag took a value (`--quiet true` is then a usage error), and a repeatable
+    option shows `<list[int]>`. Here a flag shows no type and a repeatable option its element's type
+    with "(repeatable)". typer has no setting for this, so its option class's formatter is wrapped; where
+    a typer release no longer has that method, its own rendering stays."""
+    from typer.core import TyperOption
+    own = getattr(TyperOption, "display_type_rich", None)
+    if own is None or getattr(own, "_seqpe", False):
+        return
+
+    def display_type_rich(self, ctx):
+        if self.metavar is None and getattr(self, "is_flag", False):
+            return None
+        shown = own(self, ctx)
+        if self.metavar is None and getattr(self, "multiple", False) and isinstance(shown, str):
+            shown = shown.replace("<list[", "<").replace("]>", ">") + " (repeatable)"
+        return shown
+
+    display_type_rich._seqpe = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_plain_option_types()
+
+
 class Interrupted(BaseException):
     """Ctrl-C, raised by main()'s SIGINT handler: typer turns a KeyboardInterrupt into a silent exit 130,
     so the CLI raises its own and prints what the interrupted command left (INTERRUPTED)."""

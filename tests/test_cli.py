@@ -209,6 +209,18 @@ def test_command_help_keeps_sentences_whole():
     assert "the tests are a paired t-test over seeds and Wilcoxon" in proc.stdout
 
 
+def test_flags_show_no_value_type_and_repeatable_options_say_so():
+    """typer printed `--quiet <bool>` and `--help <bool>`, as if the flags took a value, and `--seed
+    <list[int]>` for an option given once per seed."""
+    proc = seqpe("train", "--help")
+    assert proc.returncode == 0, proc.stderr
+    lines = {ln.split()[1]: ln for ln in proc.stdout.splitlines() if ln.startswith("│ --")}
+    assert "<bool>" not in proc.stdout and "list[" not in proc.stdout
+    assert "<" not in lines["--quiet"] and "<" not in lines["--help"]
+    assert "<int> (repeatable)" in lines["--seed"] and "<str> (repeatable)" in lines["--set"]
+    assert "<path>" in lines["--metrics"]
+
+
 def test_datasets_lists_what_seqpe_import_wrote(tmp_path):
     """An imported dataset outside params' imports: was missing from `seqpe datasets` ('what is on disk
     here'), so a user could not see the name to train it under."""
