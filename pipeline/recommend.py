@@ -160,21 +160,35 @@ class RunModel:
         for n, s in enumerate(cut):
             if not s:
                 raise DataError(f"session {n} has no item", "leave empty sessions out of the input")
-        flat = np.fromiter((int(i) for s in cut for i in s), dtype=np.int64)
-        bad = flat[(flat < 1) | (flat > self.n_items)]
-        if bad.size:
-            raise DataError(f"item id {int(bad[0])} is outside 1..{self.n_items:,}, the vocabulary of {self.run_dir}",
-                            "pass seqpe's internal ids (items.parquet item_id), or raw ids with --raw-ids")
+        flat = np.fromiter((self._item_id(i) for s in cut for i in s), dtype=np.int64)
         lengths = np.array([len(s) for s in cut], dtype=np.int32)
         return pad_left(flat.astype(np.int32), lengths, self.max_len)
 
+    def _item_id(self, value) -> int:
+        """An internal item id 1..n_items (an id past int64 was an OverflowError in NumPy)."""
+        v = _as_id(value)
+        if not 1 <= v <= self.n_items:
+            raise DataError(f"item id {printable(str(v), 40)} is outside 1..{self.n_items:,}, the vocabulary of "
+                            f"{self.run_dir}", "pass seqpe's internal ids (items.parquet item_id), or raw ids with "
+                            "--raw-ids")
+        return v
+
+
+_DIGITS = re.compile(r"\s*[+-]?[0-9]+\s*")
+
 
 def _as_id(value) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
+    """An integer id from an int, an integral float (a Parquet float column's 2.0) or ASCII digits; int() also
+    took 1.9 as 1, True as 1, '1_0' as 10 and Arabic-Indic digits, so those are errors here."""
+    integral = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        integral = True
+    elif isinstance(value, str) and _DIGITS.fullmatch(value):
+        integral = True
+    if not integral:
         raise DataError(f"item id {printable(str(value), 40)!r} is not an integer",
-                        "pass seqpe's internal ids, or raw ids with --raw-ids") from None
+                        "pass seqpe's internal ids, or raw ids with --raw-ids")
+    return int(value)
 
 
 def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, device: str = "auto") -> RunModel:

@@ -209,6 +209,27 @@ def test_a_damaged_checkpoint_is_a_one_line_error(trained, tmp_path, damage):
     assert not (tmp_path / "f").exists()
 
 
+def test_ids_that_are_not_integers_are_refused_not_truncated(trained, tmp_path):
+    """int() read a Parquet float 1.9 as item 1, True as 1, '1_0' as 10 and Arabic-Indic digits as ids, and an
+    id past int64 was NumPy's OverflowError; a float column's 2.0 stays item 2."""
+    _, run, _ = trained
+    model = recommend.load_run(run)
+    base = model.recommend([[1, 2]], k=3)
+    for bad in ([1.9, 2.7], [True, 2], ["1_0"], ["\u0663"]):
+        with pytest.raises(DataError, match="is not an integer"):
+            model.recommend([bad], k=3)
+    with pytest.raises(DataError, match=r"item id 99999999999999999999999 is outside 1\.\."):
+        model.recommend([[1, 99999999999999999999999]], k=3)
+    assert model.recommend([[1.0, 2.0]], k=3).items.tolist() == base.items.tolist()
+    pl.DataFrame({"items": [[1.9, 2.7]], "session_id": [10]}).write_parquet(tmp_path / "f.parquet")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--input",
+                           str(tmp_path / "f.parquet"), "--out", str(tmp_path / "o.parquet")], cwd=ROOT,
+                          capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1 and len(lines) == 1 and "item id '1.9' is not an integer" in lines[0], proc.stderr
+    assert not (tmp_path / "o.parquet").exists()
+
+
 def test_a_damaged_items_file_is_named(trained, tmp_path):
     """items.parquet (raw ids) is checked against the sessions manifest's sha256 before it is read."""
     import shutil
