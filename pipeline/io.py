@@ -135,6 +135,14 @@ def cleanup_new_folders(path: str | Path) -> Iterator[None]:
         raise
 
 
+def through_link(dst: str | Path) -> Path:
+    """`dst`, or where it points when it is a symbolic link (`data/sessions/X -> /mnt/big/X`): the new
+    output is swapped in at the link's target, so the link stays and the output lands where it points (the
+    swap replaced the link itself with a real folder, and left the target as it was)."""
+    dst = Path(dst)
+    return dst.resolve() if dst.is_symlink() else dst
+
+
 @contextlib.contextmanager
 def atomic_path(dst: str | Path) -> Iterator[Path]:
     """Yield a temporary file path next to `dst`; rename it onto `dst` on success.
@@ -142,7 +150,7 @@ def atomic_path(dst: str | Path) -> Iterator[Path]:
     On any exception the temporary file is removed and `dst` is left untouched. What a killed
     earlier write left next to `dst` is swept first (`sweep_leftovers`).
     """
-    dst = Path(dst)
+    dst = through_link(dst)
     with cleanup_new_folders(dst.parent):
         dst.parent.mkdir(parents=True, exist_ok=True)
         sweep_leftovers(dst)
@@ -184,7 +192,7 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
     check first that `dst` is theirs to replace (`claim_dir`): this only swaps folders.
     What a killed earlier run left next to `dst` is swept first (`sweep_leftovers`).
     """
-    dst = Path(dst)
+    dst = through_link(dst)
     if dst.exists() and not dst.is_dir():
         raise DataError(f"{dst} is a file, not a folder", "pass a folder path (a file is never replaced)")
     with cleanup_new_folders(dst.parent):

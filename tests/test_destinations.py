@@ -251,3 +251,25 @@ def test_a_swap_that_fails_half_way_puts_the_previous_output_back(tmp_path, monk
             (tmp / "manifest.json").write_text("new")
     assert (dst / "manifest.json").read_text() == "previous"
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_destination_that_is_a_link_is_written_through(prepared, tmp_path):
+    """`data/sessions/X -> /big/disk/X`: the swap replaced the link with a real folder (the output went
+    to the wrong disk, the target kept its old content, a `.old` link was left behind)."""
+    target = tmp_path / "big" / "samples"
+    target.mkdir(parents=True)
+    (tmp_path / "data").mkdir()
+    link = tmp_path / "data" / "samples"
+    link.symlink_to(target, target_is_directory=True)
+    for _ in range(2):                                       # a first write, then a replacement
+        assert seqpe("augment", "sample", str(prepared / "sessions"), str(link), "--quiet").returncode == 0
+        assert link.is_symlink() and (target / "manifest.json").is_file()
+        assert [p.name for p in (tmp_path / "data").iterdir()] == ["samples"]
+        assert sorted(p.name for p in (tmp_path / "big").iterdir()) == ["samples"]
+    with io.atomic_path(tmp_path / "data" / "f.json") as tmp:  # a file link likewise
+        tmp.write_text("1")
+    (tmp_path / "big" / "g.json").write_text("0")
+    (tmp_path / "data" / "g.json").symlink_to(tmp_path / "big" / "g.json")
+    with io.atomic_path(tmp_path / "data" / "g.json") as tmp:
+        tmp.write_text("2")
+    assert (tmp_path / "data" / "g.json").is_symlink() and (tmp_path / "big" / "g.json").read_text() == "2"
