@@ -72,7 +72,9 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
         raise DataError(f"{runs_dir} mixes protocols for one configuration",
                         "keep one dataset's runs per runs folder")
     rows.sort(key=lambda row: (order.get(row["name"], len(order)), row["name"]))
-    reference = params.study.reference or (rows[0]["name"] if rows else None)
+    # study.reference names a configuration of one grid (checked with the params); the other task's datasets
+    # compare with their own grid's first (it made evaluate fail for every dataset of the other task)
+    reference = params.study.reference if params.study.reference in names else (rows[0]["name"] if rows else None)
     labels = None
     if task == "ctr" and samples_dir is not None:
         from .significance import read_test_labels

@@ -210,8 +210,9 @@ class GridParams:
 class StudyParams:
     """The encoding study `dvc repro` runs (issue: encoding studies as tracked DVC experiments)."""
     seeds: list[int] = field(default_factory=lambda: [1, 2])   # every configuration runs with each seed
-    reference: Optional[str] = None   # configuration the report compares the others with, e.g. sasrec-none
-                                      # (null: the grid's first model with its first encoding)
+    reference: Optional[str] = None   # configuration the report compares the others with, e.g. sasrec-none, in
+                                      # the grid (next_item or ctr) that has it; the other grid, and null, use
+                                      # the grid's first model with its first encoding
     next_item: GridParams = field(default_factory=lambda: GridParams(
         datasets=["sample"], models=["sasrec"], encodings=["none", "lpe", "rope"], baselines=["pop"]))
     ctr: GridParams = field(default_factory=lambda: GridParams(
@@ -239,6 +240,15 @@ class StudyParams:
             if bool(grid.models) != bool(grid.encodings):
                 raise ParamsError(f"params key '{key}.{task}': models and encodings must both be listed or "
                                   "both be empty", f"list the encodings to run the models with in {key}.{task}")
+        if self.reference is not None:   # checked here, not after the grid has trained (evaluate's stage)
+            configs = [f"{m}-{e}" for task in ("next_item", "ctr") for grid in [getattr(self, task)]
+                       for m in grid.models for e in grid.encodings]
+            configs += [f"{b}-none" for task in ("next_item", "ctr") for b in getattr(self, task).baselines]
+            if self.reference not in configs:
+                close = did_you_mean(str(self.reference), configs)
+                raise ParamsError(f"params key '{key}.reference' is '{self.reference}', not a configuration of the "
+                                  "study grid", (f"did you mean '{close}'? " if close else "") +
+                                  f"(MODEL-ENCODING of a grid: {', '.join(configs[:8])}; or null)")
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,28 @@ def test_the_study_grid_is_reported_in_grid_order_without_hand_runs(tmp_path):
         stage.run("sample", runs, tmp_path / "r2", params(grid=True))
 
 
+def test_the_reference_applies_to_its_own_grid_and_is_checked_with_the_params(tmp_path):
+    """study.reference is one name for both grids: a next-item reference made evaluate fail for every CTR
+    dataset (and a CTR one for every next-item dataset), after the whole grid had trained."""
+    from pipeline.errors import ParamsError
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        write_run(runs, "sasrec", "lpe", seed, {"hr@10": 0.3 + seed / 100, "ndcg@10": 0.1}, dataset="sample")
+        write_run(runs, "pop", "none", seed, {"hr@10": 0.05, "ndcg@10": 0.01}, dataset="sample")
+
+    def with_reference(ref):
+        study = {"seeds": [1, 2, 3], "reference": ref,
+                 "next_item": {"datasets": ["sample"], "models": ["sasrec"], "encodings": ["lpe"], "baselines": ["pop"]},
+                 "ctr": {"datasets": ["sample_ctr"], "models": ["din"], "encodings": ["none"]}}
+        return from_dict(Params, {"study": study, "datasets": ["sample", "sample_ctr"]})
+
+    assert stage.run("sample", runs, tmp_path / "a", with_reference("pop-none"))["reference"] == "pop-none"
+    assert stage.run("sample", runs, tmp_path / "b", with_reference("din-none"))["reference"] == "sasrec-lpe"
+    with pytest.raises(ParamsError, match=r"'study.reference' is 'sasrec-lpee', not a configuration of the study "
+                                          r"grid. Fix: did you mean 'sasrec-lpe'\?"):
+        with_reference("sasrec-lpee")
+
+
 def test_reports_never_land_among_a_users_files(tmp_path):
     """evaluate used to write report.md & co. into any folder, over a user's own report.md."""
     runs = tmp_path / "runs"
