@@ -475,3 +475,23 @@ def test_inspect_reads_learned_weights_from_a_run(tmp_path):
     assert summary["source"].startswith("trained run")
     with pytest.raises(Exception, match="trained with encoding 'ldpe', not 'lpe'"):
         inspect("lpe", [3], tmp_path / "fig", run_dir=tmp_path)
+
+
+def test_inspect_refuses_a_ctr_run_and_an_out_folder_inside_a_stages_folder(tmp_path):
+    """A CTR run's encoding has the CTR backbone's widths: loading it at next-item widths was a state_dict
+    size-mismatch traceback (or a false "holds no weights"). Figures written into a samples folder were
+    deleted with it by the next `seqpe augment`."""
+    from models.encodings.plots import inspect
+    from pipeline.errors import DataError
+    run = tmp_path / "din-ldpe" / "seed-1"
+    run.mkdir(parents=True)
+    torch.save({"model": {}, "config": {"model": "din", "encoding": "ldpe", "n_items": 9, "max_len": 5,
+                                        "train": {"dim": 8, "heads": 1, "layers": 1}}}, run / "checkpoint.pt")
+    with pytest.raises(DataError, match="is a CTR run: .* Fix: pass a next-item run"):
+        inspect("ldpe", [3], tmp_path / "fig", run_dir=run)
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    (samples / "manifest.json").write_text('{"kind": "samples", "dataset": "mine", "stage": "augment"}')
+    with pytest.raises(DataError, match="fig is inside .*samples, which holds mine's samples"):
+        inspect("spe", [3], samples / "fig", dim=8)
+    assert not (samples / "fig").exists() and not (tmp_path / "fig").exists()

@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 
 from pipeline.errors import DataError, ParamsError
-from pipeline.io import atomic_path
+from pipeline.io import atomic_path, refuse_nested
 
 from . import build_encoding, get_spec
 from .base import Positions, allowed_keys
@@ -59,6 +59,11 @@ def load_from_run(name: str, run_dir: Path):
     from pipeline.train.runs import load_checkpoint
     ckpt = load_checkpoint(run_dir)
     cfg = ckpt["config"]
+    from models import MODELS
+    if getattr(MODELS.get(cfg.get("model")), "task", "next_item") == "ctr":
+        raise DataError(f"{run_dir} is a CTR run: its encoding is built at the CTR backbone's widths (item and "
+                        "category embeddings), which inspect does not rebuild", "pass a next-item run (srgnn or "
+                        "leave-one-out data), or inspect the encoding's definition without --run")
     if cfg.get("encoding") != name:
         raise DataError(f"run {run_dir} was trained with encoding '{cfg.get('encoding')}', not '{name}'",
                         f"inspect {cfg.get('encoding')} or pass another run")
@@ -119,6 +124,7 @@ def inspect(name: str, lengths: list[int], out_dir: Path, *, run_dir: Optional[P
     """Write the PNGs for encoding `name` at session `lengths` into `out_dir`; return a summary."""
     spec = get_spec(name)
     check_inputs(lengths, dim)
+    refuse_nested(out_dir, "figures", "e.g. --out figures/" + name)   # `augment` would delete them with its folder
     torch.manual_seed(0)
     if run_dir is not None:
         enc, dim, heads, max_len = load_from_run(name, run_dir)
