@@ -365,6 +365,9 @@ def export_dataset(sessions_dir: str | Path, out_dir: str | Path, fmt: str = "sr
     refuse_nested(out_dir, "export", "e.g. a new folder next to data/")
     manifest = read_manifest(sessions_dir) if dataset is None else require_kind(sessions_dir, "sessions", dataset,
                                                                                  "export")
+    if manifest.get("protocol") == "ctr":      # (user, item, label) rows: no sessions to write as either format
+        raise DataError(f"{sessions_dir} holds CTR data ({manifest.get('dataset')}): labelled (user, item) rows, "
+                        "not sessions of items", "export a next-item dataset (srgnn or leave-one-out protocol)")
     verify_shards(sessions_dir, manifest)
     frames = {s: read_split(sessions_dir, s).select("session_id", "items") for s in SPLITS}
     modes = manifest.get("augment", {})

@@ -163,6 +163,14 @@ def test_export_refuses_other_files_and_other_protocols(tmp_path):
         formats.export_dataset(tmp_path / "s", tmp_path / "o", "sasrec")
     formats.export_dataset(tmp_path / "s", tmp_path / "o")
     formats.export_dataset(tmp_path / "s", tmp_path / "o")  # a previous export may be replaced
+    ctr = tmp_path / "ctr_sessions"            # CTR rows have no session_id: a ColumnNotFoundError traceback
+    ctr.mkdir()
+    io.write_json(ctr / "manifest.json", {"stage": "preprocess", "kind": "sessions", "dataset": "sample_ctr",
+                                          "protocol": "ctr", "shards": []})
+    for fmt in ("srgnn", "sasrec"):
+        with pytest.raises(DataError, match="holds CTR data .* Fix: export a next-item dataset"):
+            formats.export_dataset(ctr, tmp_path / "e", fmt, dataset="sample_ctr")
+    assert not (tmp_path / "e").exists()
 
 
 # --------------------------------------------------------------------------- srgnn, the real files
