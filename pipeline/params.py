@@ -542,7 +542,9 @@ class _DuplicateKey(Exception):
 def _read_yaml(path: Path) -> Any:
     """params.yaml as Python data; a syntax error or a repeated key is a ParamsError naming the line."""
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        return yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_UniqueKeyLoader)
+    except UnicodeDecodeError as e:    # Notepad's UTF-16, a Latin-1 comment
+        raise ParamsError(f"{path} is not UTF-8 text (byte {e.start})", "save it as UTF-8") from None
     except _DuplicateKey as e:
         raise ParamsError(f"{path} line {e.again}: key '{e.key}' was already given at line {e.first} (YAML keeps "
                           "only the last)", "give each key once: merge the two") from None

@@ -95,6 +95,20 @@ def test_invalid_yaml_and_missing_required_file(tmp_path):
         load_params(write(tmp_path, "train:\n\tepochs: 3\n"))
 
 
+def test_a_params_file_that_is_not_utf8_is_one_line(tmp_path):
+    """A UTF-16 params.yaml (Windows Notepad) or a Latin-1 comment was a UnicodeDecodeError traceback in every
+    command; a UTF-8 byte-order mark is read as one."""
+    path = tmp_path / "params.yaml"
+    path.write_bytes("train:\n  epochs: 3\n".encode("utf-16"))
+    with pytest.raises(ParamsError, match=r"is not UTF-8 text \(byte 0\). Fix: save it as UTF-8"):
+        load_params(path, strict=False)
+    path.write_bytes("# caf\xe9\ntrain:\n  epochs: 3\n".encode("latin-1"))
+    with pytest.raises(ParamsError, match=r"is not UTF-8 text \(byte 5\)"):
+        load_params(path, strict=False)
+    path.write_bytes(b"\xef\xbb\xbftrain:\n  epochs: 3\n")
+    assert load_params(path, strict=False).train.epochs == 3
+
+
 def test_a_key_given_twice_is_an_error_naming_both_lines(tmp_path):
     """PyYAML keeps the last of two equal keys: a second `train:` section appended to params.yaml
     replaced the whole first one, and the error named a key it had dropped (train.batch_size)."""

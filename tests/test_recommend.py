@@ -247,6 +247,9 @@ def test_device_errors_name_the_option_the_user_set(trained, monkeypatch):
     from pipeline.train.setup import pick_device
     with pytest.raises(ParamsError, match="'tpu' is not a device"):
         recommend.load_run(run, device="tpu")
+    for other in ("meta", "mps"):           # names torch knows: a RuntimeError traceback when scoring
+        with pytest.raises(ParamsError, match=f"'{other}' is a {other} device, and seqpe runs on CPU or CUDA"):
+            recommend.load_run(run, device=other)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ParamsError, match="--device is 'cuda' but no CUDA device.*pass --device auto"):
         recommend.load_run(run, device="cuda")

@@ -125,6 +125,9 @@ def pick_device(name: str, option: str = "train.device"):
         device = torch.device(name)
     except RuntimeError:
         raise ParamsError(f"{option} '{name}' is not a device", "use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):     # meta, mps, xpu ...: torch knows the name, seqpe runs on neither
+        raise ParamsError(f"{option} '{name}' is a {device.type} device, and seqpe runs on CPU or CUDA",
+                          "use auto, cpu, cuda or cuda:N")
     count = torch.cuda.device_count() if device.type == "cuda" else 0
     if device.type == "cuda" and device.index is not None and device.index >= count:
         raise ParamsError(f"{option} is '{name}' but this machine has {count} CUDA device(s)",
