@@ -571,6 +571,25 @@ def _on_sigint(signum, frame):
     raise Interrupted()
 
 
+def _os_error(e: OSError) -> str:
+    """One line for an OSError: the path as the user gave it (not an atomic write's temporary name) and a fix
+    for the error at hand."""
+    import errno
+
+    from .io import user_path
+    path = user_path(e.filename) if e.filename else None
+    what = (e.strerror or str(e) or e.__class__.__name__) + (f": {path}" if path else "")
+    place = f"{Path(path).parent}" if path else "that folder"
+    fixes = {errno.EACCES: f"make {place} writable (or readable), or pass a destination elsewhere",
+             errno.EPERM: f"make {place} writable (or readable), or pass a destination elsewhere",
+             errno.EROFS: "pass a destination on a writable disk",
+             errno.ENOSPC: "free space on that disk, or pass a destination on another one",
+             errno.EISDIR: "that path is a folder: pass a file path",
+             errno.ENOTDIR: "a part of that path is a file: pass a path whose parents are folders",
+             errno.EEXIST: "a file is in the way: move it, or pass another path"}
+    return f"{what}. Fix: {fixes.get(e.errno, 'check that path (permissions, free space, a file or a folder)')}"
+
+
 def main() -> None:
     """Entry point: click/typer handle usage errors themselves (standalone mode);
     domain errors become one line on stderr and exit code 1; Ctrl-C one line and exit code 130."""
@@ -587,10 +606,7 @@ def main() -> None:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except OSError as e:   # a path the user gave: not a folder, no permission, disk full, ...
-        where = f": {e.filename}" if e.filename else ""
-        what = e.strerror or str(e) or e.__class__.__name__
-        err_console.print(f"[bold red]error:[/] {escape(printable(what + where))}. Fix: check that path (a folder "
-                          "where a folder is expected, write permission, free space)", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(printable(_os_error(e)))}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except (Interrupted, KeyboardInterrupt):
         err_console.print(f"[bold red]interrupted[/]: {escape(_interrupted_note(sys.argv[1:]))}", highlight=False,

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -82,6 +83,16 @@ def _pid_alive(pid: int) -> bool:
 
 
 LEFTOVER_SUFFIXES = (".tmp", ".old", ".gen")
+
+
+_TEMP_NAME = re.compile(r"\.(.+)\.p\d+\.[^./]+\.(?:tmp|gen|old)")
+
+
+def user_path(path: str | Path) -> str:
+    """`path` as the user named it: a temporary entry of an atomic write (`.NAME.p<pid>.<rand>.tmp`, and what
+    lies inside one) is shown as NAME, the destination the user gave, in an error message."""
+    parts = [(_TEMP_NAME.fullmatch(p).group(1) if _TEMP_NAME.fullmatch(p) else p) for p in Path(path).parts]
+    return str(Path(*parts)) if parts else str(path)
 
 
 def sweep_leftovers(dst: str | Path) -> int:

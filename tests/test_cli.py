@@ -92,7 +92,24 @@ def test_damaged_manifest_and_unusable_paths_are_one_line(tmp_path):
                           "manifest.json is not valid JSON")
     (tmp_path / "afile").write_text("x")      # an output folder below a regular file
     proc = seqpe("download", "sample", str(tmp_path / "afile" / "raw"), "--quiet")
-    assert_one_line_error(proc, "afile", "Fix: check that path")
+    assert_one_line_error(proc, "afile", "Fix: a file is in the way")
+    (tmp_path / "dir.md").mkdir()             # an atomic write's temporary name was the path shown
+    proc = seqpe("report", str(tmp_path), "--out", str(tmp_path / "dir.md"), "--quiet")
+    assert proc.returncode == 1 and ".tmp" not in proc.stderr
+
+
+def test_os_errors_name_the_users_path_and_a_fix_for_the_error():
+    import errno
+
+    from pipeline.cli import _os_error
+    from pipeline.io import user_path
+    assert user_path("/x/.sess.p123.ab_c9.tmp/train/part-0.parquet") == "/x/sess/train/part-0.parquet"
+    assert user_path("/x/.f.json.p9.q1.old") == "/x/f.json" and user_path("/x/.hidden/y") == "/x/.hidden/y"
+    line = _os_error(OSError(errno.EROFS, "Read-only file system", "/ro/.sess.p1.abc.gen"))
+    assert line == "Read-only file system: /ro/sess. Fix: pass a destination on a writable disk"
+    assert _os_error(OSError(errno.EISDIR, "Is a directory", "/t/.r.md.p2.x.tmp")).startswith(
+        "Is a directory: /t/r.md. Fix: that path is a folder")
+    assert "free space" in _os_error(OSError(errno.ENOSPC, "No space left on device"))
 
 
 def test_error_text_with_brackets_is_printed_verbatim(tmp_path):
