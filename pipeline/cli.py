@@ -517,6 +517,9 @@ INTERRUPTED = {
 
 
 def _interrupted_note(argv: list[str]) -> str:
+    from .io import INTERRUPT
+    if INTERRUPT.wrote:                 # Ctrl-C came while the outputs were being swapped in, and waited for it
+        return "it came as the new output was being put in place, which finished first: the output is the new one, complete"
     command = next((a for a in argv if not a.startswith("-")), None)
     return INTERRUPTED.get(command, "nothing was left half-written")
 

@@ -371,12 +371,22 @@ def deferred_interrupt() -> Iterator[None]:
         return
     caught: list = []
     signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    done = False
     try:
         yield
+        done = True
     finally:
         signal.signal(signal.SIGINT, previous)
         if caught:
+            INTERRUPT.wrote = done      # the CLI's note then says the new output is complete, not "unchanged"
             previous(*caught[0])
+
+
+class _Interrupt:
+    wrote = False                       # a Ctrl-C held back by deferred_interrupt until its block had written
+
+
+INTERRUPT = _Interrupt()
 
 
 def write_bytes(dst: str | Path, data: bytes) -> None:
