@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import archive, sniff  # `fetch` (requests + urllib3, ~0.1 s to import) only where something is fetched
-from .errors import DownloadError
+from .errors import DataError, DownloadError
 from .io import atomic_dir, claim_dir, cleanup_new_folders, read_json, scratch_dir, write_json
 from .params import DownloadParams, PreprocessParams, SampleCTRParams, SampleParams
 
@@ -434,6 +434,8 @@ def _install_copied(dataset, src, dst: Path, path: Path, alternate: bool = False
     files = (name,) if alternate else src.files
     with atomic_dir(dst) as tmp:
         placed = archive.collect_as(path, name, tmp) if as_name else archive.collect(path, files, tmp)
+        if as_name:
+            _check_readable(dataset, tmp, name, path)
         record = _record(dataset, src, "file", None, None, None, placed)
         if alternate:
             record["filename"] = name
@@ -446,6 +448,27 @@ def _install_copied(dataset, src, dst: Path, path: Path, alternate: bool = False
         note = f"from extracted files{renamed}: no archive to verify" + (
             " (published md5 of the files verified)" if src.file_md5 else "")
     return _summary(dataset, src, record, note)
+
+
+def _check_readable(dataset: str, folder: Path, name: str, given: Path) -> None:
+    """A text file taken as `name` by its content ("text") must read as that file: the dataset's own reader
+    parses its first rows here, so `--from README.md` is refused now rather than recorded in source.json
+    and refused later by `seqpe preprocess`."""
+    import polars as pl
+
+    from .datasets import get
+    spec = get(dataset)
+    if spec.build is not None:
+        return
+    try:
+        frame = spec.reader(folder)
+        if isinstance(frame, pl.LazyFrame):
+            frame.head(50).collect()
+    except (DataError, pl.exceptions.PolarsError, ValueError) as e:
+        problem = (e.problem if isinstance(e, DataError) else str(e).splitlines()[0]).replace(str(folder / name),
+                                                                                              str(given))
+        raise DownloadError(f"{given} does not read as {dataset}'s {name}: {problem}",
+                            f"pass the original {name} or the downloaded archive") from None
 
 
 def _record(dataset, src, origin, n, sha, md5, written: dict[str, Path]) -> dict:

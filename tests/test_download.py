@@ -460,3 +460,23 @@ def test_a_failed_download_leaves_no_empty_folders(tmp_path):
     with pytest.raises(DownloadError, match="no network"):
         download.run(name, tmp_path / "x" / "raw" / "y", FAST, progress=False)
     assert not (tmp_path / "x").exists()
+
+
+def test_a_text_file_that_does_not_read_as_the_needed_file_is_refused_at_download(tmp_path):
+    """`download diginetica --from README.md` (any text) was stored as train-item-views.csv with its sha256
+    in source.json; only `seqpe preprocess` refused it. The dataset's reader now reads its first rows."""
+    from pipeline.datasets.sessions import read_diginetica
+    from pipeline.errors import DownloadError
+    registry.DATASETS["diginetica"] = DatasetSpec(
+        name="diginetica", protocol="srgnn", description="test", reader=read_diginetica,
+        source=SourceSpec(name="diginetica", filename="d.zip", archive="zip", files=("train-item-views.csv",)))
+    mine = tmp_path / "notes.txt"
+    mine.write_text("# my notes\nnot a click log\n")
+    with pytest.raises(DownloadError, match=r"notes.txt does not read as diginetica's train-item-views.csv: "
+                                            r".*notes.txt has header '# my notes'"):
+        download.run("diginetica", tmp_path / "raw", FAST, from_path=mine, progress=False)
+    assert not (tmp_path / "raw").exists()
+    good = tmp_path / "views.csv"
+    good.write_text("sessionId;userId;itemId;timeframe;eventdate\n1;NA;5;100;2016-05-01\n1;NA;6;200;2016-05-01\n")
+    download.run("diginetica", tmp_path / "raw", FAST, from_path=good, progress=False)
+    assert (tmp_path / "raw" / "train-item-views.csv").read_bytes() == good.read_bytes()
