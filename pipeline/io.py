@@ -291,6 +291,24 @@ def refuse_nested(dst: str | Path, what: str, instead: str, *, itself: bool = Fa
 _PLURAL = {"raw": "raw", "sessions": "sessions", "samples": "samples", "run": "runs", "report": "reports"}
 
 
+def _require_writable(dst: Path) -> None:
+    """A DataError now when the folder the output is swapped into cannot take a new entry (a read-only disk, no
+    permission): `seqpe train` found out only after its last epoch. Probed with a temporary file in the nearest
+    existing folder above `dst`; a path through a file is left to the write itself, whose error names it."""
+    here = through_link(dst).absolute().parent
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    if not here.is_dir():
+        return
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".seqpe-probe.", dir=here)
+    except OSError as e:
+        raise DataError(f"{dst} cannot be written: {e.strerror} ({here})",
+                        f"pass a destination on a writable disk, or make {here} writable") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tuple[str, ...] = ()) -> None:
     """Refuse to replace `dst` unless seqpe wrote it: a stage replaces only a folder that is missing,
     empty, or holds its own `kind` output for `dataset` (source.json for raw, a manifest of that
@@ -300,6 +318,7 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
     assert kind in KINDS, kind
     dst = Path(dst)
     refuse_nested(dst, f"{kind} output", f"e.g. data/{_PLURAL[kind]}/{dataset or 'DATASET'}")
+    _require_writable(dst)
     if not dst.exists() and not dst.is_symlink():
         return
     if not dst.is_dir():

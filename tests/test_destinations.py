@@ -273,3 +273,24 @@ def test_a_destination_that_is_a_link_is_written_through(prepared, tmp_path):
     with io.atomic_path(tmp_path / "data" / "g.json") as tmp:
         tmp.write_text("2")
     assert (tmp_path / "data" / "g.json").is_symlink() and (tmp_path / "big" / "g.json").read_text() == "2"
+
+
+def test_a_destination_that_cannot_be_written_is_refused_before_any_work(tmp_path, monkeypatch):
+    """`seqpe train` into a read-only disk trained every epoch, then failed writing the run folder."""
+    import errno
+    import tempfile
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, prefix=None, **kwargs):
+        if prefix == ".seqpe-probe.":
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*args, prefix=prefix, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    with pytest.raises(DataError, match=r"runs/x/seed-1 cannot be written: Read-only file system \(.*\). Fix: pass a "
+                                        "destination on a writable disk"):
+        io.claim_dir(tmp_path / "runs" / "x" / "seed-1", None, "run")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(tempfile, "mkstemp", real)
+    io.claim_dir(tmp_path / "runs" / "x" / "seed-1", None, "run")            # writable: no probe left behind
+    assert list(tmp_path.iterdir()) == []
