@@ -265,7 +265,7 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
         if head == b"PAR1":
             df = pl.read_parquet(path)
         else:
-            sniff.require_text(path)
+            sniff.require_text(path, "write a header line and one session per row (`seqpe recommend --help`)")
             df = pl.read_csv(path, infer_schema=False)
     except (pl.exceptions.ComputeError, pl.exceptions.NoDataError, OSError) as e:
         raise DataError(f"{path} could not be read as Parquet or CSV ({printable(str(e).splitlines()[0], 120)})",

@@ -75,13 +75,14 @@ def describe(data: bytes) -> str:
     return f"binary data (starts with bytes {data[:8].hex(' ')})"
 
 
-def require_text(path: str | Path) -> None:
+def require_text(path: str | Path, empty_fix: str = "re-download it (`seqpe download DATASET`)") -> None:
     """A DataError naming what `path` is, unless it is a non-empty text file (not an HTML page): what
-    the dataset readers call before they parse, so a wrong file is described as what it is."""
+    the dataset readers call before they parse, so a wrong file is described as what it is. `empty_fix`:
+    the advice for an empty file (a raw file is downloaded again; a user's own file is not)."""
     from .errors import DataError
     data = head(path)
     if not data.strip():
-        raise DataError(f"{path} is empty", "re-download it (`seqpe download DATASET`)")
+        raise DataError(f"{path} is empty", empty_fix)
     found = describe(data)
     if found != "text":
         unpack = " (unpack it first, or pass it to `seqpe download DATASET --from`)" \

@@ -24,7 +24,7 @@ from pipeline.train import setup as train_setup
 from pipeline.train import tasks as train_tasks
 from pipeline.errors import DataError, ParamsError, UnknownNameError
 from pipeline.batches import load_samples
-from pipeline.io import write_json, write_split
+from pipeline.io import sha256_file, write_json, write_split
 from pipeline.params import Params, TrainParams, from_dict, to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -382,6 +382,20 @@ def test_cli_says_when_the_time_limit_stopped_a_run(tmp_path, toy_registry, monk
 def test_missing_samples_manifest_says_run_augment(tmp_path, toy_registry):
     with pytest.raises(DataError, match=r"run `seqpe augment toyset` first"):
         stage.run("toyset", tmp_path / "nothing", tmp_path / "runs", params(), progress=False)
+
+
+def test_an_empty_valid_split_names_the_setting_that_emptied_it(tmp_path, toy_registry):
+    """preprocess.valid_fraction=0 passed preprocess and augment; train then said "check the dataset's protocol"."""
+    samples = make_samples(tmp_path / "samples")
+    manifest = json.loads((samples / "manifest.json").read_text())
+    valid = next(e for e in manifest["shards"] if e["path"].startswith("valid/"))
+    empty = pl.read_parquet(samples / valid["path"]).head(0)
+    empty.write_parquet(samples / valid["path"])
+    valid.update(rows=0, sha256=sha256_file(samples / valid["path"]))
+    write_json(samples / "manifest.json", manifest)
+    with pytest.raises(DataError, match=r"the valid split of .* has no samples. Fix: training picks its best epoch on "
+                                        r"valid: re-run `seqpe preprocess` with preprocess.valid_fraction above 0"):
+        stage.run("toyset", samples, tmp_path / "runs", params(), progress=False)
 
 
 def test_a_damaged_samples_shard_is_named_before_training(tmp_path, toy_registry):

@@ -82,7 +82,7 @@ def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: D
         if not math.isfinite(value):
             raise TrainingError(f"{label}: the training loss is {value} at epoch {epoch}, batch {b} (the model "
                                 "diverged); nothing was written for this seed",
-                                "lower train.lr or raise train.weight_decay, then run again")
+                                "lower train.lr (or train.weight_decay, if it is large), then run again")
         loss.backward()
         opt.step()
         total += value * n

@@ -173,7 +173,10 @@ class NextItemTask:
         for split in SPLITS:
             d = self.data[split]
             if len(d) == 0:
-                raise DataError(f"the {split} split of {samples_dir} has no samples", "check the dataset's protocol")
+                fix = ("training picks its best epoch on valid: re-run `seqpe preprocess` with preprocess.valid_fraction "
+                       "above 0 (e.g. 0.1; it was 0?), then `seqpe augment`") if split == "valid" else \
+                    "check the dataset's protocol"
+                raise DataError(f"the {split} split of {samples_dir} has no samples", fix)
             real = d.targets[d.targets != 0] if d.targets.ndim == 2 else d.targets
             if int(max(d.seqs.max(), d.targets.max())) > self.n_items or int(real.min()) < 1:
                 raise DataError(f"{split} samples hold item ids outside 1..{self.n_items} (n_items)",
