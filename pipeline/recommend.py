@@ -72,8 +72,10 @@ class RunModel:
         self.items = items            # items.parquet of the vocabulary (raw ids), when a sessions folder was given
 
     # -- ids
-    def to_internal(self, sessions: Sequence[Sequence], drop_unknown: bool = False) -> list[list[int]]:
-        """Raw ids -> internal ids through items.parquet."""
+    def to_internal(self, sessions: Sequence[Sequence], drop_unknown: bool = False,
+                    session_ids: Optional[Sequence] = None) -> list[list[int]]:
+        """Raw ids -> internal ids through items.parquet; `session_ids` name the sessions in errors (default:
+        their position)."""
         if self.items is None:
             raise ParamsError("raw ids need the dataset's items.parquet", "pass the sessions folder (--sessions DIR)")
         table = dict(zip(self.items.get_column("raw_id").to_list(), self.items.get_column("item_id").to_list()))
@@ -83,7 +85,9 @@ class RunModel:
             for raw in session:
                 new = table.get(str(raw))
                 if new is None and not drop_unknown:
-                    raise DataError(f"raw item id {printable(str(raw), 40)!r} (session {s}) is not in the vocabulary of "
+                    sid = session_ids[s] if session_ids is not None else s
+                    raise DataError(f"raw item id {printable(str(raw), 40)!r} (session {printable(str(sid), 40)}) is "
+                                    f"not in the vocabulary of "
                                     f"{self.run_dir} ({self.n_items:,} items)",
                                     "check the ids, or pass --drop-unknown to leave such clicks out")
                 if new is not None:
@@ -134,7 +138,7 @@ class RunModel:
         """(session_id, items) frame -> top-K long frame: session_id, rank, item, score."""
         ids = sessions.get_column("session_id")
         lists = sessions.get_column("items").to_list()
-        internal = self.to_internal(lists, drop_unknown) if raw_ids else [[_as_id(i) for i in s] for s in lists]
+        internal = self.to_internal(lists, drop_unknown, ids.to_list()) if raw_ids else [[_as_id(i) for i in s] for s in lists]
         for sid, s in zip(ids.to_list(), internal):
             if not s:
                 raise DataError(f"session {printable(str(sid), 40)} has no item"

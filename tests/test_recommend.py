@@ -103,8 +103,9 @@ def test_raw_ids_map_through_items_parquet(trained):
     raw = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [[raw_of[3], raw_of[5], raw_of[9]]]}),
                                 k=5, raw_ids=True)
     assert raw.get_column("item").to_list() == [raw_of[i] for i in internal.get_column("item").to_list()]
-    with pytest.raises(DataError, match="raw item id 'nope' .* is not in the vocabulary"):
-        model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [["nope", raw_of[3]]]}), k=5, raw_ids=True)
+    with pytest.raises(DataError, match=r"raw item id 'nope' \(session 77\) is not in the vocabulary"):
+        model.recommend_frame(pl.DataFrame({"session_id": [500, 77], "items": [[raw_of[3]], ["nope", raw_of[3]]]}),
+                              k=5, raw_ids=True)                   # the file's session_id, not its row (1)
     kept = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [["nope", raw_of[3]]]}), k=5,
                                  raw_ids=True, drop_unknown=True)
     alone = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [[raw_of[3]]]}), k=5, raw_ids=True)
