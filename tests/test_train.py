@@ -598,9 +598,16 @@ def test_sequence_objective_learns_and_refuses_what_it_cannot_train(tmp_path):
                                           ".*fparec.*gru4rec.*parec.*sasrec"):
         stage.run("toy", samples, tmp_path / "runs", params(model="posrec", encoding="ldpe", objective="sequence"),
                   progress=False)
-    with pytest.raises(DataError, match="holds \\(prefix, target\\) samples"):
-        stage.run("toyset", make_samples(tmp_path / "srgnn"), tmp_path / "runs",
-                  params(model="sasrec", encoding="lpe", objective="sequence"), progress=False)
+    srgnn = make_samples(tmp_path / "srgnn")   # checked before loading, naming who set the objective
+    with pytest.raises(ParamsError, match=r"train.objective is sequence \(it is set\), which needs leave-one-out "
+                                          r"data .* holds srgnn \(prefix, target\) samples. Fix: add --set "
+                                          r"train.objective=prefixes"):
+        stage.run("toyset", srgnn, tmp_path / "runs2", params(model="sasrec", encoding="lpe", objective="sequence"),
+                  progress=False)
+    with pytest.raises(ParamsError, match=r"train.objective is sequence \(--preset paper sets it\)"):
+        stage.run("toyset", srgnn, tmp_path / "runs2", params(model="sasrec", encoding="none"), preset="paper",
+                  progress=False)
+    assert not (tmp_path / "runs2").exists()
 
 
 def test_sequence_objective_with_sampled_softmax_learns(tmp_path):

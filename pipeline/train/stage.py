@@ -58,6 +58,13 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",
                           f"use one of: {', '.join(causal)}; or train.objective: prefixes")
+    if tp.objective == "sequence" and manifest.get("augment", {}).get("train") not in (None, "shifted"):
+        source = (f"--preset {preset} sets it" if "objective" in applied.train and "objective" not in explicit
+                  else "it is set")
+        raise ParamsError(f"train.objective is sequence ({source}), which needs leave-one-out data (whole "
+                          f"sequences), and {samples_dir} holds {manifest.get('protocol')} (prefix, target) samples",
+                          "add --set train.objective=prefixes (each prefix its own sample), or train on a "
+                          "leave-one-out dataset")
     check_seeds(seeds or [])
     seeds = list(dict.fromkeys(seeds or params.study.seeds))    # --seed 1 --seed 1 trains and reports seed 1 once
     config = config_name(spec.name, enc_name, tag)
