@@ -89,7 +89,8 @@ def _builder(name: str, default_encoding: str):
                                       heads=train.heads, layers=train.layers)
         if encoding.needs_qk:
             raise ParamsError(f"model '{name}' needs a positional-attention encoding, got '{encoding.name}'",
-                              f"pass --encoding {default_encoding} (or parec, fparec, {', '.join(PATTERNS)})")
+                              f"pass --encoding {default_encoding} (or " + ", ".join(
+                                  e for e in ("parec", "fparec", *PATTERNS) if e != default_encoding) + ")")
         return PARec(n_items, train.dim, train.heads, train.layers, train.dropout, cfg, encoding)
     return build
 

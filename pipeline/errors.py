@@ -72,8 +72,13 @@ class UnknownNameError(ParamsError):
 
 
 def did_you_mean(name: str, known: Iterable) -> Optional[str]:
-    """The known name closest to `name` (difflib ratio >= 0.6), or None."""
-    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
+    """The known name closest to `name` (difflib ratio >= 0.6), or None; a name that differs only in case
+    (`SASRec`, `LPE`) is matched first (difflib ratio put them below the cutoff)."""
+    names = [str(k) for k in known]
+    same = [k for k in names if k.lower() == str(name).lower()]
+    if same:
+        return same[0]
+    close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.6)
     return close[0] if close else None
 
 
