@@ -401,6 +401,11 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
     if items is not None and out is not None:
         raise ParamsError("--out is for --input (many sessions); --items prints its one list",
                           "drop --out, or put the session in a file and pass it with --input")
+    if drop_unknown and not raw_ids:
+        raise ParamsError("--drop-unknown applies to raw ids, and --raw-ids was not given",
+                          "add --raw-ids, or drop --drop-unknown (an internal id outside the vocabulary is an error)")
+    if batch_size < 1:
+        raise ParamsError(f"--batch-size {batch_size} is not positive", "pass e.g. --batch-size 512")
     if out is not None:
         rec.check_out(out)                    # before the model is loaded and every session scored
     record = rec.read_json(run / "run.json") if (run / "run.json").is_file() else {}

@@ -173,7 +173,9 @@ def test_the_output_file_is_checked_before_any_scoring(trained, tmp_path):
              (["--input", str(src), "--out", str(tmp_path / "d.parquet")], "d.parquet is a folder"),
              (["--items", "1,2", "--out", str(tmp_path / "top.parquet")], "--out is for --input"),
              (["--input", str(src), "--out", str(tmp_path / "top.parquet"), "-k", "100000"],
-              "-k 100000 is outside", "Fix: pass e.g. -k 10"))
+              "-k 100000 is outside", "Fix: pass e.g. -k 10"),
+             (["--items", "1,2", "--drop-unknown"], "--drop-unknown applies to raw ids"),     # was ignored
+             (["--items", "1,2", "--batch-size", "0"], "--batch-size 0 is not positive"))    # was accepted
     for args, *fragments in cases:
         proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), *args], cwd=ROOT,
                               capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))

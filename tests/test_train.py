@@ -302,6 +302,8 @@ def test_preset_overrides_and_unknown_names(tmp_path, toy_registry):
         stage.run("toyset", samples, tmp_path / "runs", params(), preset="paper", progress=False)
     with pytest.raises(UnknownNameError, match="unknown model 'nope'.*toy"):
         stage.run("toyset", samples, tmp_path / "runs", params(), model="nope", progress=False)
+    with pytest.raises(ParamsError, match="--model is empty"):      # `--model "$M"` with M unset trained the default
+        stage.run("toyset", samples, tmp_path / "runs", params(), model="", progress=False)
     with pytest.raises(UnknownNameError, match="unknown encoding 'nope'.*toy_lpe"):
         stage.run("toyset", samples, tmp_path / "runs", params(), encoding="nope", progress=False)
     with pytest.raises(ParamsError, match="select_metric 'ndcg@10' is not computed"):

@@ -28,6 +28,8 @@ def task_of(manifest: dict) -> str:
 def pick_model(name: Optional[str], task: str, params: Params, models: dict):
     """The ModelSpec for `name` (default: the study grid's first model of `task`), checked to fit the task."""
     grid = getattr(params.study, task)
+    if name is not None and not name.strip():          # `--model ""` (an unset shell variable): not the default
+        raise ParamsError("--model is empty", "pass a model name, or leave --model out for the grid's first")
     name = name or (grid.models[0] if grid.models else (grid.baselines[0] if grid.baselines else None))
     fitting = sorted(n for n, s in models.items() if s.task == task)
     if name is None:
