@@ -573,9 +573,11 @@ _plain_option_types()
 class Interrupted(BaseException):
     """Ctrl-C, raised by main()'s SIGINT handler: typer turns a KeyboardInterrupt into a silent exit 130,
     so the CLI raises its own and prints what the interrupted command left (INTERRUPTED)."""
+    seen = False          # set by the handler: an error that follows a Ctrl-C is the Ctrl-C's doing
 
 
 def _on_sigint(signum, frame):
+    Interrupted.seen = True
     raise Interrupted()
 
 
@@ -609,7 +611,14 @@ def main() -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:    # not when SIGINT is ignored
         signal.signal(signal.SIGINT, _on_sigint)
     try:
-        app()
+        try:
+            app()
+        except Exception:
+            # A Ctrl-C landing inside an import (Polars, loaded lazily) can leave that module half made, and the
+            # code after it fails with an AttributeError instead of the interrupt: report the interrupt.
+            if Interrupted.seen:
+                raise Interrupted() from None
+            raise
     except SeqpeError as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(1)

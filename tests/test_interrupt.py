@@ -141,3 +141,22 @@ def test_a_real_sigint_during_evaluate_writes_all_reports_or_none(prepared, tmp_
                                           "finished first: the output is the new one, complete"), proc.stderr
     assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
         "comparison.csv", "comparison.png", "report.csv", "report.md", "summary.json"]
+
+
+def test_an_error_that_follows_a_ctrl_c_is_reported_as_the_interrupt(monkeypatch, capsys):
+    """A Ctrl-C landing inside Polars' (lazy) import left the module half made; the stage then failed with
+    `AttributeError: module 'polars' has no attribute 'Int32'` and a traceback instead of the interrupt line."""
+    def app():
+        try:
+            raise cli.Interrupted()
+        except cli.Interrupted:            # swallowed by an import machinery, as it happened
+            pass
+        raise AttributeError("module 'polars' has no attribute 'Int32'")
+
+    monkeypatch.setattr(cli, "app", app)
+    monkeypatch.setattr(cli.Interrupted, "seen", True)
+    code, err = seqpe(["preprocess", "sample"], capsys)
+    assert code == 130 and err.strip().startswith("interrupted: nothing was written"), err
+    monkeypatch.setattr(cli.Interrupted, "seen", False)        # without a Ctrl-C the error is the error
+    with pytest.raises(AttributeError):
+        seqpe(["preprocess", "sample"], capsys)
