@@ -205,8 +205,8 @@ def preprocess(dataset: str,
 
 @app.command()
 def augment(dataset: str,
-            src: Annotated[Optional[Path], typer.Argument(help="sessions folder")] = None,
-            dst: Annotated[Optional[Path], typer.Argument(help="samples folder")] = None,
+            src: Annotated[Optional[Path], typer.Argument(help="sessions folder (default data/sessions/DATASET)")] = None,
+            dst: Annotated[Optional[Path], typer.Argument(help="samples folder (default data/samples/DATASET)")] = None,
             params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Write (prefix, target) samples from prepared sessions."""
     from . import augment as stage
@@ -218,7 +218,8 @@ def augment(dataset: str,
 
 @app.command()
 def stats(dataset: str,
-          root: Annotated[Optional[Path], typer.Argument(help="a sessions or samples folder")] = None,
+          root: Annotated[Optional[Path], typer.Argument(help="a sessions or samples folder (default "
+                                                               "data/sessions/DATASET)")] = None,
           as_json: JsonOpt = False):
     """Show a prepared folder's manifest counts as a table."""
     from .io import read_manifest, require_dataset
@@ -245,8 +246,9 @@ def _print_manifest(m: dict) -> None:
     print_tables(console, f"{m.get('dataset', '?')} · {m.get('stage', '')} · protocol {m.get('protocol', '?')}",
                  cols, rows)
     rows = {"n_items": m.get("n_items")}
-    for split, c in m.get("splits", {}).items():
-        rows[split] = ", ".join(f"{k} {v:,}" for k, v in c.items())
+    splits = m.get("splits", {})                      # the manifest's keys are sorted: show train, valid, test
+    for split in sorted(splits, key=lambda x: (("train", "valid", "test") + (x,)).index(x)):
+        rows[split] = ", ".join(f"{k} {v:,}" for k, v in splits[split].items())
     console.print(_kv_table("result", rows))
 
 
@@ -278,7 +280,8 @@ def import_(dataset: str,
 def export(dataset: str,
            out: Annotated[Path, typer.Argument(help="folder to write (new, or holding only a previous export)")],
            fmt: Annotated[str, typer.Option("--format", help="srgnn | sasrec")] = "srgnn",
-           sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to read")] = None,
+           sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to read (default "
+                                                                 "data/sessions/DATASET)")] = None,
            quiet: QuietOpt = False):
     """Export prepared sessions as SR-GNN pickles (train.txt, test.txt, all_train_seq.txt) or S3-Rec text."""
     from . import formats
@@ -291,8 +294,8 @@ def export(dataset: str,
 
 @app.command()
 def train(dataset: str,
-          samples: Annotated[Optional[Path], typer.Argument(help="samples folder")] = None,
-          runs: Annotated[Optional[Path], typer.Argument(help="runs folder")] = None,
+          samples: Annotated[Optional[Path], typer.Argument(help="samples folder (default data/samples/DATASET)")] = None,
+          runs: Annotated[Optional[Path], typer.Argument(help="runs folder (default data/runs/DATASET)")] = None,
           model: Annotated[Optional[str], typer.Option(help="model name (default: the study grid's first for "
                                                              "this dataset's task)")] = None,
           encoding: Annotated[Optional[str], typer.Option(help="encoding name (default: the grid's first, or the "
@@ -322,8 +325,8 @@ def train(dataset: str,
 
 @app.command()
 def evaluate(dataset: str,
-             runs: Annotated[Optional[Path], typer.Argument(help="runs folder")] = None,
-             out: Annotated[Optional[Path], typer.Argument(help="reports folder")] = None,
+             runs: Annotated[Optional[Path], typer.Argument(help="runs folder (default data/runs/DATASET)")] = None,
+             out: Annotated[Optional[Path], typer.Argument(help="reports folder (default data/reports/DATASET)")] = None,
              all_runs: Annotated[bool, typer.Option("--all", help="report every configuration under RUNS, not "
                                                                   "only the study grid's")] = False,
              samples: Annotated[Optional[Path], typer.Option(
