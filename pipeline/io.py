@@ -147,9 +147,10 @@ def cleanup_new_folders(path: str | Path) -> Iterator[None]:
 
 
 def through_link(dst: str | Path) -> Path:
-    """`dst`, or where it points when it is a symbolic link (`data/sessions/X -> /mnt/big/X`): the new
-    output is swapped in at the link's target, so the link stays and the output lands where it points (the
-    swap replaced the link itself with a real folder, and left the target as it was)."""
+    """`dst`, or where it points when it is a symbolic link to a folder (`data/sessions/X -> /mnt/big/X`): a
+    folder output is swapped in at the link's target, so the link stays and the output lands where it points
+    (the swap replaced the link itself with a real folder, and left the target as it was). Files are not
+    written through (atomic_path): a file link may be DVC's link into its cache, which must never change."""
     dst = Path(dst)
     return dst.resolve() if dst.is_symlink() else dst
 
@@ -161,7 +162,7 @@ def atomic_path(dst: str | Path) -> Iterator[Path]:
     On any exception the temporary file is removed and `dst` is left untouched. What a killed
     earlier write left next to `dst` is swept first (`sweep_leftovers`).
     """
-    dst = through_link(dst)
+    dst = Path(dst)          # a link here is replaced, not written through: it may point into DVC's cache
     with cleanup_new_folders(dst.parent):
         dst.parent.mkdir(parents=True, exist_ok=True)
         sweep_leftovers(dst)

@@ -266,13 +266,12 @@ def test_a_destination_that_is_a_link_is_written_through(prepared, tmp_path):
         assert link.is_symlink() and (target / "manifest.json").is_file()
         assert [p.name for p in (tmp_path / "data").iterdir()] == ["samples"]
         assert sorted(p.name for p in (tmp_path / "big").iterdir()) == ["samples"]
-    with io.atomic_path(tmp_path / "data" / "f.json") as tmp:  # a file link likewise
-        tmp.write_text("1")
-    (tmp_path / "big" / "g.json").write_text("0")
-    (tmp_path / "data" / "g.json").symlink_to(tmp_path / "big" / "g.json")
+    (tmp_path / "big" / "g.json").write_text("0")          # a file link (DVC's into its cache) is replaced,
+    (tmp_path / "data" / "g.json").symlink_to(tmp_path / "big" / "g.json")      # never written through
     with io.atomic_path(tmp_path / "data" / "g.json") as tmp:
         tmp.write_text("2")
-    assert (tmp_path / "data" / "g.json").is_symlink() and (tmp_path / "big" / "g.json").read_text() == "2"
+    assert not (tmp_path / "data" / "g.json").is_symlink() and (tmp_path / "data" / "g.json").read_text() == "2"
+    assert (tmp_path / "big" / "g.json").read_text() == "0"
 
 
 def test_a_destination_that_cannot_be_written_is_refused_before_any_work(tmp_path, monkeypatch):
