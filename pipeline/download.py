@@ -36,7 +36,7 @@ from typing import Optional
 
 from . import archive, sniff  # `fetch` (requests + urllib3, ~0.1 s to import) only where something is fetched
 from .errors import DataError, DownloadError
-from .io import atomic_dir, claim_dir, cleanup_new_folders, read_json, scratch_dir, write_json
+from .io import atomic_dir, claim_dir, cleanup_new_folders, file_mismatch, read_json, scratch_dir, write_json
 from .params import DownloadParams, PreprocessParams, SampleCTRParams, SampleParams
 
 SOURCE_JSON = "source.json"
@@ -512,9 +512,10 @@ def _present(previous: dict, dst: Path, src) -> bool:
     files = previous["files"]
     for name in needed:
         entry, path = files.get(name), dst / name
-        if not isinstance(entry, dict) or not path.is_file() or path.stat().st_size != entry.get("bytes"):
+        if not isinstance(entry, dict) or not path.is_file() or not isinstance(entry.get("bytes"), int) \
+                or not isinstance(entry.get("sha256"), str):
             return False
-    return all(_hashes(dst / name, md5=False)[1] == files[name].get("sha256") for name in needed)
+    return all(file_mismatch(dst / name, files[name]) is None for name in needed)
 
 
 def _summary(dataset, src, record: dict, note: str) -> dict:

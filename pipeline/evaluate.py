@@ -32,8 +32,7 @@ def study_configs(params: Params, dataset: str) -> Optional[tuple[str, list[str]
     for task in ("next_item", "ctr"):
         grid = getattr(params.study, task)
         if dataset in grid.datasets:
-            configs = [report.config_name(m, e) for m in grid.models for e in grid.encodings]
-            return task, configs + [report.config_name(b, "none") for b in grid.baselines]
+            return task, grid.configs()
     return None
 
 

@@ -85,7 +85,7 @@ def _pid_alive(pid: int) -> bool:
 LEFTOVER_SUFFIXES = (".tmp", ".old", ".gen")
 
 
-_TEMP_NAME = re.compile(r"\.(.+)\.p\d+\.[^./]+\.(?:tmp|gen|old)")
+_TEMP_NAME = re.compile(r"\.(.+)\.p\d+\.[^./]+(?:" + "|".join(map(re.escape, LEFTOVER_SUFFIXES)) + ")")
 
 
 def user_path(path: str | Path) -> str:
@@ -540,6 +540,17 @@ def scan_split(root: str | Path, split: str) -> pl.LazyFrame:
 
 def read_split(root: str | Path, split: str) -> pl.DataFrame:
     return scan_split(root, split).collect()
+
+
+def file_mismatch(path: Path, entry: dict) -> Optional[str]:
+    """Why the file at `path` is not the one a record ({"bytes", "sha256"}, as source.json keeps them)
+    describes, or None when it is: the size is compared first (no read), then the sha256."""
+    size = path.stat().st_size
+    if isinstance(entry.get("bytes"), int) and size != entry["bytes"]:
+        return f"has {size:,} bytes, but source.json records {entry['bytes']:,}"
+    if isinstance(entry.get("sha256"), str) and sha256_file(path) != entry["sha256"]:
+        return "does not match the sha256 source.json records"
+    return None
 
 
 def verify_shards(root: str | Path, manifest: dict | None = None, only: tuple[str, ...] = ()) -> None:

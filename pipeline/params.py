@@ -194,6 +194,11 @@ class EvaluateParams:
 TRAIN_KEYS = [f.name for f in dataclasses.fields(TrainParams) if not f.metadata.get("run_only")]
 
 
+def config_name(model: str, encoding: str, tag: Optional[str] = None) -> str:
+    """One configuration's run folder and report row: <model>-<encoding>[-<tag>]."""
+    return f"{model}-{encoding}" + (f"-{tag}" if tag else "")
+
+
 @dataclass(frozen=True)
 class GridParams:
     """One task's (dataset x model x encoding) grid: `dvc repro` trains every cell as its own DVC stage
@@ -204,6 +209,11 @@ class GridParams:
     baselines: list[str] = field(default_factory=list)   # models trained once, without an encoding (pop, gru4rec)
     train: dict[str, Any] = field(default_factory=dict)   # train: keys this task's runs override (CTR models
                                                           # want other learning rates and batch sizes)
+
+    def configs(self) -> list[str]:
+        """The grid's configuration names in grid order: every model x encoding, then the baselines."""
+        return ([config_name(m, e) for m in self.models for e in self.encodings]
+                + [config_name(b, "none") for b in self.baselines])
 
 
 @dataclass(frozen=True)
@@ -241,9 +251,7 @@ class StudyParams:
                 raise ParamsError(f"params key '{key}.{task}': models and encodings must both be listed or "
                                   "both be empty", f"list the encodings to run the models with in {key}.{task}")
         if self.reference is not None:   # checked here, not after the grid has trained (evaluate's stage)
-            configs = [f"{m}-{e}" for task in ("next_item", "ctr") for grid in [getattr(self, task)]
-                       for m in grid.models for e in grid.encodings]
-            configs += [f"{b}-none" for task in ("next_item", "ctr") for b in getattr(self, task).baselines]
+            configs = self.next_item.configs() + self.ctr.configs()
             if self.reference not in configs:
                 close = did_you_mean(str(self.reference), configs)
                 raise ParamsError(f"params key '{key}.reference' is '{self.reference}', not a configuration of the "

@@ -62,13 +62,9 @@ def _verify_raw(dataset: str, src: Path, meta: dict) -> None:
         path = src / str(name)
         if Path(str(name)).name != name or not isinstance(entry, dict) or not path.is_file():
             continue
-        size = path.stat().st_size
-        if isinstance(entry.get("bytes"), int) and size != entry["bytes"]:
-            raise DataError(f"raw file {path} has {size:,} bytes, but source.json records {entry['bytes']:,}: it "
-                            "changed since it was downloaded", again)
-        if isinstance(entry.get("sha256"), str) and io.sha256_file(path) != entry["sha256"]:
-            raise DataError(f"raw file {path} does not match the sha256 source.json records: it changed since it "
-                            "was downloaded", again)
+        why = io.file_mismatch(path, entry)
+        if why is not None:
+            raise DataError(f"raw file {path} {why}: it changed since it was downloaded", again)
 
 
 def _count_column(df: pl.DataFrame) -> tuple[str, int, int]:

@@ -28,6 +28,7 @@ from scipy import stats
 
 from . import significance
 from .errors import DataError, ParamsError, unknown
+from .params import config_name  # noqa: F401  (report.config_name: the name every caller uses)
 from .io import read_json, refuse_nested, write_bytes
 
 _FAMILY = {"hr": 0, "recall": 0, "mrr": 1, "ndcg": 2, "auc": 3, "gauc": 4, "logloss": 5}
@@ -52,11 +53,6 @@ def summarize(values: list[float]) -> dict:
 
 
 # --------------------------------------------------------------------------- runs
-
-def config_name(model: str, encoding: str, tag: Optional[str] = None) -> str:
-    """One configuration's run folder and report row: <model>-<encoding>[-<tag>]."""
-    return f"{model}-{encoding}" + (f"-{tag}" if tag else "")
-
 
 def metric_order(key: str) -> tuple:
     name, _, k = key.partition("@")
