@@ -40,6 +40,7 @@ EXPECTED = {
     "2dlpe": (True, False),
     "abs": (False, True),          # 004: reversed
     "abs_con": (False, True),
+    "none_con": (False, False),    # Eq. 6's projection of [x ; 0]: no position
     "learnt": (False, True),
     "learnt_con": (False, True),
     "rotatory": (False, True),
@@ -161,6 +162,21 @@ def test_rotatory_is_the_studys_learned_sin_cos_table_added_to_the_input():
     with torch.no_grad():
         assert torch.allclose(con.embed(y, pos), con.proj(torch.cat((y, con.table(pos)), -1)))
         assert not torch.allclose(con.embed(x, pos)[0, 0], con.embed(x, pos)[0, 1])
+
+
+def test_none_con_is_abs_cons_projection_without_the_sinusoid():
+    """The +Con ablation: for the same seed, none_con's projection is abs_con's to the bit, and its
+    output is that projection of [x ; 0], the same for every position and length."""
+    none_con, abs_con = make("none_con"), make("abs_con")
+    assert torch.equal(none_con.proj.weight, abs_con.proj.weight) and none_con.proj.weight.shape == (D, 2 * D)
+    pos = batch_positions()
+    x = torch.randn(len(LENGTHS), max(LENGTHS), D, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = none_con.embed(x, pos)
+        assert torch.allclose(y, none_con.proj(torch.cat((x, torch.zeros_like(x)), -1)))
+        assert torch.allclose(y, x @ none_con.proj.weight[:, :D].T + none_con.proj.bias, atol=1e-6)
+        assert not torch.allclose(abs_con.embed(x, pos), y)                 # the sinusoid does change it
+        assert torch.allclose(none_con.embed(x[:1, -3:], batch_positions((3,))), y[:1, -3:], atol=1e-6)
 
 
 def test_rotatory_starts_nearly_flat_as_the_studys_initialisation():

@@ -80,6 +80,8 @@ ENCODINGS: dict[str, EncodingSpec] = {s.name: s for s in [
     # PE study (004 §3): every encoding reversed, as the study does
     _spec("abs", "004 Eqs. 3-5", "study", "Abs", False, False, True, SinusoidConfig, "sinusoidal, reversed"),
     _spec("abs_con", "004 Eq. 6", "study", "AbsCon", True, False, True, ConcatConfig, "[x ; sinusoid] -> Linear"),
+    _spec("none_con", "ablation of 004 Eq. 6 (beyond the papers)", "study", "NoneCon", True, False, False,
+          LearnedConcatConfig, "[x ; 0] -> Linear: the +Con projection without a PE"),
     _spec("learnt", "004 §3 (LE)", "study", "Learnt", True, False, True, description="learned, reversed"),
     _spec("learnt_con", "004 §3 (CLE)", "study", "LearntCon", True, False, True, LearnedConcatConfig,
           "[x ; learned] -> Linear"),

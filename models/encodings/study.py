@@ -62,6 +62,19 @@ class AbsCon(_Concat):
         return sinusoid(pos.backward, self.pos_dim, self.pos_dim, self.config.base)  # (B, L, P)
 
 
+class NoneCon(_Concat):
+    """An ablation beyond the papers: 004 Eq. 6's projection with no position, Linear([x ; 0]).
+
+    It isolates what the +Con variants add besides their PE: a fresh Linear(D + P -> D) on the
+    (sqrt(D)-scaled) item vector, while SASRec still scores with the unprojected item table. The
+    zero half keeps the layer's shape, so its initialisation (bound 1/sqrt(D + P)) and the random
+    stream are those of `abs_con` for the same seed; the zero columns never receive a gradient.
+    Neither forward- nor backward-aware."""
+
+    def table(self, pos):
+        return pos.mask.new_zeros(*pos.mask.shape, self.pos_dim, dtype=torch.float32)  # (B, L, P)
+
+
 class LearntCon(_Concat):
     """Concatenated learnable encoding CLE (004 §3): Linear([x ; Embed[l - 1 - pos]])."""
 
