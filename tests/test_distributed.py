@@ -36,7 +36,9 @@ def params_file(tmp_path: Path, **train) -> Path:
 
 
 def torchrun(*args: str, cwd: Path, state: Path, nproc: int = 2) -> subprocess.CompletedProcess:
-    env = dict(os.environ, SEQPE_STATE=str(state), OMP_NUM_THREADS="1")
+    scratch = state.parent / "torchrun-tmp"        # torchrun leaves its log folders in TMPDIR: keep them here
+    scratch.mkdir(exist_ok=True)
+    env = dict(os.environ, SEQPE_STATE=str(state), OMP_NUM_THREADS="1", TMPDIR=str(scratch))
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                            str(nproc), "-m", "pipeline.cli", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
