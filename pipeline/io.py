@@ -21,7 +21,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from .errors import DataError
 from .lazy import lazy
@@ -339,6 +339,32 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
         problem = f"{dst} holds files seqpe did not write ({shown})"
     raise DataError(f"{problem}; seqpe replaces only a missing or empty folder or its own {_WHAT[kind]} there",
                     f"pass a new or empty folder for the output (or delete {dst} yourself if nothing in it is needed)")
+
+
+def claim_file(dst: str | Path, what: str, ours: Callable[[Path], bool], example: str) -> None:
+    """Refuse to replace an existing file `dst` unless its content shows it is seqpe's own `what` (`ours`
+    reads it; any error reading it counts as not ours): `seqpe report --out README.md` and `train
+    --metrics notes.md` used to overwrite the user's file. A folder is refused too. `example`: a path
+    to suggest in the fix."""
+    dst = Path(dst)
+    if dst.is_dir():
+        raise DataError(f"{dst} is a folder, not a {what}", f"pass a file path, e.g. {example}")
+    if not dst.exists():
+        return
+    try:
+        mine = bool(ours(dst))
+    except Exception:                                   # unreadable, not UTF-8, not Parquet: not ours
+        mine = False
+    if not mine:
+        raise DataError(f"{dst} exists and is not a {what} seqpe wrote; seqpe replaces only its own",
+                        f"pass a new file path, e.g. {example} (or delete {dst} yourself if it is not needed)")
+
+
+def starts_with(path: Path, *heads: str) -> bool:
+    """Whether the text file `path` begins with one of `heads` (UTF-8; a file claim_file checks)."""
+    with open(path, "rb") as f:
+        first = f.read(max(len(h.encode()) for h in heads)).decode("utf-8", errors="replace")
+    return any(first.startswith(h) for h in heads)
 
 
 def require_kind(src: str | Path, kind: str, dataset: str, stage: str) -> dict:

@@ -47,7 +47,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .errors import DataError, NonFiniteScores, ParamsError, printable
-from .io import read_json, read_manifest, refuse_nested, verify_shards, write_parquet
+from .io import claim_file, read_json, read_manifest, refuse_nested, verify_shards, write_parquet
 from .lazy import lazy
 
 pl = lazy("polars")
@@ -326,15 +326,22 @@ def _item_tokens(text: str) -> list[str]:
 
 
 def check_out(out: str | Path) -> Path:
-    """The top-K file `out`, checked before any scoring: a .parquet path that is not a folder and not
-    inside a folder another seqpe stage replaces whole (io.refuse_nested)."""
+    """The top-K file `out`, checked before any scoring: a .parquet path that is not a folder, not
+    inside a folder another seqpe stage replaces whole (io.refuse_nested), and new or a top-K file
+    seqpe wrote (io.claim_file)."""
     out = Path(out)
     if out.suffix.lower() != ".parquet":
         raise ParamsError(f"output file '{out}' must end in .parquet", "pass e.g. --out topk.parquet")
-    if out.is_dir():
-        raise DataError(f"{out} is a folder", "pass a file path, e.g. --out topk.parquet")
     refuse_nested(out, "top-K file", "e.g. --out topk.parquet")
+    claim_file(out, "top-K file", _is_topk, "--out topk.parquet")
     return out
+
+
+def _is_topk(path: Path) -> bool:
+    """A top-K file `recommend` wrote: its Parquet schema is write_topk's columns (a user's sessions file,
+    even the --input itself, is not)."""
+    import pyarrow.parquet as pq
+    return pq.read_schema(path).names == ["session_id", "rank", "item", "score"]
 
 
 def write_topk(frame: "pl.DataFrame", out: str | Path) -> Path:

@@ -29,7 +29,7 @@ from scipy import stats
 from . import significance
 from .errors import DataError, ParamsError, unknown
 from .params import config_name  # noqa: F401  (report.config_name: the name every caller uses)
-from .io import read_json, refuse_nested, write_bytes
+from .io import claim_file, read_json, refuse_nested, starts_with, write_bytes
 
 _FAMILY = {"hr": 0, "recall": 0, "mrr": 1, "ndcg": 2, "auc": 3, "gauc": 4, "logloss": 5}
 
@@ -414,11 +414,13 @@ def to_json(rows: list[dict]) -> list[dict]:
 
 def check_out(out: str | Path) -> Path:
     """The report file `out`, checked before any work: .md or .csv, not inside a folder another seqpe
-    stage replaces whole (io.refuse_nested)."""
+    stage replaces whole (io.refuse_nested), and new or a report seqpe wrote (io.claim_file)."""
     out = Path(out)
     if out.suffix.lower() not in (".md", ".csv"):
         raise ParamsError(f"report file '{out}' must end in .md or .csv", "pass --out report.md or --out report.csv")
     refuse_nested(out, "report file", "e.g. --out report.md")
+    claim_file(out, "report", lambda p: starts_with(p, "| dataset | protocol |", "dataset,protocol,"),
+               f"--out report{out.suffix.lower()}")
     return out
 
 

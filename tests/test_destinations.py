@@ -198,6 +198,40 @@ def test_an_output_inside_another_stages_folder_is_refused(argv, fragment, prepa
     assert {p: p.stat().st_mtime_ns for p in prepared.rglob("*")} == before   # nothing written, nothing touched
 
 
+def test_a_users_file_is_never_replaced_by_a_report_metrics_or_top_k_file(prepared, tmp_path):
+    """`seqpe report --out README.md` and `train --metrics notes.md` used to overwrite the user's file; a
+    file is replaced only when its content shows seqpe wrote it (the same command run again)."""
+    runs, notes = tmp_path / "runs", tmp_path / "notes.md"
+    notes.write_text("my notes\n")
+    base = ["train", "sample", str(prepared / "samples"), str(runs), "--model", "pop", "--seed", "1", "--quiet"]
+    proc = seqpe(*base, "--metrics", str(notes))
+    assert_one_line_error(proc, "notes.md exists and is not a metrics file seqpe wrote",
+                          "Fix: pass a new file path, e.g. data/metrics/sample/pop-none.json")
+    assert notes.read_text() == "my notes\n" and not runs.exists()     # refused before training
+    metrics = tmp_path / "m.json"
+    for _ in range(2):                                                  # its own file: replaced
+        assert seqpe(*base, "--metrics", str(metrics)).returncode == 0
+    assert set(json.loads(metrics.read_text())) == {"test", "valid", "seeds"}
+    for out in (notes, tmp_path / "data.csv"):
+        out.write_text("my notes\n")
+        proc = seqpe("report", str(runs), "--out", str(out), "--quiet")
+        assert_one_line_error(proc, f"{out.name} exists and is not a report seqpe wrote", "Fix: pass a new file path")
+        assert out.read_text() == "my notes\n"
+    for name in ("r.md", "r.csv"):
+        for _ in range(2):
+            assert seqpe("report", str(runs), "--out", str(tmp_path / name), "--quiet").returncode == 0
+    import polars as pl
+    from pipeline import recommend
+    sessions = tmp_path / "sessions.parquet"
+    pl.DataFrame({"session_id": [1], "items": [[1, 2]]}).write_parquet(sessions)
+    with pytest.raises(DataError, match="sessions.parquet exists and is not a top-K file seqpe wrote"):
+        recommend.check_out(sessions)
+    pl.DataFrame({"session_id": [1], "rank": [1], "item": [3], "score": [0.5]}).write_parquet(tmp_path / "top.parquet")
+    recommend.check_out(tmp_path / "top.parquet")
+    with pytest.raises(DataError, match="is a folder"):
+        recommend.check_out(tmp_path / "dir.parquet" if (tmp_path / "dir.parquet").mkdir() is None else None)
+
+
 # --------------------------------------------------------------------------- leftovers of killed runs
 
 KILL_INSIDE = """

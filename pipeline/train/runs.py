@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import shutil
 from pathlib import Path
@@ -168,6 +169,12 @@ def write_config_metrics(path: Path, records: list[dict]) -> dict:
     out = {"test": mean("test"), "valid": mean("valid"), "seeds": len(records)}
     write_json(path, out)
     return out
+
+
+def is_config_metrics(path: Path) -> bool:
+    """Whether `path` holds a metrics file write_config_metrics wrote (its three keys)."""
+    rec = json.loads(Path(path).read_text(encoding="utf-8"))
+    return isinstance(rec, dict) and set(rec) == {"test", "valid", "seeds"}
 
 
 def write_curves(live_dir: Path, seed: int, history: list) -> None:

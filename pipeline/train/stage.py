@@ -8,7 +8,7 @@ from typing import Optional
 
 from .. import presets
 from ..errors import ParamsError
-from ..io import claim_dir, refuse_nested, require_kind, verify_shards
+from ..io import claim_dir, claim_file, refuse_nested, require_kind, verify_shards
 from ..params import Params, check_seeds, to_dict
 from ..report import config_name
 from ..versions import versions
@@ -73,6 +73,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
                                 (live_dir, "curves", f"e.g. data/live/{dataset}/CONFIG")):
         if path is not None:
             refuse_nested(path, what, instead, itself=what == "curves")
+    if metrics_path is not None:
+        claim_file(metrics_path, "metrics file", runs.is_config_metrics, f"data/metrics/{dataset}/{config}.json")
     run_dirs = {seed: Path(runs_dir) / config / f"seed-{seed}" for seed in seeds}
     for run_dir in run_dirs.values():
         claim_dir(run_dir, None, "run")
