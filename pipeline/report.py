@@ -73,8 +73,7 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
                 continue   # temporary folders of a run being written
             seen.add(key)
             rec = read_json(path)
-            if not isinstance(rec.get("test"), dict):
-                raise DataError(f"{path} has no test metrics", "re-run `seqpe train` for that run")
+            _check_record(rec, path, root)
             rec["_path"] = str(path)
             records.append(rec)
         for path in sorted(root.rglob("checkpoint.pt")):   # a run whose record was lost is not left out quietly
@@ -82,6 +81,21 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
                 raise DataError(f"{path.parent} has a checkpoint but no run.json, so its seed cannot be reported",
                                 f"re-run `seqpe train` for that run, or remove {path.parent}")
     return records
+
+
+def _check_record(rec, path: Path, root: Path) -> None:
+    """A DataError unless `rec` (the run.json at `path`) is a training record seqpe wrote: another tool's
+    run.json under the folder was an AttributeError or KeyError traceback, a string metric a TypeError."""
+    missing = [k for k in ("dataset", "model", "encoding", "seed") if not isinstance(rec, dict) or k not in rec]
+    if missing:
+        raise DataError(f"{path} is not a run record of `seqpe train` (no {', '.join(missing)})",
+                        f"move it out of {root}, or re-run `seqpe train` for that run")
+    if not isinstance(rec.get("test"), dict):
+        raise DataError(f"{path} has no test metrics", "re-run `seqpe train` for that run")
+    for key, value in rec["test"].items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise DataError(f"{path} has test.{key} = {value!r}, not a finite number",
+                            "re-run `seqpe train` for that run (seqpe never records such a metric)")
 
 
 def protocol_label(rec: dict) -> str:

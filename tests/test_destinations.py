@@ -232,6 +232,23 @@ def test_a_users_file_is_never_replaced_by_a_report_metrics_or_top_k_file(prepar
         recommend.check_out(tmp_path / "dir.parquet" if (tmp_path / "dir.parquet").mkdir() is None else None)
 
 
+def test_train_refuses_another_datasets_runs_folder_and_the_parent_of_runs_folders(prepared, tmp_path):
+    """A seed trained into data/runs/OTHER was reported among OTHER's runs; one trained into data/runs made
+    data/runs/pop-none beside the datasets' folders."""
+    parent = tmp_path / "runs"
+    other = parent / "other" / "pop-none" / "seed-1"
+    other.mkdir(parents=True)
+    (other / "run.json").write_text(json.dumps({"dataset": "other", "model": "pop", "encoding": "none", "seed": 1}))
+    base = ["train", "sample", str(prepared / "samples")]
+    proc = seqpe(*base, str(parent / "other"), "--model", "pop", "--seed", "2", "--quiet")
+    assert_one_line_error(proc, "other holds other's runs (pop-none), and this run is sample's",
+                          "Fix: pass that dataset's own runs folder, e.g. data/runs/sample")
+    proc = seqpe(*base, str(parent), "--model", "pop", "--seed", "2", "--quiet")
+    assert_one_line_error(proc, "runs holds runs folders (other), not runs", "e.g. data/runs/sample")
+    assert sorted(p.name for p in parent.rglob("*")) == ["other", "pop-none", "run.json", "seed-1"]
+    assert seqpe(*base, str(parent / "sample"), "--model", "pop", "--seed", "2", "--quiet").returncode == 0
+
+
 # --------------------------------------------------------------------------- leftovers of killed runs
 
 KILL_INSIDE = """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,6 +92,23 @@ def test_errors(tmp_path):
     (samples / "manifest.json").write_text('{"dataset": "toyset", "kind": "samples"}')
     with pytest.raises(DataError, match="r.md is inside .*samples, which holds toyset's samples"):
         report.run([tmp_path / "nope"], samples / "r.md")
+
+
+@pytest.mark.parametrize("record, fragment", [
+    ([], "is not a run record of `seqpe train` (no dataset, model, encoding, seed)"),
+    ({"test": {"accuracy": 0.9}}, "(no dataset, model, encoding, seed)"),
+    ({"dataset": "d", "model": "m", "encoding": "e", "seed": 1, "test": {"hr@10": "0.5"}}, "test.hr@10 = '0.5', not"),
+    ({"dataset": "d", "model": "m", "encoding": "e", "seed": 1, "test": {"hr@10": True}}, "test.hr@10 = True, not"),
+    ({"dataset": "d", "model": "m", "encoding": "e", "seed": 1, "test": {"hr@10": float("nan")}}, "= nan, not a finite"),
+    ({"dataset": "d", "model": "m", "encoding": "e", "seed": 1}, "has no test metrics"),
+])
+def test_a_run_json_seqpe_did_not_write_is_named(tmp_path, record, fragment):
+    """Another tool's run.json under the runs folder was an AttributeError / KeyError / TypeError traceback."""
+    write_run(tmp_path, "pop", "none", 1, {"hr@10": 0.5})
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "run.json").write_text(json.dumps(record))
+    with pytest.raises(DataError, match=re.escape(fragment)):
+        report.run([tmp_path])
 
 
 def test_cli_report_writes_markdown(tmp_path):

@@ -32,6 +32,7 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
+from ..errors import DataError
 from ..io import atomic_dir, dumps_json, read_json, write_bytes, write_json
 from ..params import Params, TrainParams, to_dict
 from ..versions import code_versions
@@ -65,7 +66,6 @@ def load_checkpoint(run_dir: Path) -> dict:
     """A run's checkpoint.pt (tensors only: torch's weights-only unpickler), or a one-line error: a file that is
     truncated, not torch's format, or not seqpe's {"model", "config"} record is named instead of torch's traceback."""
     import torch
-    from ..errors import DataError
     path = Path(run_dir) / "checkpoint.pt"
     if not path.is_file():
         raise DataError(f"no checkpoint.pt in {run_dir}", "pass a run folder written by `seqpe train`")
@@ -155,6 +155,28 @@ def _copy_tree(src: Path, dst: Path, atomic: bool = False) -> None:
     staging.mkdir()
     fill(staging)
     os.replace(staging, dst)
+
+
+def check_runs_dir(runs_dir: Path, dataset: str) -> None:
+    """A DataError when the runs folder `runs_dir` (MODEL-ENCODING/seed-N/run.json inside) holds another
+    dataset's runs, or is the parent of runs folders (`data/runs`): a new seed there would be mixed into
+    another dataset's reports, or into none (`seqpe train sample data/samples/sample data/runs` made
+    data/runs/sasrec-none beside the datasets' folders, and the next `seqpe report` failed)."""
+    runs_dir = Path(runs_dir)
+    fix = f"pass that dataset's own runs folder, e.g. data/runs/{dataset}"
+    for path in sorted(runs_dir.glob("*/seed-*/run.json")):
+        try:
+            owner = read_json(path).get("dataset")
+        except Exception:
+            continue                                    # not a record: report names it
+        if isinstance(owner, str) and owner != dataset:
+            raise DataError(f"{runs_dir} holds {owner}'s runs ({path.parent.parent.name}), and this run is "
+                            f"{dataset}'s: a runs folder holds one dataset's runs", fix)
+    inner = sorted({p.parent.parent.parent.name for p in runs_dir.glob("*/*/seed-*/run.json")})
+    if inner:
+        shown = ", ".join(inner[:3]) + (", ..." if len(inner) > 3 else "")
+        raise DataError(f"{runs_dir} holds runs folders ({shown}), not runs: seeds go inside one dataset's runs "
+                        f"folder", fix)
 
 
 # --------------------------------------------------------------------------- per-configuration outputs

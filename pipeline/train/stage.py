@@ -69,6 +69,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     seeds = list(dict.fromkeys(seeds or params.study.seeds))    # --seed 1 --seed 1 trains and reports seed 1 once
     config = config_name(spec.name, enc_name, tag)
     refuse_nested(runs_dir, "runs", f"e.g. data/runs/{dataset}", itself=True)
+    runs.check_runs_dir(runs_dir, dataset)
     for path, what, instead in ((metrics_path, "metrics file", f"e.g. data/metrics/{dataset}/CONFIG.json"),
                                 (live_dir, "curves", f"e.g. data/live/{dataset}/CONFIG")):
         if path is not None:
