@@ -646,6 +646,24 @@ def test_a_diverging_loss_stops_the_run_with_one_line_naming_the_epoch(tmp_path,
     assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()
 
 
+def test_a_loss_that_explodes_but_stays_finite_stops_the_run(tmp_path, toy_registry, monkeypatch):
+    """`train.lr=50` took SASRec's loss from ln(78) = 4.4 to 49,990, finite, and the run was reported as a
+    result. An epoch's mean loss above 10 x (the untrained model's + 1) now stops it; a rise within that
+    margin does not."""
+    from pipeline.errors import TrainingError
+    losses = iter([4.0] + [60.0] * 100000)                          # the untrained model's loss, then an explosion
+    monkeypatch.setattr(ToyRecommender, "training_loss",
+                        lambda self, seqs, targets, generator: self.mix.weight.sum() * 0 + next(losses))
+    samples = make_samples(tmp_path / "samples")
+    with pytest.raises(TrainingError, match=r"toy-toy_lpe seed 1: the training loss rose to 5\d\.?\d* at epoch 1, "
+                                            r"from the untrained model's 4 \(the model diverged\)"):
+        stage.run("toyset", samples, tmp_path / "runs", params(epochs=3), progress=False)
+    assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()
+    losses = iter([4.0] + [49.0] * 100000)                          # under 10 x (4 + 1): it trains on
+    stage.run("toyset", samples, tmp_path / "ok", params(epochs=2), progress=False)
+    assert (tmp_path / "ok" / "toy-toy_lpe" / "seed-1" / "run.json").is_file()
+
+
 def test_a_memory_budget_trains_the_same_model(tmp_path, toy_registry):
     samples = make_samples(tmp_path / "samples")
     [a] = stage.run("toyset", samples, tmp_path / "a", params(epochs=2), progress=False)

@@ -69,9 +69,11 @@ def loss_module(net, task):
     return LossModule()
 
 
-def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: Dist, amp, bar=None) -> float:
+def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: Dist, amp, bar=None,
+                first: Optional[list] = None) -> float:
     """One pass over this process's share of the task's shuffled train batches (`step`: the loss
-    module, DDP-wrapped and/or compiled); returns the mean loss per prediction."""
+    module, DDP-wrapped and/or compiled); returns the mean loss per prediction. `first`: an empty list
+    gets the first batch's loss, the untrained model's (`diverged` measures against it)."""
     net.train()
     total, count = 0.0, 0
     for b, batch in enumerate(dist.shard(task.batches(generator)), start=1):
@@ -83,6 +85,8 @@ def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: D
             raise TrainingError(f"{label}: the training loss is {value} at epoch {epoch}, batch {b} (the model "
                                 "diverged); nothing was written for this seed",
                                 "lower train.lr (or train.weight_decay, if it is large), then run again")
+        if first is not None and not first:
+            first.append(value)
         loss.backward()
         opt.step()
         total += value * n
@@ -90,6 +94,18 @@ def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: D
         if bar is not None:
             bar.advance(n, total / count)
     return total / max(count, 1)
+
+
+DIVERGED = 10.0       # an epoch's mean loss above DIVERGED x (|the untrained model's| + 1) stops the run
+
+
+def diverged(loss: float, start: Optional[float]) -> bool:
+    """Whether an epoch's mean training loss shows a diverged model though it stayed finite: far above the
+    untrained model's loss `start` (its first batch), which a model that learns anything only falls from.
+    `train.lr=50` on SASRec went from ln(78) = 4.4 to 49,990 and was reported as a result; a CTR model
+    with log loss 4e12 likewise. The margin (10x, + 1 for losses that start near 0) is far beyond the
+    rises of a run that trains (tests/test_train.py)."""
+    return start is not None and math.isfinite(start) and loss > DIVERGED * (abs(start) + 1.0)
 
 
 def checked(evaluate: Callable[[], dict], where: str) -> dict:
@@ -116,7 +132,8 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
     opt = make_optimizer(net, tp)
     sched = _make_scheduler(opt, tp, maximise)
     sign = 1.0 if maximise else -1.0
-    loop = {"epoch": 0, "best_epoch": 0, "best_value": float("-inf"), "best_state": None, "stale": 0}
+    loop = {"epoch": 0, "best_epoch": 0, "best_value": float("-inf"), "best_state": None, "stale": 0,
+            "start_loss": None}
     resumed = 0
     saved = _load_resume(resume_path)
     if saved is not None:
@@ -157,7 +174,15 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
             lr = opt.param_groups[0]["lr"]
             prog.start(epoch)
             t0 = time.perf_counter()
-            loss = train_epoch(net, step, opt, task, generator, epoch, label, dist, amp, prog)
+            first: list = []
+            loss = train_epoch(net, step, opt, task, generator, epoch, label, dist, amp, prog,
+                               first if loop.get("start_loss") is None else None)
+            if first:
+                loop["start_loss"] = first[0]
+            if dist.broadcast_object(diverged(loss, loop.get("start_loss"))):       # rank 0's numbers decide
+                raise TrainingError(f"{label}: the training loss rose to {loss:.4g} at epoch {epoch}, from the untrained "
+                                    f"model's {loop['start_loss']:.4g} (the model diverged); nothing was written "
+                                    "for this seed", "lower train.lr (or train.weight_decay, if it is large), then run again")
             train_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             valid = checked(lambda: task.evaluate(net, "valid"), f"{label}, epoch {epoch}, valid split")
