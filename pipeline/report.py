@@ -155,6 +155,14 @@ def _check_pooled(name: str, recs: list[dict]) -> None:
             raise DataError(f"{name} has seed {rec['seed']} twice ({seen[rec['seed']]} and {rec.get('_path', '?')})",
                             "report one runs folder at a time, or give one of them a --tag")
         seen[rec["seed"]] = rec.get("_path", "?")
+    limited = [r for r in recs if r.get("stopped") == "time_limit"]
+    if limited and len(limited) < len(recs):
+        done = [r["seed"] for r in recs if r.get("stopped") != "time_limit"]
+        cut = ", ".join(f"{r['seed']} (after {r.get('epochs_run', '?')} epochs)" for r in limited)
+        raise DataError(f"{name}: seed {cut} stopped at train.time_limit, unfinished, while seed "
+                        f"{', '.join(map(str, done))} trained to the end; they cannot be pooled into one mean",
+                        "finish it: the same `seqpe train` command with --set train.time_limit=0 goes on where it "
+                        "stopped (or give the time-limited runs their own --tag)")
     first = _settings(recs[0])
     for rec in recs[1:]:
         why = _differs(first, _settings(rec))
@@ -177,6 +185,7 @@ def aggregate(records: list[dict]) -> list[dict]:
             "dataset": dataset, "protocol": protocol, "model": model, "encoding": encoding, "tag": tag or None,
             "name": config_name(model, encoding, tag or None), "seeds": [r["seed"] for r in recs],
             "best_epochs": [r.get("best_epoch") for r in recs],
+            "unfinished": [r["seed"] for r in recs if r.get("stopped") == "time_limit"],
             "metrics": {k: summarize([r["test"][k] for r in recs if k in r["test"]]) for k in keys},
         })
     return rows
@@ -288,6 +297,15 @@ def comparison_cells(row: dict, metrics: list[str]) -> list[str]:
     return cells + [comp["verdict"]]
 
 
+def unfinished_note(rows: list[dict]) -> Optional[str]:
+    """The rows whose seeds all stopped at train.time_limit (report refuses pooling them with finished ones)."""
+    cut = [f"{row['dataset']} {row['name']}" for row in rows if row.get("unfinished")]
+    if not cut:
+        return None
+    return (f"Unfinished: every seed of {', '.join(cut)} stopped at train.time_limit (the same `seqpe train` command "
+            "with --set train.time_limit=0 finishes them).")
+
+
 def to_markdown(rows: list[dict]) -> str:
     keys = metric_keys(rows)
     head = ["dataset", "protocol", "model", "encoding", "tag", "seeds", *keys]
@@ -298,6 +316,8 @@ def to_markdown(rows: list[dict]) -> str:
         cells += [_cell(row["metrics"].get(k), _scale(k)) for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [TIE_NOTE]
+    if unfinished_note(rows):
+        notes.append(unfinished_note(rows))
     compared = _compared(rows)
     if compared:
         head, metrics = comparison_header(rows), _seed_metrics(rows)
@@ -394,6 +414,8 @@ def print_tables(console, rows: list[dict]) -> None:
     (pipeline.tables: names never cut, columns split over several tables when needed)."""
     from .tables import print_tables as show
     show(console, *summary_view(rows))
+    if unfinished_note(rows):
+        console.print(unfinished_note(rows), highlight=False)
     view = comparison_view(rows)
     if view is not None:
         show(console, *view)
@@ -415,13 +437,15 @@ def comparison_table(rows: list[dict]):
 
 def to_json(rows: list[dict]) -> list[dict]:
     """The rows for `seqpe report --json`: stable keys, raw values in [0, 1] (not x100): dataset,
-    protocol, model, encoding, tag, configuration, seeds, best_epochs, metrics {name: {mean, std,
+    protocol, model, encoding, tag, configuration, seeds, best_epochs, unfinished (the seeds stopped at
+    train.time_limit), metrics {name: {mean, std,
     ci95, n}} and comparison (None, or the baseline test results of pipeline.significance)."""
     out = []
     for row in rows:
         out.append({"dataset": row["dataset"], "protocol": row["protocol"], "model": row["model"],
                     "encoding": row["encoding"], "tag": row.get("tag"), "configuration": row["name"],
-                    "seeds": row["seeds"], "best_epochs": row["best_epochs"], "metrics": row["metrics"],
+                    "seeds": row["seeds"], "best_epochs": row["best_epochs"], "unfinished": row["unfinished"],
+                    "metrics": row["metrics"],
                     "comparison": row.get("comparison")})
     return out
 

@@ -94,6 +94,22 @@ def test_errors(tmp_path):
         report.run([tmp_path / "nope"], samples / "r.md")
 
 
+def test_seeds_stopped_at_the_time_limit_are_not_pooled_with_finished_ones(tmp_path):
+    """A seed cut by train.time_limit after 1 of 4 epochs was averaged with finished seeds, unmarked."""
+    from pipeline.io import read_json
+    for seed in (1, 2, 3):
+        write_run(tmp_path, "sasrec", "none", seed, {"hr@10": 0.3 + seed / 100})
+    path = tmp_path / "sasrec-none" / "seed-1" / "run.json"
+    write_json(path, read_json(path) | {"stopped": "time_limit", "epochs_run": 1})
+    with pytest.raises(DataError, match=re.escape("toyset sasrec-none: seed 1 (after 1 epochs) stopped at "
+                                                  "train.time_limit, unfinished, while seed 2, 3 trained to the end")):
+        report.run([tmp_path])
+    [row] = report.run([tmp_path / "sasrec-none" / "seed-1"], tmp_path / "one.md")   # every seed cut: marked
+    assert row["unfinished"] == [1] and report.to_json([row])[0]["unfinished"] == [1]
+    assert "Unfinished: every seed of toyset sasrec-none stopped at train.time_limit" in (tmp_path / "one.md").read_text()
+    assert report.run([tmp_path / "sasrec-none" / "seed-2"])[0]["unfinished"] == []
+
+
 @pytest.mark.parametrize("record, fragment", [
     ([], "is not a run record of `seqpe train` (no dataset, model, encoding, seed)"),
     ({"test": {"accuracy": 0.9}}, "(no dataset, model, encoding, seed)"),
