@@ -291,6 +291,31 @@ def _per_sample(records: list[dict], task: str, notes: list[str], name: str) -> 
     return out
 
 
+def _check_labels(records: list[dict], samples: Optional[dict[int, dict]], labels: np.ndarray, name: str) -> None:
+    """A DataError unless `labels` are the test labels each seed of `name` was scored on: the log loss
+    recomputed from them and the seed's logits must be the one its run.json recorded. Any CTR samples
+    folder with as many test rows used to pass, and the per-sample tests then changed (a sign flipped)."""
+    if not samples:
+        return
+    for rec in records:
+        per = samples.get(rec["seed"])
+        recorded = rec["test"].get("logloss")
+        if per is None or recorded is None or len(per["logit"]) != len(labels):
+            continue                                    # the row-count check names the latter
+        mine = float(np.mean(sample_logloss(per["logit"], labels)))
+        auc, auc_recorded = None, rec["test"].get("auc")
+        if auc_recorded is not None and 0 < labels.sum() < len(labels):   # rank-based: tells labels apart even
+            logits = np.asarray(per["logit"], dtype=np.float64)           # for a nearly constant model
+            auc = float(_WeightedAUC(labels, logits)(np.ones((1, len(labels))))[0])
+        if not math.isclose(mine, recorded, rel_tol=1e-5, abs_tol=1e-7) or \
+                (auc is not None and not math.isclose(auc, auc_recorded, rel_tol=1e-6, abs_tol=1e-9)):
+            got = f"log loss {mine:.6f}" + (f", AUC {auc:.6f}" if auc is not None else "")
+            was = f"{recorded:.6f}" + (f", {auc_recorded:.6f}" if auc is not None else "")
+            raise DataError(f"the test labels passed with --samples are not the ones {name} seed {rec['seed']} was "
+                            f"scored on ({got} from them; its run.json records {was})",
+                            "pass the samples folder these runs were trained on")
+
+
 def _paired_seeds(base: dict[int, dict], other: dict[int, dict], notes: list[str], name: str,
                   baseline: str) -> tuple[list[dict], list[dict]]:
     """The seeds the per-sample tests average: those both configurations have (a seed fixes the data order,
@@ -319,6 +344,10 @@ def compare(configs: dict[str, list[dict]], baseline: str, labels: Optional[np.n
     task = task_of(base_recs)
     base_notes: list[str] = []
     base_samples = _per_sample(base_recs, task, base_notes, baseline)
+    if task == "ctr" and labels is not None:
+        for name, recs in configs.items():
+            found = base_samples if name == baseline else _per_sample(recs, task, [], name)
+            _check_labels(recs, found, labels, name)
     out = []
     for name in sorted(configs):
         if name == baseline:

@@ -237,19 +237,23 @@ def test_ctr_report_uses_log_loss_and_auc_with_the_samples_labels(tmp_path):
     samples = tmp_path / "samples"
     write_split(samples, "test", pl.DataFrame({"label": labels.astype(np.int8), "user": np.arange(120) % 7}))
     runs = tmp_path / "runs"
-    logits = {}
+    logits, aucs = {}, {}
     for name, strength in (("din-none", 0.2), ("din-cape", 2.0)):
         model, enc = name.split("-")
         for seed in (1, 2, 3):
             x = (rng.normal(size=120) + strength * labels).astype(np.float32)
             logits[name, seed] = x
-            write_run(runs, model, enc, seed, {"auc": 0.6 + strength / 10 + seed / 1000, "gauc": 0.6, "logloss": 0.6},
+            pos, neg = x[labels == 1], x[labels == 0]
+            aucs[name, seed] = float(stats.mannwhitneyu(pos, neg).statistic) / (len(pos) * len(neg))
+            loss = float(np.mean(np.logaddexp(0, -(2 * labels - 1) * x.astype(float))))
+            write_run(runs, model, enc, seed, {"auc": aucs[name, seed], "gauc": 0.6, "logloss": loss},
                       dataset="kuai", protocol="ctr")
             significance.write_test_samples(runs / name / f"seed-{seed}" / "test_samples.parquet", logit=x)
     [cape, none] = report.run([runs], baseline="din-none", samples=samples)
     comp = cape["comparison"]
     assert none["comparison"] is None and comp["task"] == "ctr" and list(comp["seed_tests"]) == ["auc"]
-    assert comp["seed_tests"]["auc"]["diff"] == pytest.approx(0.18)
+    assert comp["seed_tests"]["auc"]["diff"] == pytest.approx(
+        np.mean([aucs["din-cape", s] - aucs["din-none", s] for s in (1, 2, 3)]))
     loss = {n: np.mean([np.logaddexp(0, -(2 * labels - 1) * logits[n, s].astype(float)) for s in (1, 2, 3)], axis=0)
             for n in ("din-none", "din-cape")}
     assert comp["sample"]["quantity"] == "logloss"
@@ -261,6 +265,10 @@ def test_ctr_report_uses_log_loss_and_auc_with_the_samples_labels(tmp_path):
     write_split(tmp_path / "other", "test", pl.DataFrame({"item": [1, 2]}))
     with pytest.raises(DataError, match="has no label column"):
         report.run([runs], samples=tmp_path / "other")
+    # another dataset's labels with as many rows (the same share of positives, even): named, not tested on
+    write_split(tmp_path / "shuffled", "test", pl.DataFrame({"label": rng.permutation(labels).astype(np.int8)}))
+    with pytest.raises(DataError, match=r"labels passed with --samples are not the ones din-\w+ seed 1 was scored on"):
+        report.run([runs], baseline="din-none", samples=tmp_path / "shuffled")
 
 
 def test_cli_report_with_baseline_prints_the_tests(tmp_path):
