@@ -61,6 +61,16 @@ def test_output_is_deterministic(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
+def test_cut_offs_the_runs_never_computed_are_named(tmp_path):
+    """evaluate.ks edited to [15] after training: matplotlib's "Number of columns must be a positive integer"."""
+    write_run(tmp_path / "runs", "sasrec", "lpe", 1, {"hr@10": 0.3, "ndcg@10": 0.1, "hr@20": 0.5})
+    with pytest.raises(DataError, match=r"evaluate.ks asks for @15, @50, none of which sasrec-lpe seed 1 computed "
+                                        r"\(it has @10, @20\).*retrain them with the new ks"):
+        stage.run("toyset", tmp_path / "runs", tmp_path / "reports", params(ks=(50, 15)))
+    assert not (tmp_path / "reports").exists()
+    stage.run("toyset", tmp_path / "runs", tmp_path / "reports", params(ks=(20, 15)))      # some: reported
+
+
 def test_missing_runs_are_errors(tmp_path):
     with pytest.raises(DataError, match=r"run `seqpe train toyset` first"):
         stage.run("toyset", tmp_path / "none", tmp_path / "reports", params())
