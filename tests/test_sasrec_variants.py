@@ -1,6 +1,7 @@
 """003's Linear Attention and Token Mixing baselines (SASRec with another token mixer)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -108,3 +109,16 @@ def test_trains_on_whole_sequences_through_the_trainer(tmp_path, name):
     assert res["test"]["hr@1"] > 0.95, res
     record = json.loads((tmp_path / "runs" / f"{name}-lrpe" / "seed-1" / "run.json").read_text())
     assert record["train"]["objective"] == "sequence"
+
+
+def test_no_attention_block_refuses_an_encoding_that_acts_only_there():
+    """train.layers=0 with RoPE wrote test_samples byte-identical to --encoding none, reported apart."""
+    from pipeline.params import TrainParams
+    from pipeline.train import setup
+    tp = TrainParams(model="sasrec", layers=0, dim=16, heads=1, max_len=8)
+    for name in ("rope", "rmha", "cope", "alibi"):
+        with pytest.raises(ParamsError, match=f"train.layers is 0, so sasrec has no attention block, and {name} acts"):
+            setup.build_encoding(name, tp, {})
+    for name in ("none", "lpe", "abs_con", "ldpe"):                   # input-stage encodings still act
+        setup.build_encoding(name, tp, {})
+    setup.build_encoding("rope", dataclasses.replace(tp, layers=1), {})

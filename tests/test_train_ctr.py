@@ -67,6 +67,18 @@ def test_models_of_the_other_task_are_refused_naming_the_ones_that_fit(ctr_sampl
     assert not (tmp_path / "r").exists()
 
 
+def test_next_item_loss_and_objective_settings_are_refused_for_ctr_models(ctr_samples, tmp_path):
+    """train.loss=bce on DIN gave outputs byte-identical to ce, recorded as bce (report then would not pool them)."""
+    with pytest.raises(ParamsError, match=r"train.loss is bce, and CTR models such as 'din' train on the log loss.*"
+                                          r"Fix: set train.loss: ce under study.ctr.train"):
+        stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "none", loss="bce"), progress=False)
+    proc = seqpe("train", "sample_ctr", str(ctr_samples), str(tmp_path / "r"), "--model", "din", "--quiet",
+                 "--set", "train.objective=sequence")
+    assert_one_line_error(proc, "train.objective is sequence, and CTR models such as 'din'",
+                          "Fix: drop --set train.objective=sequence")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "r").exists()
+
+
 def test_a_ctr_model_on_next_item_data_is_refused(tmp_path):
     from test_train import make_samples
     samples = make_samples(tmp_path / "samples")

@@ -137,11 +137,24 @@ def pick_device(name: str, option: str = "train.device"):
     return device
 
 
+BLOCK_MODELS = ("sasrec", "carca", "linear_attention", "token_mixing", "posrec")   # train.layers = their attention blocks
+
+
 def build_encoding(name: str, tp: TrainParams, options: dict, dim: Optional[int] = None):
-    """The encoding object for `name` (models.encodings registry) at width `dim` (default train.dim)."""
+    """The encoding object for `name` (models.encodings registry) at width `dim` (default train.dim).
+    A model of BLOCK_MODELS with train.layers 0 has no attention block, so an encoding that acts only
+    there (RoPE, RMHA, CoPE, ...: no `embed`) is refused: the run would be `--encoding none` under
+    another name (byte-identical outputs, reported as a different configuration)."""
     import models.encodings as enc
-    return enc.build_encoding(name, dim=dim or tp.dim, max_len=tp.max_len, heads=tp.heads,
-                              layers=tp.layers, options=options)
+    from models.encodings.base import PositionalEncoding
+    built = enc.build_encoding(name, dim=dim or tp.dim, max_len=tp.max_len, heads=tp.heads,
+                               layers=tp.layers, options=options)
+    if tp.layers == 0 and tp.model in BLOCK_MODELS and name != "none" \
+            and type(built).embed is PositionalEncoding.embed:
+        raise ParamsError(f"train.layers is 0, so {tp.model} has no attention block, and {name} acts only inside "
+                          "them: the run would be --encoding none under another name",
+                          "use train.layers 1 or more, or --encoding none")
+    return built
 
 
 def check_tag(tag: Optional[str]) -> None:

@@ -54,6 +54,12 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     res = presets.resolve(spec.presets, preset, spec.name, dataset)
     enc_name = setup.pick_encoding(spec, encoding, kind, params, res.train.get("encoding"))
     tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset, explicit)
+    if kind == "ctr" and (tp.loss != "ce" or tp.objective != "prefixes"):
+        key, value = ("loss", tp.loss) if tp.loss != "ce" else ("objective", tp.objective)
+        fix = (f"drop --set train.{key}={value}" if key in explicit else
+               f"set train.{key}: {'ce' if key == 'loss' else 'prefixes'} under study.ctr.train in params.yaml")
+        raise ParamsError(f"train.{key} is {value}, and CTR models such as '{spec.name}' train on the log loss of "
+                          f"(user, target) pairs: the setting would be ignored (and recorded as if it applied)", fix)
     if tp.objective == "sequence" and not spec.causal:
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",
