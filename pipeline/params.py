@@ -484,13 +484,15 @@ def from_dict(cls: type, data: dict, prefix: str = "", strict: bool = False, run
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
         dotted = f"{prefix}.{key}" if prefix else str(key)
+        settable = [n for n, f in fields.items() if run or not f.metadata.get("run_only")]
         if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
-            fix = f"did you mean '{close[0]}'?" if close else f"known keys here: {', '.join(fields)}"
+            close = difflib.get_close_matches(str(key), settable, n=1)
+            fix = f"did you mean '{close[0]}'?" if close else f"known keys here: {', '.join(settable)}"
             raise ParamsError(f"unknown params key '{dotted}'", fix)
         if fields[key].metadata.get("run_only") and not run:
             raise ParamsError(f"'{dotted}' is not a params key: each run's {key} comes from the study grid "
-                              f"(study.*.{key}s) or the command line (--{key})", f"remove {dotted} from params.yaml")
+                              f"(study.*.{key}s) or the command line (--{key})",
+                              f"use --{key} (and remove {dotted} from params.yaml or --set)")
     kwargs = {}
     for name, f in fields.items():
         dotted = f"{prefix}.{name}" if prefix else name

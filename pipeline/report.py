@@ -271,7 +271,7 @@ def _delta(value: Optional[float], scale: float, lo: Optional[float] = None, hi:
 
 
 def _common_seeds(comp: dict) -> str:
-    return str(min((t["n"] for t in comp["seed_tests"].values()), default=0))
+    return str(min(t["n"] for t in comp["seed_tests"].values())) if comp["seed_tests"] else "-"
 
 
 def comparison_header(rows: list[dict]) -> list[str]:

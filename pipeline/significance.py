@@ -331,6 +331,21 @@ def _paired_seeds(base: dict[int, dict], other: dict[int, dict], notes: list[str
     return [base[s] for s in common], [other[s] for s in common]
 
 
+def seed_metrics(task: str, records: list[dict]) -> tuple[str, ...]:
+    """The metrics of the seed test: SEED_METRICS, or for next-item runs trained with evaluate.ks
+    without 10, NDCG and MRR at the largest cut-off every run has (it used to skip the test and say
+    "0 common seeds")."""
+    wanted = SEED_METRICS[task]
+    if task != "next-item" or all(m in r["test"] for r in records for m in wanted):
+        return wanted
+    cuts = None
+    for r in records:
+        have = {int(k.split("@")[1]) for k in r["test"] if k.startswith("ndcg@")} & \
+               {int(k.split("@")[1]) for k in r["test"] if k.startswith("mrr@")}
+        cuts = have if cuts is None else cuts & have
+    return (f"ndcg@{max(cuts)}", f"mrr@{max(cuts)}") if cuts else wanted
+
+
 def compare(configs: dict[str, list[dict]], baseline: str, labels: Optional[np.ndarray] = None, *,
             n_resamples: int = N_RESAMPLES, max_rows: int = MAX_BOOTSTRAP_ROWS) -> list[dict]:
     """Compare every configuration of one dataset with `baseline` (a key of `configs`).
@@ -355,12 +370,13 @@ def compare(configs: dict[str, list[dict]], baseline: str, labels: Optional[np.n
         recs = configs[name]
         notes = list(base_notes)
         seed_tests = {}
-        for metric in SEED_METRICS[task]:
+        for metric in seed_metrics(task, recs + base_recs):
             if all(metric in r["test"] for r in recs + base_recs):
                 seed_tests[metric] = seed_test({r["seed"]: r["test"][metric] for r in base_recs},
                                                {r["seed"]: r["test"][metric] for r in recs})
         if not seed_tests:
-            notes.append(f"no {' / '.join(SEED_METRICS[task])} in the runs: seed test skipped")
+            notes.append(f"no {' / '.join(SEED_METRICS[task])} (or another cut-off of both) in every run: "
+                         "seed test skipped")
         samples = _per_sample(recs, task, notes, name) if base_samples is not None else None
         sample = None
         if samples is not None:

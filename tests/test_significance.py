@@ -150,3 +150,13 @@ def test_the_wilcoxon_direction_is_the_tests_own_not_the_means():
     assert w["diff"] > 0 and w["r"] < 0 and w["p"] < 0.05
     said = sig.verdict({}, {**w, "bootstrap": None}, "next-item")
     assert said.endswith("rejects equality at 0.05: Wilcoxon rr (worse)"), said
+
+
+def test_the_seed_test_falls_back_to_the_cut_off_every_run_has():
+    """Runs trained with evaluate.ks [5] got no seed test and a '0 common seeds' note."""
+    from pipeline.significance import seed_metrics
+    at = lambda *ks: {"test": {f"{m}@{k}": 0.1 for m in ("hr", "ndcg", "mrr") for k in ks}}  # noqa: E731
+    assert seed_metrics("next-item", [at(5, 10, 20), at(10)]) == ("ndcg@10", "mrr@10")
+    assert seed_metrics("next-item", [at(5, 20), at(5, 20, 50)]) == ("ndcg@20", "mrr@20")
+    assert seed_metrics("next-item", [at(5), at(20)]) == ("ndcg@10", "mrr@10")      # none shared: skipped, as before
+    assert seed_metrics("ctr", [{"test": {"auc": 0.5}}]) == ("auc",)

@@ -76,7 +76,7 @@ def check(p) -> None:
                 (not 0.0 <= p.p_rule <= 1.0, "p_rule must be in [0, 1]")]
     for bad, what in problems:
         if bad:
-            raise ParamsError(f"preprocess.sample_ctr: {what}", "fix that key in params.yaml")
+            raise ParamsError(f"preprocess.sample_ctr: {what}", "fix that key in params.yaml (or the --set that gave it)")
 
 
 def lengths(rng, users: int, lo: int, hi: int, total: int | None = None):
