@@ -64,6 +64,9 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
     seen, records = set(), []
     for root in roots:
         root = Path(root)
+        if root.is_file():
+            raise DataError(f"{root} is a file, not a runs folder", "pass a runs folder, e.g. data/runs/DATASET "
+                            "(--out names the report file to write)")
         if not root.is_dir():
             raise DataError(f"runs folder {root} does not exist", "run `seqpe train DATASET` first or fix the path")
         hidden = lambda p: any(part.startswith(".") for part in p.relative_to(root).parts)  # noqa: E731
@@ -212,9 +215,21 @@ def compare(records: list[dict], rows: list[dict], baseline: Optional[str] = Non
         if base in group and len(group) > 1:
             for comp in significance.compare(group, base, labels):
                 results[(*key, comp["name"])] = comp
+    lacking = {key for key, group in configs.items() if baseline is not None and baseline not in group}
     for row in rows:
         row["comparison"] = results.get((row["dataset"], row["protocol"], row["name"]))
+        row["no_baseline"] = baseline if (row["dataset"], row["protocol"]) in lacking else None
     return rows
+
+
+def baseline_note(rows: list[dict]) -> Optional[str]:
+    """The datasets left uncompared because they have no runs of the named --baseline (they used to be
+    left out without a word)."""
+    lacking = sorted({(row["dataset"], row["protocol"], row["no_baseline"]) for row in rows if row.get("no_baseline")})
+    if not lacking:
+        return None
+    return "Not compared (no runs of the baseline there): " + ", ".join(
+        f"{dataset} ({protocol}) has no {name}" for dataset, protocol, name in lacking) + "."
 
 
 # --------------------------------------------------------------------------- rendering
@@ -316,8 +331,9 @@ def to_markdown(rows: list[dict]) -> str:
         cells += [_cell(row["metrics"].get(k), _scale(k)) for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [TIE_NOTE]
-    if unfinished_note(rows):
-        notes.append(unfinished_note(rows))
+    for note in (unfinished_note(rows), baseline_note(rows)):
+        if note:
+            notes.append(note)
     compared = _compared(rows)
     if compared:
         head, metrics = comparison_header(rows), _seed_metrics(rows)
@@ -414,8 +430,9 @@ def print_tables(console, rows: list[dict]) -> None:
     (pipeline.tables: names never cut, columns split over several tables when needed)."""
     from .tables import print_tables as show
     show(console, *summary_view(rows))
-    if unfinished_note(rows):
-        console.print(unfinished_note(rows), highlight=False)
+    for note in (unfinished_note(rows), baseline_note(rows)):
+        if note:
+            console.print(note, highlight=False)
     view = comparison_view(rows)
     if view is not None:
         show(console, *view)

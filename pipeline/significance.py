@@ -91,6 +91,9 @@ def read_test_samples(path: str | Path) -> dict[str, np.ndarray]:
 def read_test_labels(samples_dir: str | Path) -> np.ndarray:
     """The `label` column of a CTR samples folder's test split, in file order (S,) int64."""
     from .io import scan_split
+    if not Path(samples_dir).is_dir():
+        raise DataError(f"samples folder {samples_dir} does not exist",
+                        "pass the samples folder the CTR runs were trained on, e.g. data/samples/DATASET")
     try:
         df = scan_split(samples_dir, "test").select("label").collect()
     except pl.exceptions.ColumnNotFoundError:
@@ -403,8 +406,10 @@ def _sample_tests(task: str, base: list[dict], other: list[dict], labels: Option
             notes.append("CTR per-sample tests need the test labels: pass the samples folder (--samples)")
             return None
         if len(labels) != n_base:
-            raise DataError(f"the test labels have {len(labels)} rows, the runs {n_base}",
-                            "pass the samples folder these runs were trained on")
+            raise DataError(f"the test labels have {len(labels)} rows, the runs of {baseline} {n_base}",
+                            "pass the samples folder these runs were trained on; with CTR runs of several "
+                            "datasets, report one at a time (`seqpe report data/runs/DATASET --samples "
+                            "data/samples/DATASET`)")
         x_base = np.mean([sample_logloss(s["logit"], labels) for s in base], axis=0)
         x_other = np.mean([sample_logloss(s["logit"], labels) for s in other], axis=0)
         boot_result = bootstrap_auc_diff(labels, [s["logit"] for s in base], [s["logit"] for s in other], **boot)

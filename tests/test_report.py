@@ -110,6 +110,18 @@ def test_seeds_stopped_at_the_time_limit_are_not_pooled_with_finished_ones(tmp_p
     assert report.run([tmp_path / "sasrec-none" / "seed-2"])[0]["unfinished"] == []
 
 
+def test_a_dataset_without_the_named_baseline_is_said_to_be_uncompared(tmp_path):
+    for seed in (1, 2, 3):
+        write_run(tmp_path / "a", "din", "none", seed, {"auc": 0.6}, dataset="kuai", protocol="ctr")
+        write_run(tmp_path / "a", "din", "cape", seed, {"auc": 0.7}, dataset="kuai", protocol="ctr")
+        write_run(tmp_path / "b", "pop", "none", seed, {"hr@10": 0.1})
+    rows = report.run([tmp_path], tmp_path / "r.md", baseline="din-none")
+    assert [r["no_baseline"] for r in rows] == [None, None, "din-none"]
+    assert "Not compared (no runs of the baseline there): toyset (srgnn) has no din-none." in (tmp_path / "r.md").read_text()
+    with pytest.raises(DataError, match="r.md is a file, not a runs folder"):
+        report.run([tmp_path / "r.md"])
+
+
 @pytest.mark.parametrize("record, fragment", [
     ([], "is not a run record of `seqpe train` (no dataset, model, encoding, seed)"),
     ({"test": {"accuracy": 0.9}}, "(no dataset, model, encoding, seed)"),

@@ -47,8 +47,8 @@ def refuse(command: str) -> None:
     """A command with nothing to share across processes refuses to run W times under torchrun."""
     if world_size() > 1:
         raise ParamsError(f"`seqpe {command}` does not run distributed, and torchrun started it "
-                          f"{world_size()} times", f"run `seqpe {command}` without torchrun (only `seqpe train` "
-                          "uses several processes)")
+                          f"{world_size()} times", f"run `seqpe {command}` without torchrun (only the training of "
+                          "neural models uses several processes; fitted baselines and the other commands run once)")
 
 
 @dataclass
