@@ -16,6 +16,8 @@ from typing import Any, Optional
 from pipeline.errors import ParamsError
 from pipeline.params import from_dict
 
+MAX_WIDTH = 65536   # a PE width beyond this is a typo: pos_dim 10^8 was an out-of-memory kill with no message
+
 
 @dataclass(frozen=True)
 class NoOptions:
@@ -42,8 +44,8 @@ class ConcatConfig:
     base: float = 10000.0             # sinusoid base
 
     def check(self, name: str) -> None:
-        if self.pos_dim < 0:
-            raise ParamsError(f"encodings.{name}.pos_dim must be >= 0, got {self.pos_dim}", "use 0 for the model dim")
+        if not 0 <= self.pos_dim <= MAX_WIDTH:
+            raise ParamsError(f"encodings.{name}.pos_dim must be in 0..{MAX_WIDTH}, got {self.pos_dim}", "use 0 for the model dim")
         SinusoidConfig(self.base).check(name)
 
 
@@ -53,8 +55,8 @@ class LearnedConcatConfig:
     pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
 
     def check(self, name: str) -> None:
-        if self.pos_dim < 0:
-            raise ParamsError(f"encodings.{name}.pos_dim must be >= 0, got {self.pos_dim}", "use 0 for the model dim")
+        if not 0 <= self.pos_dim <= MAX_WIDTH:
+            raise ParamsError(f"encodings.{name}.pos_dim must be in 0..{MAX_WIDTH}, got {self.pos_dim}", "use 0 for the model dim")
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,8 @@ class RotatoryConConfig(RotatoryConfig):
 
     def check(self, name: str) -> None:
         super().check(name)
-        if self.pos_dim < 0:
-            raise ParamsError(f"encodings.{name}.pos_dim must be >= 0, got {self.pos_dim}", "use 0 for the model dim")
+        if not 0 <= self.pos_dim <= MAX_WIDTH:
+            raise ParamsError(f"encodings.{name}.pos_dim must be in 0..{MAX_WIDTH}, got {self.pos_dim}", "use 0 for the model dim")
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,8 @@ class CAPEConfig:
     pos_dim: int = 16                 # d_pos of Eq. 5, W: d -> d_pos (001 §5.1.5 grid: 16, 32, 64; 0 = d)
 
     def check(self, name: str) -> None:
-        if self.pos_dim < 0:
-            raise ParamsError(f"encodings.{name}.pos_dim must be >= 0, got {self.pos_dim}", "use e.g. 16")
+        if not 0 <= self.pos_dim <= MAX_WIDTH:
+            raise ParamsError(f"encodings.{name}.pos_dim must be in 0..{MAX_WIDTH}, got {self.pos_dim}", "use e.g. 16")
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,8 @@ class TrainParams:
             _min(f"{key}.{name}", getattr(self, name), 1)
         for name in ("layers", "patience", "bucket", "time_limit", "weight_decay", "memory_budget"):
             _min(f"{key}.{name}", getattr(self, name), 0)
+        if self.dim > 65536:                   # a typo: 10^8 was an out-of-memory kill with no message
+            raise _bad(f"{key}.dim", self.dim, "at most 65536", "use e.g. 64")
         if self.threads != "auto" and (isinstance(self.threads, str) or self.threads < 0):
             raise _bad(f"{key}.threads", self.threads, "auto or a number of threads >= 0",
                        "use auto (see pipeline/train/threads.py), or e.g. 1")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ParamsError
-from pipeline.params import Params, load_params
+from pipeline.params import Params, from_dict, load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -210,3 +210,13 @@ def test_a_wrong_import_is_one_line_naming_the_key_and_the_fix(over, problem, fi
     with pytest.raises(ParamsError) as e:
         load_params(ROOT / "params.yaml", over, required=True)
     assert problem in str(e.value) and fix in str(e.value).split("Fix: ")[1] and "\n" not in str(e.value)
+
+
+def test_widths_that_can_only_be_typos_are_refused():
+    """encodings.cape.pos_dim=100000000 grew to 23 GB and was killed for memory, with no message."""
+    from models.encodings import check_encoding_options
+    for name in ("cape", "abs_con", "learnt_con", "rotatory_con", "none_con"):
+        with pytest.raises(ParamsError, match=f"encodings.{name}.pos_dim must be in 0..65536, got 100000000"):
+            check_encoding_options(name, {"pos_dim": 100000000})
+    with pytest.raises(ParamsError, match="train.dim"):
+        from_dict(Params, {"train": {"dim": 10 ** 8}})
