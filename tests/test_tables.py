@@ -86,3 +86,16 @@ def test_datasets_lists_the_imports_of_params_yaml(tmp_path):
     entry = next(d for d in data if d["dataset"] == "beauty_s3rec")
     assert entry["protocol"] == "leave_one_out" and entry["enabled"] is True and entry["source"] == \
         "imports: inbox/Beauty.txt" and (entry["sessions"], entry["samples"]) == (False, True)
+
+
+def test_a_registered_name_holding_imported_data_shows_the_import(tmp_path):
+    """After `seqpe import beauty Beauty.txt`, `datasets` said beauty came from the registry's URL."""
+    manifest = {"stage": "import", "dataset": "beauty", "protocol": "leave_one_out",
+                "protocol_info": {"format": "sasrec"}, "source": {"Beauty.txt": {"sha256": "0" * 64}}}
+    (tmp_path / "samples/beauty").mkdir(parents=True)
+    (tmp_path / "samples/beauty/manifest.json").write_text(json.dumps(manifest))
+    data = json.loads(cli("datasets", "--json", "--data-dir", str(tmp_path)).stdout)
+    entry = next(d for d in data if d["dataset"] == "beauty")
+    assert entry["source"] == "Beauty.txt" and entry["url"] is None and entry["samples"] is True
+    assert entry["origin"].startswith("sasrec format, seqpe import (registered source: ")
+    assert next(d for d in data if d["dataset"] == "toys")["url"]              # a registered one not imported
