@@ -10,7 +10,7 @@
 #   DATA=/path/to/canonical PROFILE=gpu bench/bench_stability.sh              # the papers' schedules (GPU)
 #   (PROFILE=gpu also runs on a CPU, each encoding as one 1-thread process: a SASRec run is 10.5-12.5
 #   CPU-minutes, e.g. ENCODINGS="none abs learnt" took 1 h 50 min on 2 vCPUs, "abs_con learnt_con
-#   rotatory_con" 2 h 2 min; reproduction.md, sessions 14-16. Several invocations may share one OUT (side
+#   rotatory_con" 2 h 2 min, the ablation ENCODINGS=none_con 1 h 24 min; reproduction.md, sessions 14-17. Several invocations may share one OUT (side
 #   by side once the first has imported Beauty):
 #   each one's report covers every encoding trained there)
 #
