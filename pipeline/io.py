@@ -334,6 +334,9 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
         whose = f"{owner_dataset}'s " if owner_dataset else ""
         problem = f"{dst} holds {whose}{_WHAT[owner_kind]}, not the {kind} of '{dataset}'" if dataset else \
             f"{dst} holds {whose}{_WHAT[owner_kind]}, not a {kind} folder"
+    elif _held(dst) is not None:
+        raise DataError(f"{dst} holds {_held(dst)}; seqpe replaces only a missing or empty folder or its own "
+                        f"{_WHAT[kind]} there", "pass a new or empty folder for the output")
     else:
         shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
         problem = f"{dst} holds files seqpe did not write ({shown})"
@@ -530,9 +533,26 @@ def shard_entry(root: str | Path, rel: str) -> dict:
 def read_manifest(root: str | Path, stage_hint: str = "preprocess") -> dict:
     path = Path(root) / MANIFEST
     if not path.is_file():
+        held = _held(Path(root))
+        if held is not None:                # raw data, a run, a runs folder: say what it is, not "prepare it"
+            raise DataError(f"{root} holds {held}, not prepared sessions or samples (no {MANIFEST})",
+                            "pass a sessions or samples folder, e.g. data/sessions/DATASET or data/samples/DATASET")
         raise DataError(f"no {MANIFEST} in {root}: that folder has not been prepared",
                         _near_miss(Path(root)) or f"run `seqpe {stage_hint}` for this dataset first")
     return read_json(path)
+
+
+def _held(folder: Path) -> Optional[str]:
+    """What seqpe output other than a manifest folder `folder` holds (raw data, a run, a report, a runs
+    folder), in words, or None."""
+    if not folder.is_dir():
+        return None
+    kind, _ = _owner(folder)
+    if kind is not None:
+        return ("a " if kind in ("run", "report") else "") + _WHAT[kind]
+    if any(folder.glob("*/seed-*/run.json")):
+        return "training runs (MODEL-ENCODING/seed-N/run.json)"
+    return None
 
 
 def _near_miss(root: Path) -> str | None:

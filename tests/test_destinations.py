@@ -344,3 +344,18 @@ def test_a_destination_that_cannot_be_written_is_refused_before_any_work(tmp_pat
     monkeypatch.setattr(tempfile, "mkstemp", real)
     io.claim_dir(tmp_path / "runs" / "x" / "seed-1", None, "run")            # writable: no probe left behind
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_of_another_kind_is_named_for_what_it_holds(prepared, tmp_path):
+    """`seqpe stats sample data/raw/sample` said to run preprocess; `evaluate` into a runs folder listed
+    seqpe's own runs as 'files seqpe did not write'."""
+    proc = seqpe("stats", "sample", str(prepared / "raw"))
+    assert_one_line_error(proc, "raw holds raw data (source.json), not prepared sessions or samples",
+                          "Fix: pass a sessions or samples folder")
+    runs = tmp_path / "runs"
+    assert seqpe("train", "sample", str(prepared / "samples"), str(runs), "--model", "pop", "--seed", "1",
+                 "--quiet").returncode == 0
+    proc = seqpe("evaluate", "sample", str(runs), str(runs), "--all", "--quiet")
+    assert_one_line_error(proc, "runs holds training runs (MODEL-ENCODING/seed-N/run.json); seqpe replaces only",
+                          "Fix: pass a new or empty folder for the output")
+    assert_one_line_error(seqpe("stats", "sample", str(runs / "pop-none" / "seed-1")), "seed-1 holds a training run")
