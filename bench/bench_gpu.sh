@@ -103,6 +103,7 @@ setup() {   # there: the wheels onto PYTHONPATH, the output folder
   mkdir -p "$OUT"
   PY=${PY:-python3}
   BIN=$(mktemp -d)            # one `seqpe` (and its `python`) for every step, where the reproduction scripts look
+  trap 'rm -rf "$BIN"' EXIT    # (it was left in /tmp by every run)
   printf '#!/bin/sh\nexec %s "$@"\n' "${SEQPE:-$(command -v "$PY") -m pipeline.cli}" > "$BIN/seqpe"
   chmod +x "$BIN/seqpe"; ln -s "$(command -v "$PY")" "$BIN/python"
   { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
