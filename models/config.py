@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from pipeline.errors import ParamsError
-from pipeline.params import from_dict
+from pipeline.params import MAX_WIDTH, from_dict
 
-MAX_WIDTH = 65536   # a PE width beyond this is a typo: pos_dim 10^8 was an out-of-memory kill with no message
+
+def _check_pos_dim(name: str, pos_dim: int, fix: str) -> None:
+    if not 0 <= pos_dim <= MAX_WIDTH:
+        raise ParamsError(f"encodings.{name}.pos_dim must be in 0..{MAX_WIDTH}, got {pos_dim}", fix)
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,7 @@ class ConcatConfig:
     base: float = 10000.0             # sinusoid base
 
     def check(self, name: str) -> None:
-        if not 0 <= self.pos_dim <= MAX_WIDTH:
-            raise ParamsError(f"encodings.{name}.pos_dim must be in 0..{MAX_WIDTH}, got {self.pos_dim}", "use 0 for the model dim")
+        _check_pos_dim(name, self.pos_dim, "use 0 for the model dim")
         SinusoidConfig(self.base).check(name)
 
 
@@ -55,8 +57,7 @@ class LearnedConcatConfig:
     pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
 
     def check(self, name: str) -> None:
-        if not 0 <= self.pos_dim <= MAX_WIDTH:
-            raise ParamsError(f"encodings.{name}.pos_dim must be in 0..{MAX_WIDTH}, got {self.pos_dim}", "use 0 for the model dim")
+        _check_pos_dim(name, self.pos_dim, "use 0 for the model dim")
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,7 @@ class RotatoryConConfig(RotatoryConfig):
 
     def check(self, name: str) -> None:
         super().check(name)
-        if not 0 <= self.pos_dim <= MAX_WIDTH:
-            raise ParamsError(f"encodings.{name}.pos_dim must be in 0..{MAX_WIDTH}, got {self.pos_dim}", "use 0 for the model dim")
+        _check_pos_dim(name, self.pos_dim, "use 0 for the model dim")
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,7 @@ class CAPEConfig:
     pos_dim: int = 16                 # d_pos of Eq. 5, W: d -> d_pos (001 §5.1.5 grid: 16, 32, 64; 0 = d)
 
     def check(self, name: str) -> None:
-        if not 0 <= self.pos_dim <= MAX_WIDTH:
-            raise ParamsError(f"encodings.{name}.pos_dim must be in 0..{MAX_WIDTH}, got {self.pos_dim}", "use e.g. 16")
+        _check_pos_dim(name, self.pos_dim, "use e.g. 16")
 
 
 @dataclass(frozen=True)

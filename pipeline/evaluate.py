@@ -63,14 +63,13 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
         task = "ctr" if any(r.get("task") == "ctr" or r.get("protocol") == "ctr" for r in records) else "next_item"
         order = {}
     ks = {str(k) for k in params.evaluate.ks}
-    for r in records:   # a run with none of the cut-offs asked for was matplotlib's traceback (a figure of none)
+    show = lambda c: ", ".join(f"@{k}" for k in sorted(c, key=int))  # noqa: E731
+    for r in records:   # keep the cut-offs asked for (metrics without a cut-off, e.g. auc, stay)
         cuts = {k.split("@")[1] for k in r["test"] if "@" in k}
-        if cuts and not ks & cuts:
-            show = lambda c: ", ".join(f"@{k}" for k in sorted(c, key=int))  # noqa: E731
+        if cuts and not ks & cuts:      # none of them: was matplotlib's traceback (a figure of nothing)
             raise DataError(f"evaluate.ks asks for {show(ks)}, none of which {r.get('name')} seed {r['seed']} "
                             f"computed (it has {show(cuts)})",
                             "set evaluate.ks to cut-offs the runs have, or retrain them with the new ks")
-    for r in records:   # keep the cut-offs asked for (metrics without a cut-off, e.g. auc, stay)
         r["test"] = {k: v for k, v in r["test"].items() if "@" not in k or k.split("@")[1] in ks}
     rows = report.aggregate(records)
     names = [row["name"] for row in rows]

@@ -334,8 +334,8 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
         whose = f"{owner_dataset}'s " if owner_dataset else ""
         problem = f"{dst} holds {whose}{_WHAT[owner_kind]}, not the {kind} of '{dataset}'" if dataset else \
             f"{dst} holds {whose}{_WHAT[owner_kind]}, not a {kind} folder"
-    elif _held(dst) is not None:
-        raise DataError(f"{dst} holds {_held(dst)}; seqpe replaces only a missing or empty folder or its own "
+    elif (held := _held(dst)) is not None:
+        raise DataError(f"{dst} holds {held}; seqpe replaces only a missing or empty folder or its own "
                         f"{_WHAT[kind]} there", "pass a new or empty folder for the output")
     else:
         shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")

@@ -151,8 +151,8 @@ class TrainParams:
             _min(f"{key}.{name}", getattr(self, name), 1)
         for name in ("layers", "patience", "bucket", "time_limit", "weight_decay", "memory_budget"):
             _min(f"{key}.{name}", getattr(self, name), 0)
-        if self.dim > 65536:                   # a typo: 10^8 was an out-of-memory kill with no message
-            raise _bad(f"{key}.dim", self.dim, "at most 65536", "use e.g. 64")
+        if self.dim > MAX_WIDTH:                # a typo: 10^8 was an out-of-memory kill with no message
+            raise _bad(f"{key}.dim", self.dim, f"at most {MAX_WIDTH}", "use e.g. 64")
         if self.threads != "auto" and (isinstance(self.threads, str) or self.threads < 0):
             raise _bad(f"{key}.threads", self.threads, "auto or a number of threads >= 0",
                        "use auto (see pipeline/train/threads.py), or e.g. 1")
@@ -407,6 +407,7 @@ def _names(key: str, values: list[str], known, kind: str) -> None:
 IMPORT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 IMPORT_FORMATS = {"srgnn": "srgnn", "sasrec": "leave_one_out"}   # what `seqpe import` reads -> the protocol
                                                                 # its files follow (pipeline/formats.py)
+MAX_WIDTH = 65536      # train.dim and an encoding's pos_dim above this are typos (10^8 was an out-of-memory kill)
 LOSSES = ("ce", "sampled", "bce")
 CE_IMPLS = ("auto", "plain", "chunked", "cce", "liger")
 SCHEDULES = ("none", "step", "plateau")
@@ -484,12 +485,12 @@ def from_dict(cls: type, data: dict, prefix: str = "", strict: bool = False, run
     are set per run: accepted only with `run=True`, never read from a params file."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    settable = [n for n, f in fields.items() if run or not f.metadata.get("run_only")]
     for key in data:
         dotted = f"{prefix}.{key}" if prefix else str(key)
-        settable = [n for n, f in fields.items() if run or not f.metadata.get("run_only")]
         if key not in fields:
-            close = difflib.get_close_matches(str(key), settable, n=1)
-            fix = f"did you mean '{close[0]}'?" if close else f"known keys here: {', '.join(settable)}"
+            close = did_you_mean(str(key), settable)
+            fix = f"did you mean '{close}'?" if close else f"known keys here: {', '.join(settable)}"
             raise ParamsError(f"unknown params key '{dotted}'", fix)
         if fields[key].metadata.get("run_only") and not run:
             raise ParamsError(f"'{dotted}' is not a params key: each run's {key} comes from the study grid "

@@ -321,6 +321,11 @@ def unfinished_note(rows: list[dict]) -> Optional[str]:
             "with --set train.time_limit=0 finishes them).")
 
 
+def row_notes(rows: list[dict]) -> list[str]:
+    """The notes under the summary: unfinished rows, datasets left uncompared."""
+    return [note for note in (unfinished_note(rows), baseline_note(rows)) if note]
+
+
 def to_markdown(rows: list[dict]) -> str:
     keys = metric_keys(rows)
     head = ["dataset", "protocol", "model", "encoding", "tag", "seeds", *keys]
@@ -331,9 +336,7 @@ def to_markdown(rows: list[dict]) -> str:
         cells += [_cell(row["metrics"].get(k), _scale(k)) for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [TIE_NOTE]
-    for note in (unfinished_note(rows), baseline_note(rows)):
-        if note:
-            notes.append(note)
+    notes += row_notes(rows)
     compared = _compared(rows)
     if compared:
         head, metrics = comparison_header(rows), _seed_metrics(rows)
@@ -430,9 +433,8 @@ def print_tables(console, rows: list[dict]) -> None:
     (pipeline.tables: names never cut, columns split over several tables when needed)."""
     from .tables import print_tables as show
     show(console, *summary_view(rows))
-    for note in (unfinished_note(rows), baseline_note(rows)):
-        if note:
-            console.print(note, highlight=False)
+    for note in row_notes(rows):
+        console.print(note, highlight=False)
     view = comparison_view(rows)
     if view is not None:
         show(console, *view)

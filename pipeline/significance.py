@@ -362,10 +362,15 @@ def compare(configs: dict[str, list[dict]], baseline: str, labels: Optional[np.n
     task = task_of(base_recs)
     base_notes: list[str] = []
     base_samples = _per_sample(base_recs, task, base_notes, baseline)
+    loaded: dict[str, tuple] = {}                   # name -> (its per-sample files, their notes): read once
+    if base_samples is not None:
+        for name, recs in configs.items():
+            if name != baseline:
+                own: list[str] = []
+                loaded[name] = (_per_sample(recs, task, own, name), own)
     if task == "ctr" and labels is not None:
         for name, recs in configs.items():
-            found = base_samples if name == baseline else _per_sample(recs, task, [], name)
-            _check_labels(recs, found, labels, name)
+            _check_labels(recs, base_samples if name == baseline else loaded.get(name, (None,))[0], labels, name)
     out = []
     for name in sorted(configs):
         if name == baseline:
@@ -380,7 +385,8 @@ def compare(configs: dict[str, list[dict]], baseline: str, labels: Optional[np.n
         if not seed_tests:
             notes.append(f"no {' / '.join(SEED_METRICS[task])} (or another cut-off of both) in every run: "
                          "seed test skipped")
-        samples = _per_sample(recs, task, notes, name) if base_samples is not None else None
+        samples, own = loaded.get(name, (None, []))
+        notes += own
         sample = None
         if samples is not None:
             base_seeds, other_seeds = _paired_seeds(base_samples, samples, notes, name, baseline)
