@@ -22,6 +22,18 @@ def _check_pos_dim(name: str, pos_dim: int, fix: str) -> None:
         raise ParamsError(f"encodings.{name}.pos_dim must be in 0..{MAX_WIDTH}, got {pos_dim}", fix)
 
 
+CON_INITS = ("default", "identity")
+
+
+def _check_con(name: str, pos_dim: int, init: str) -> None:
+    """The options every 004 Eq. 6 (+Con) encoding shares: the PE width and the projection's start."""
+    _check_pos_dim(name, pos_dim, "use 0 for the model dim")
+    if init not in CON_INITS:
+        raise ParamsError(f"encodings.{name}.init must be one of {', '.join(CON_INITS)}, got {init!r}",
+                          "default: PyTorch's Linear initialisation, as the study's code; "
+                          "identity: the item half starts as the identity and the bias at 0")
+
+
 @dataclass(frozen=True)
 class NoOptions:
     """The encoding takes no options."""
@@ -45,9 +57,10 @@ class ConcatConfig:
     """Concatenated encodings (004 Eq. 6): [x ; PE] then a Linear layer back to d."""
     pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
     base: float = 10000.0             # sinusoid base
+    init: str = "default"             # default (nn.Linear's, the study's) | identity (item half = I, bias 0)
 
     def check(self, name: str) -> None:
-        _check_pos_dim(name, self.pos_dim, "use 0 for the model dim")
+        _check_con(name, self.pos_dim, self.init)
         SinusoidConfig(self.base).check(name)
 
 
@@ -55,9 +68,10 @@ class ConcatConfig:
 class LearnedConcatConfig:
     """Concatenated learned encoding (004 §3 CLE): [x ; Embed[pos]] then a Linear layer back to d."""
     pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
+    init: str = "default"             # as ConcatConfig.init
 
     def check(self, name: str) -> None:
-        _check_pos_dim(name, self.pos_dim, "use 0 for the model dim")
+        _check_con(name, self.pos_dim, self.init)
 
 
 @dataclass(frozen=True)
@@ -74,10 +88,11 @@ class RotatoryConfig:
 class RotatoryConConfig(RotatoryConfig):
     """Rotatory + Con (004 §3 with Eq. 6): Linear([x ; rotatory PE]) back to d."""
     pos_dim: int = 0                  # width of the concatenated PE (0 = the model dim)
+    init: str = "default"             # as ConcatConfig.init
 
     def check(self, name: str) -> None:
         super().check(name)
-        _check_pos_dim(name, self.pos_dim, "use 0 for the model dim")
+        _check_con(name, self.pos_dim, self.init)
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,30 @@ def test_none_con_is_abs_cons_projection_without_the_sinusoid():
         assert torch.allclose(none_con.embed(x[:1, -3:], batch_positions((3,))), y[:1, -3:], atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["none_con", "abs_con", "learnt_con", "rotatory_con"])
+def test_identity_init_starts_con_as_the_item_plus_a_projected_pe(name):
+    """encodings.X_con.init=identity: after the default draw (same random stream) the item half is I
+    and the bias 0, the PE half is the default's; so the layer is x + W_pe PE at step 0 and
+    none_con is exactly `none` there, while the default start shrinks the item vector."""
+    default, ident = make(name), make(name, init="identity")
+    assert torch.equal(ident.proj.weight[:, :D], torch.eye(D)) and not ident.proj.bias.any()
+    assert torch.equal(ident.proj.weight[:, D:], default.proj.weight[:, D:])    # PE half as drawn
+    torch.manual_seed(0); make(name); a = torch.rand(3)
+    torch.manual_seed(0); make(name, init="identity"); b = torch.rand(3)
+    assert torch.equal(a, b)                                                     # no extra draws
+    pos = batch_positions()
+    x = torch.randn(len(LENGTHS), max(LENGTHS), D, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = ident.embed(x, pos)
+        pe = ident.table(pos).expand(x.size(0), -1, -1)
+        assert torch.allclose(y, x + pe @ ident.proj.weight[:, D:].T, atol=1e-5)
+        if name == "none_con":
+            assert torch.equal(y, x)
+            assert default.embed(x, pos).norm() < 0.75 * x.norm()                 # the default shrinks it
+    with pytest.raises(ParamsError, match=f"encodings.{name}.init must be one of default, identity, got 'eye'"):
+        check_encoding_options(name, {"init": "eye"})
+
+
 def test_rotatory_starts_nearly_flat_as_the_studys_initialisation():
     """Angles N(0, 1) / 10000: at initialisation every position's PE is within 1e-2 of
     (0, 1, 0, 1, ...) - the study's encoding learns its positions from almost nothing."""

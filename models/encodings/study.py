@@ -42,13 +42,30 @@ class Learnt(LearnedEncoding):
         return self._index(self.emb, pos.backward)                          # (B, L, D)
 
 
+def con_projection(dim: int, pos_dim: int, init: str) -> nn.Linear:
+    """004 Eq. 6's Linear(D + P -> D) over [x ; PE], shared by every +Con encoding.
+
+    `init` picks the projection's start. `default` is nn.Linear's uniform(+-1/sqrt(D + P)),
+    as the study's code. `identity` (beyond the papers) sets the item half W[:, :D] to the identity
+    and the bias to 0 after that same draw, leaving the PE half as drawn: at step 0 the layer is
+    x + W_pe PE, an additive projected PE, and `none_con` is exactly `none`. It tests whether the
+    +Con gap is the default start (which shrinks the item vector; reproduction.md, "Is it the
+    projection?") rather than the concatenation. The random stream is the same for both."""
+    proj = nn.Linear(dim + pos_dim, dim)
+    if init == "identity":
+        with torch.no_grad():
+            proj.weight[:, :dim].copy_(torch.eye(dim))
+            proj.bias.zero_()
+    return proj
+
+
 class _Concat(LearnedEncoding):
     """004 Eq. 6: x = Linear([x ; PE]) with PE of width P (config.pos_dim, 0 = D)."""
 
     def __init__(self, dim, max_len, heads=1, layers=1, config=None):
         super().__init__(dim, max_len, heads, layers, config)
         self.pos_dim = config.pos_dim or dim
-        self.proj = nn.Linear(dim + self.pos_dim, dim)
+        self.proj = con_projection(dim, self.pos_dim, config.init)
 
     def embed(self, x: torch.Tensor, pos: Positions) -> torch.Tensor:
         pe = self.table(pos).to(x.dtype).expand(x.size(0), -1, -1)         # (B, L, P)
@@ -131,7 +148,7 @@ class RotatoryCon(Rotatory):
 
     def __init__(self, dim, max_len, heads=1, layers=1, config=None):
         super().__init__(dim, max_len, heads, layers, config)
-        self.proj = nn.Linear(dim + self.pos_dim, dim)
+        self.proj = con_projection(dim, self.pos_dim, config.init)
 
     def embed(self, x: torch.Tensor, pos: Positions) -> torch.Tensor:
         pe = self.table(pos).to(x.dtype)                                    # (B, L, P)
