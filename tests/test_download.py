@@ -45,7 +45,11 @@ BLOB = random.Random(7).randbytes(300_000)       # a plain file, big enough for 
 
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch, tmp_path):
-    """A private dataset registry, no proxies, no SEQPE_MIRROR, cwd without data/inbox."""
+    """A private dataset registry, no proxies, no SEQPE_MIRROR, cwd without data/inbox. The real registry is
+    loaded first: a family module imported for the first time under the private one registered there, and
+    was missing from the real one for the rest of the session (test_interrupt then met "unknown dataset
+    'sample'" when it ran after this file in one process)."""
+    registry._load_all()
     monkeypatch.setattr(registry, "DATASETS", {})
     monkeypatch.setattr(registry, "_LOADED", True)
     for var in ("SEQPE_MIRROR", "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
