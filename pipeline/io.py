@@ -329,6 +329,12 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
         return
     owner_kind, owner_dataset = _owner(dst)
     if owner_kind == kind and (dataset is None or owner_dataset in (dataset, None)):
+        extra = _unlisted(dst, kind, allow)
+        if extra:
+            shown = ", ".join(extra[:3]) + (", ..." if len(extra) > 3 else "")
+            raise DataError(f"{dst} holds {_WHAT[kind]} and files seqpe did not write ({shown}); `seqpe "
+                            f"{_MAKER[kind]}` replaces that folder whole, which would delete them",
+                            f"move {shown} out of {dst}, then run the command again")
         return
     if owner_kind is not None:
         whose = f"{owner_dataset}'s " if owner_dataset else ""
@@ -342,6 +348,28 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
         problem = f"{dst} holds files seqpe did not write ({shown})"
     raise DataError(f"{problem}; seqpe replaces only a missing or empty folder or its own {_WHAT[kind]} there",
                     f"pass a new or empty folder for the output (or delete {dst} yourself if nothing in it is needed)")
+
+
+def _unlisted(folder: Path, kind: str, allow: tuple[str, ...] = ()) -> list[str]:
+    """Files inside seqpe's `kind` folder that its record does not list (sorted relative paths): a
+    manifest lists its shards, source.json its files, a run has runs.FILES. `seqpe preprocess` used to
+    replace data/sessions/X whole with a user's notes.txt in it. Entries under `allow` do not count."""
+    if kind in ("sessions", "samples", "raw"):
+        try:
+            rec = read_json(folder / (MANIFEST if kind != "raw" else "source.json"))
+        except (DataError, OSError):
+            return []                                    # unreadable: claim_dir has already named the owner
+        if kind == "raw":
+            listed = {"source.json", *(rec.get("files") or {})}
+        else:
+            listed = {MANIFEST, *(e.get("path") for e in rec.get("shards") or [] if isinstance(e, dict))}
+    elif kind == "run":
+        from .train.runs import FILES
+        listed = set(FILES)
+    else:                                                # a report's files are written one by one, never swept
+        return []
+    return sorted(rel for path in folder.rglob("*") if not path.is_dir()
+                  if (rel := path.relative_to(folder).as_posix()) not in listed and rel.split("/")[0] not in allow)
 
 
 def claim_file(dst: str | Path, what: str, ours: Callable[[Path], bool], example: str) -> None:

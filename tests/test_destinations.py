@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -156,6 +157,62 @@ def test_another_datasets_input_is_refused(argv, fragment, prepared, tmp_path):
     proc = seqpe(*[a.format(**paths) for a in argv], *([] if argv[0] == "stats" else ["--quiet"]))
     assert_one_line_error(proc, fragment, f"`seqpe {argv[0]} sample ")      # the fix names the dataset it holds
     assert not (tmp_path / "out").exists()
+
+
+def test_a_users_file_inside_a_stages_own_folder_is_not_deleted_by_a_rerun(prepared, tmp_path):
+    """`echo precious > data/sessions/X/notes.txt; seqpe preprocess X` replaced the folder, notes and all,
+    although the README says a folder holding anything else is refused."""
+    out = tmp_path / "samples"
+    assert seqpe("augment", "sample", str(prepared / "sessions"), str(out), "--quiet").returncode == 0
+    for extra in ("notes.txt", "train/mine.parquet"):
+        (out / extra).write_text("precious")
+        before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+        proc = seqpe("augment", "sample", str(prepared / "sessions"), str(out), "--quiet")
+        assert_one_line_error(proc, f"samples holds samples (manifest.json) and files seqpe did not write ({extra}); "
+                                    f"`seqpe augment` replaces that folder whole", f"Fix: move {extra} out of {out}")
+        assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+        (out / extra).unlink()
+    run = tmp_path / "runs" / "pop-none" / "seed-1"
+    base = ["train", "sample", str(prepared / "samples"), str(tmp_path / "runs"), "--model", "pop", "--seed", "1",
+            "--quiet"]
+    assert seqpe(*base).returncode == 0
+    (run / "plot.png").write_bytes(b"mine")
+    assert_one_line_error(seqpe(*base, "--set", "train.epochs=2"), "files seqpe did not write (plot.png)")
+    assert (run / "plot.png").read_bytes() == b"mine"
+    raw = tmp_path / "raw"
+    shutil.copytree(prepared / "raw", raw)
+    (raw / "README.txt").write_text("mine")
+    proc = seqpe("download", "sample", str(raw), "--quiet", *SMALL, "--set", "preprocess.sample.sessions=301")
+    assert_one_line_error(proc, "files seqpe did not write (README.txt)")
+
+
+def test_live_curves_never_replace_a_run_or_a_users_folder(prepared, tmp_path):
+    """`train --live RUNS/sasrec-rope` deleted the trained seed-1 there (checkpoint and all): write_curves
+    replaced LIVE/seed-N whole, with no check of what it held. Its own curves are replaced."""
+    runs = tmp_path / "runs"
+    base = ["train", "sample", str(prepared / "samples"), str(runs), "--model", "pop", "--seed", "1", "--quiet"]
+    assert seqpe(*base).returncode == 0
+    config = runs / "pop-none"
+    before = sorted(p.name for p in (config / "seed-1").iterdir())
+    proc = seqpe("train", "sample", str(prepared / "samples"), str(tmp_path / "other"), "--model", "pop", "--seed",
+                 "1", "--quiet", "--live", str(config))
+    assert_one_line_error(proc, f"--live {config} holds seed-1, which are not seqpe's curves",
+                          "Fix: pass a new or empty folder for the curves, e.g. data/live/sample/pop-none")
+    assert sorted(p.name for p in (config / "seed-1").iterdir()) == before and not (tmp_path / "other").exists()
+    mine = tmp_path / "mine"
+    (mine / "seed-1").mkdir(parents=True)
+    (mine / "seed-1" / "notes.txt").write_text("mine")
+    assert_one_line_error(seqpe(*base, "--live", str(mine)), "holds seed-1, which are not seqpe's curves")
+    live = tmp_path / "live"
+    for _ in range(2):                                                  # its own curves: replaced
+        assert seqpe(*base, "--live", str(live)).returncode == 0
+    assert [p.name for p in live.iterdir()] == ["seed-1"]
+
+
+def test_encoding_figures_are_not_written_into_a_stages_folder(prepared):
+    proc = seqpe("encodings", "inspect", "rope", "--lengths", "5", "--out", str(prepared / "sessions"))
+    assert_one_line_error(proc, "sessions holds sample's sessions (manifest.json)")
+    assert not list((prepared / "sessions").glob("*.png"))
 
 
 def test_claim_dir_unit_rules(tmp_path):

@@ -368,6 +368,49 @@ def test_cli_preset_then_set_on_an_unregistered_dataset(tmp_path, toy_registry, 
     assert r["options"] == {"alpha": 0.5, "beta": 2} and r["dataset"] == "yoochoose_srgnn"
 
 
+def test_a_metrics_file_is_not_written_for_seeds_the_time_limit_stopped(tmp_path, toy_registry):
+    """`train --metrics` averaged a time-limited seed with a finished one (which `report` refuses to pool),
+    and DVC showed that mean as the configuration's result."""
+    samples = make_samples(tmp_path / "samples")
+    metrics = tmp_path / "m.json"
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=2, patience=0), progress=False)      # seed 1
+    with pytest.raises(DataError, match=r"seed 2 stopped at train.time_limit before the end, so .*m.json was not "
+                                        r"written.*Fix: run the same command with --set train.time_limit=0"):
+        stage.run("toyset", samples, tmp_path / "runs", params(epochs=2, patience=0, time_limit=1e-9),
+                  seeds=[1, 2], progress=False, metrics_path=metrics)
+    assert not metrics.exists()
+    assert json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-2" / "run.json").read_text())["stopped"] == "time_limit"
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=2, patience=0), seeds=[1, 2], progress=False,
+              metrics_path=metrics)                                                               # resumed: written
+    assert json.loads(metrics.read_text())["seeds"] == 2
+
+
+def test_the_same_samples_under_another_dataset_name_train_their_own_runs(tmp_path, toy_registry, monkeypatch):
+    """One file imported as two datasets, the first's seeds 1-2 interrupted in seed 2: the second's seed 1
+    was restored from the first's finished copy, run.json naming the first dataset, and every later train
+    into that runs folder was refused."""
+    from pipeline.train import stage as stage_module
+    real = stage_module.train_one
+
+    def interrupted_in_seed_2(*args, **kwargs):
+        if args[6] == 2:
+            raise RuntimeError("killed")
+        return real(*args, **kwargs)
+    samples = make_samples(tmp_path / "samples")
+    twin = tmp_path / "twin"
+    shutil.copytree(samples, twin)
+    manifest = json.loads((samples / "manifest.json").read_text())
+    (twin / "manifest.json").write_text(json.dumps(manifest | {"dataset": "twinset"}))
+    p = params(epochs=1, patience=0)
+    monkeypatch.setattr(stage_module, "train_one", interrupted_in_seed_2)
+    with pytest.raises(RuntimeError, match="killed"):
+        stage.run("toyset", samples, tmp_path / "runs" / "toyset", p, seeds=[1, 2], progress=False)
+    monkeypatch.setattr(stage_module, "train_one", real)
+    stage.run("twinset", twin, tmp_path / "runs" / "twinset", p, seeds=[1, 2], progress=False)
+    record = json.loads((tmp_path / "runs" / "twinset" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    assert record["dataset"] == "twinset"
+
+
 def test_cli_says_when_the_time_limit_stopped_a_run(tmp_path, toy_registry, monkeypatch, capsys):
     from pipeline import cli
     make_samples(tmp_path / "samples")

@@ -4,6 +4,8 @@ one-line error naming the ones that fit; on the embedded planted dataset a posit
 learns what `none` cannot."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -77,6 +79,29 @@ def test_next_item_loss_and_objective_settings_are_refused_for_ctr_models(ctr_sa
     assert_one_line_error(proc, "train.objective is sequence, and CTR models such as 'din'",
                           "Fix: drop --set train.objective=sequence")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "r").exists()
+
+
+def test_memory_budget_and_ranking_protocol_settings_are_refused_or_reset_for_ctr(ctr_samples, tmp_path):
+    """train.memory_budget was silently ignored for CTR (and recorded); --set evaluate.candidates=100 on DIN
+    was recorded and the report labelled the run "100 sampled candidates". From params.yaml (one file for
+    the whole grid) the ranking keys are reset for a CTR run instead."""
+    with pytest.raises(ParamsError, match=r"train.memory_budget is 64.0, and CTR models such as 'din'.*"
+                                          r"Fix: set train.memory_budget: 0.0 under study.ctr.train"):
+        stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "none", memory_budget=64),
+                  progress=False)
+    for flag in ("evaluate.candidates=100", "evaluate.mask_history=true"):
+        proc = seqpe("train", "sample_ctr", str(ctr_samples), str(tmp_path / "r"), "--model", "din", "--quiet",
+                     "--set", flag)
+        assert_one_line_error(proc, f"{flag.split('=')[0]} sets how next-item targets are ranked, and CTR models "
+                                    f"such as 'din' are scored by log loss and AUC", f"Fix: drop --set {flag}")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "r").exists()
+    p = params("din", "none", epochs=1)
+    p = dataclasses.replace(p, evaluate=dataclasses.replace(p.evaluate, candidates=100, mask_history=True))
+    stage.run("sample_ctr", ctr_samples, tmp_path / "runs", p, progress=False)
+    record = json.loads((tmp_path / "runs" / "din-none" / "seed-1" / "run.json").read_text())
+    assert record["evaluate"]["candidates"] == 0 and record["evaluate"]["mask_history"] is False
+    from pipeline.report import protocol_label
+    assert protocol_label(record) == record["protocol"]
 
 
 def test_a_ctr_model_on_next_item_data_is_refused(tmp_path):

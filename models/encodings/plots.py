@@ -124,7 +124,7 @@ def inspect(name: str, lengths: list[int], out_dir: Path, *, run_dir: Optional[P
     """Write the PNGs for encoding `name` at session `lengths` into `out_dir`; return a summary."""
     spec = get_spec(name)
     check_inputs(lengths, dim)
-    refuse_nested(out_dir, "figures", "e.g. --out figures/" + name)   # `augment` would delete them with its folder
+    refuse_nested(out_dir, "figures", "e.g. --out figures/" + name, itself=True)   # a stage would delete them with its folder
     torch.manual_seed(0)
     if run_dir is not None:
         enc, dim, heads, max_len = load_from_run(name, run_dir)

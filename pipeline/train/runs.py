@@ -18,7 +18,7 @@ and DVC:
                                      is finished (a crash in seed 2 does not retrain seed 1)
 
 The fingerprint hashes everything a seed's result depends on (train params but time_limit, the
-model's and encoding's options, evaluate params, the samples' shard hashes, the seed, the libraries'
+model's and encoding's options, evaluate params, the samples' dataset name and shard hashes, the seed, the libraries'
 versions and a hash of seqpe's source, pipeline/versions.code_versions), so state is reused only by
 the same inputs and the same code; a commit that touches no code (docs, benchmarks, tests) keeps it.
 """
@@ -28,6 +28,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -50,7 +51,8 @@ def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int) -> s
     train = {k: v for k, v in to_dict(tp).items() if k != "time_limit"}    # a longer limit continues it
     key = {"train": train, "model": params.models.get(tp.model, {}), "seed": seed,
            "encoding": params.encodings.get(tp.encoding, {}), "evaluate": to_dict(params.evaluate),
-           "n_items": manifest.get("n_items"), "shards": manifest.get("shards"), "versions": code_versions()}
+           "n_items": manifest.get("n_items"), "shards": manifest.get("shards"), "versions": code_versions(),
+           "dataset": manifest.get("dataset")}     # one file imported under two names: two datasets' runs
     return hashlib.sha256(dumps_json(key).encode("utf-8")).hexdigest()[:20]
 
 
@@ -199,21 +201,40 @@ def is_config_metrics(path: Path) -> bool:
     return isinstance(rec, dict) and set(rec) == {"test", "valid", "seeds"}
 
 
+def claim_curves(live_dir: Path, example: str) -> None:
+    """Refuse a --live folder that holds anything but seqpe's curves (seed-N/plots/metrics/**.tsv):
+    write_curves replaces its seed-N folders whole, and `--live RUNS/sasrec-rope` used to delete the
+    trained seed-1 there. A file, or a folder of other things (data/samples), is a one-line DataError."""
+    live_dir = Path(live_dir)
+    if not live_dir.exists():
+        return
+    if not live_dir.is_dir():
+        raise DataError(f"--live {live_dir} is a file, not a folder", f"pass a folder for the curves, e.g. {example}")
+
+    def curves(entry: Path) -> bool:
+        return re.fullmatch(r"seed-\d+", entry.name) is not None and entry.is_dir() and all(
+            p.is_dir() or (p.suffix == ".tsv" and p.relative_to(entry).parts[:2] == ("plots", "metrics"))
+            for p in entry.rglob("*"))
+    other = sorted(e.name for e in live_dir.iterdir() if not curves(e))
+    if other:
+        shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+        raise DataError(f"--live {live_dir} holds {shown}, which are not seqpe's curves; --live replaces its "
+                        f"seed-N folders whole", f"pass a new or empty folder for the curves, e.g. {example}")
+
+
 def write_curves(live_dir: Path, seed: int, history: list) -> None:
     """Per-epoch train loss and valid metrics of one seed, through dvclive (DVC plots read its TSVs):
     <live>/seed-<n>/plots/metrics/{train/loss,valid/<metric>}.tsv. Rewritten from the whole history each
-    time, so a resumed run's curves are those of an uninterrupted one. dvclive's own summary
-    (metrics.json) is dropped: the configuration's DVC metrics file holds the final numbers, and DVC
-    would read a JSON file inside a plots folder as one more plot."""
+    time (into a new folder swapped in whole), so a resumed run's curves are those of an uninterrupted
+    one. dvclive's own summary (metrics.json) is dropped: the configuration's DVC metrics file holds the
+    final numbers, and DVC would read a JSON file inside a plots folder as one more plot."""
     from dvclive import Live
-    out = Path(live_dir) / f"seed-{seed}"
-    if out.exists():
-        shutil.rmtree(out)
-    with Live(str(out), save_dvc_exp=False, dvcyaml=None, report=None, monitor_system=False) as live:
-        for h in history:
-            live.step = h["epoch"]
-            if h.get("loss") is not None:
-                live.log_metric("train/loss", h["loss"])
-            for k, v in h["valid"].items():
-                live.log_metric(f"valid/{k}", v)
-    (out / "metrics.json").unlink(missing_ok=True)
+    with atomic_dir(Path(live_dir) / f"seed-{seed}") as tmp:
+        with Live(str(tmp), save_dvc_exp=False, dvcyaml=None, report=None, monitor_system=False) as live:
+            for h in history:
+                live.step = h["epoch"]
+                if h.get("loss") is not None:
+                    live.log_metric("train/loss", h["loss"])
+                for k, v in h["valid"].items():
+                    live.log_metric(f"valid/{k}", v)
+        (tmp / "metrics.json").unlink(missing_ok=True)

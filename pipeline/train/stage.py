@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Optional
 
 from .. import presets
-from ..errors import ParamsError
+from ..errors import DataError, ParamsError
 from ..io import claim_dir, claim_file, refuse_nested, require_kind, verify_shards
-from ..params import Params, check_seeds, to_dict
+from ..params import EvaluateParams, Params, check_seeds, to_dict
 from ..report import config_name
 from ..versions import versions
 from . import distributed, heap, runs, setup, threads
@@ -20,7 +20,6 @@ from .tasks import make_task
 def samples_manifest(dataset: str, samples_dir: Path) -> dict:
     """The samples folder's manifest (a samples folder whose every shard matches its sha256, or a one-line error
     naming the right one): a truncated or edited shard is named here, not met as Polars' traceback mid-load."""
-    from ..errors import DataError
     manifest = require_kind(samples_dir, "samples", dataset, "train")
     verify_shards(samples_dir, manifest)
     if setup.task_of(manifest) == "next_item" and (not isinstance(manifest.get("n_items"), int)
@@ -54,12 +53,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     res = presets.resolve(spec.presets, preset, spec.name, dataset)
     enc_name = setup.pick_encoding(spec, encoding, kind, params, res.train.get("encoding"))
     tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset, explicit)
-    if kind == "ctr" and (tp.loss != "ce" or tp.objective != "prefixes"):
-        key, value = ("loss", tp.loss) if tp.loss != "ce" else ("objective", tp.objective)
-        fix = (f"drop --set train.{key}={value}" if key in explicit else
-               f"set train.{key}: {'ce' if key == 'loss' else 'prefixes'} under study.ctr.train in params.yaml")
-        raise ParamsError(f"train.{key} is {value}, and CTR models such as '{spec.name}' train on the log loss of "
-                          f"(user, target) pairs: the setting would be ignored (and recorded as if it applied)", fix)
+    if kind == "ctr":
+        params = _ctr_settings(params, tp, spec, explicit, overrides)
     if tp.objective == "sequence" and not spec.causal:
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",
@@ -80,6 +75,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
                                 (live_dir, "curves", f"e.g. data/live/{dataset}/CONFIG")):
         if path is not None:
             refuse_nested(path, what, instead, itself=what == "curves")
+    if live_dir is not None:
+        runs.claim_curves(live_dir, f"data/live/{dataset}/{config}")
     if metrics_path is not None:
         claim_file(metrics_path, "metrics file", runs.is_config_metrics, f"data/metrics/{dataset}/{config}.json")
     run_dirs = {seed: Path(runs_dir) / config / f"seed-{seed}" for seed in seeds}
@@ -96,6 +93,35 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
                       device, dist, progress, metrics_path, live_dir)
     finally:
         distributed.teardown(dist)
+
+
+_CTR_TRAIN = {"loss": "ce", "objective": "prefixes", "memory_budget": 0.0}   # what CTR training does
+_CTR_EVALUATE = ("candidates", "mask_history", "candidate_sampling")       # ranking-only evaluate keys
+
+
+def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> Params:
+    """A CTR run's settings, or a ParamsError for one that would be ignored and recorded as if it applied.
+    Train keys are refused wherever they come from (study.ctr.train sets them for CTR alone). The ranking
+    protocol keys (evaluate.candidates ...) are refused on the command line; from params.yaml, which one
+    grid shares with next-item datasets, they are reset for the run, so its record and report say log
+    loss and AUC over every test pair (a report used to label DIN "100 sampled candidates")."""
+    for key, want in _CTR_TRAIN.items():
+        value = getattr(tp, key)
+        if value != want:
+            fix = (f"drop --set train.{key}={value}" if key in explicit else
+                   f"set train.{key}: {want} under study.ctr.train in params.yaml")
+            raise ParamsError(f"train.{key} is {value}, and CTR models such as '{spec.name}' train on the log loss "
+                              f"of (user, target) pairs held in memory: the setting would be ignored (and recorded "
+                              f"as if it applied)", fix)
+    defaults = EvaluateParams()
+    for text in overrides or []:
+        key = text.split("=", 1)[0].strip()
+        if key.startswith("evaluate.") and key[len("evaluate."):] in _CTR_EVALUATE:
+            raise ParamsError(f"{key} sets how next-item targets are ranked, and CTR models such as '{spec.name}' "
+                              f"are scored by log loss and AUC over every test pair: it would be ignored",
+                              f"drop --set {text.strip()}")
+    return dataclasses.replace(params, evaluate=dataclasses.replace(
+        params.evaluate, **{k: getattr(defaults, k) for k in _CTR_EVALUATE}))
 
 
 def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag, device,
@@ -128,10 +154,16 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                         "run_dir": str(run_dirs[seed])})
     if not dist.main:
         return []
-    if metrics_path is not None:
-        runs.write_config_metrics(Path(metrics_path), records)
-    if all(r["stopped"] != "time_limit" for r in records):
+    unfinished = [seed for seed, r in zip(seeds, records) if r["stopped"] == "time_limit"]
+    if not unfinished:
         runs.forget(fps)
+    if metrics_path is not None:
+        if unfinished:      # `report` never pools these with finished seeds; DVC's metric must not either
+            raise DataError(f"seed{'s' if len(unfinished) > 1 else ''} {', '.join(map(str, unfinished))} stopped at "
+                            f"train.time_limit before the end, so {metrics_path} was not written (its mean "
+                            f"would stand for unfinished models); the runs are saved",
+                            "run the same command with --set train.time_limit=0: it resumes where they stopped")
+        runs.write_config_metrics(Path(metrics_path), records)
     return results
 
 
