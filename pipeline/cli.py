@@ -128,12 +128,16 @@ def _imported_on_disk(data_dir: Path) -> dict[str, dict]:
 
 @app.command()
 def datasets(params: ParamsOpt = None,
-             data_dir: Annotated[Path, typer.Option(help="data folder")] = Path("data"),
+             data_dir: Annotated[Optional[Path], typer.Option(help="data folder [default: data]")] = None,
              as_json: JsonOpt = False):
     """List known datasets: protocol, source, size, and what is on disk here."""
     from .datasets import all_datasets
     from .params import IMPORT_FORMATS
     from .tables import Col, print_tables, to_json
+    if data_dir is not None and not data_dir.is_dir():    # a typo showed every dataset as absent from disk
+        raise DataError(f"--data-dir {data_dir} {'is not a folder' if data_dir.exists() else 'does not exist'}",
+                        "pass the project's data folder (the default, data, holds raw/, sessions/, samples/)")
+    data_dir = data_dir if data_dir is not None else Path("data")
     p = _params(params)
     entries = []
 

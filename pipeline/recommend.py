@@ -227,7 +227,18 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
     dev = pick_device(device, "--device")
     net = build_model(cfg["model"], n_items=cfg["n_items"], max_len=cfg["max_len"], train=tp,
                       options=cfg.get("options", {}), encoding=encoding)
-    net.load_state_dict(ckpt["model"])
+    extra = sorted(set(ckpt["model"]) - set(net.state_dict()))
+    if extra and getattr(spec, "side", False):     # CARCA's psi branch: attributes and context it was trained on
+        raise DataError(f"{run_dir} is {cfg['model']} trained with item attributes or interaction context "
+                        f"({', '.join(extra[:2])}), which `seqpe recommend` cannot supply for new sessions",
+                        "recommend with a run trained without side information (e.g. on a `seqpe import` of the "
+                        "plain sequences), or score its test split with `seqpe evaluate`")
+    try:
+        net.load_state_dict(ckpt["model"])
+    except RuntimeError as exc:                    # names and shapes that do not fit the model its config builds
+        raise DataError(f"{run_dir}/checkpoint.pt does not fit the {cfg['model']} model its config describes "
+                        f"({str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else exc})",
+                        "re-run `seqpe train` for it") from None
     net.to(dev).eval()
     return RunModel(run_dir, net, record, dev, items)
 
@@ -263,7 +274,9 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
     from . import sniff
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"sessions file {path} does not exist", "pass a Parquet or CSV file")
+        what = "does not exist" if not path.exists() else \
+            ("is a folder" if path.is_dir() else "is not a regular file (a pipe or a device)")
+        raise DataError(f"sessions file {path} {what}", "pass a Parquet or CSV file")
     head = sniff.head(path, 4)
     try:
         if head == b"PAR1":

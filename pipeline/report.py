@@ -235,11 +235,14 @@ def baseline_note(rows: list[dict]) -> Optional[str]:
 # --------------------------------------------------------------------------- rendering
 
 def _cell(stat: Optional[dict], scale: float = 100.0) -> str:
+    """mean ± CI (sd): x100 metrics to 2 decimals, log loss (x1) to 4, as CTR papers report it and as the
+    deltas show it (2 decimals hid 0.6933 vs 0.6917)."""
     if stat is None:
         return ""
-    text = f"{scale * stat['mean']:.2f}"
+    fmt = ".2f" if scale == 100.0 else ".4f"
+    text = format(scale * stat["mean"], fmt)
     if stat["ci95"] is not None:
-        text += f" ± {scale * stat['ci95']:.2f} (sd {scale * stat['std']:.2f})"
+        text += f" ± {format(scale * stat['ci95'], fmt)} (sd {format(scale * stat['std'], fmt)})"
     return text
 
 

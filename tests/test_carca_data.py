@@ -219,6 +219,10 @@ def test_only_a_side_information_model_is_handed_it(carca_samples):
 
 def test_carca_trains_on_the_generated_files_and_records_the_protocol(carca_samples, tmp_path):
     full = stage.run("carca_games", carca_samples, tmp_path / "runs", _params("carca", "abs"), progress=False)
+    from pipeline.recommend import load_run          # recommend cannot hand it new sessions' context: one line
+    with pytest.raises(DataError, match=r"carca trained with item attributes or interaction context \(psi_a.bias, "
+                                        r"psi_a.weight\), which `seqpe recommend` cannot supply"):
+        load_run(full[0]["run_dir"])
     sampled = stage.run("carca_games", carca_samples, tmp_path / "runs",
                         _params("carca", "abs", candidates=10, mask_history=True), progress=False, tag="sampled")
     records = [json.loads(Path(r["run_dir"], "run.json").read_text()) for r in (*full, *sampled)]

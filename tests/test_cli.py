@@ -255,6 +255,9 @@ def test_datasets_lists_what_seqpe_import_wrote(tmp_path):
     assert (mine["protocol"], mine["source"], mine["enabled"]) == ("leave_one_out", "mine.txt", False)
     assert mine["sessions"] and mine["samples"] and not mine["raw"]
     assert not entries["beauty"]["sessions"]
+    for wrong, what in ((tmp_path / "dta", "does not exist"), (src, "is not a folder")):   # every dataset "absent"
+        assert_one_line_error(seqpe("datasets", "--data-dir", str(wrong)), f"--data-dir {wrong} {what}",
+                              "Fix: pass the project's data folder")
 
 
 def test_a_missing_prepared_folder_is_named_as_missing(tmp_path):

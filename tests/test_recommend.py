@@ -265,3 +265,14 @@ def test_device_errors_name_the_option_the_user_set(trained, monkeypatch):
                                           r"set train.device: auto"):
         pick_device("cuda:1")
     assert pick_device("cuda:0") == torch.device("cuda:0")
+
+
+def test_a_sessions_input_that_is_not_a_file_is_named_for_what_it_is(tmp_path):
+    """A folder (or a pipe) passed as --input was reported as a file that "does not exist"."""
+    with pytest.raises(DataError, match="sessions file .* is a folder"):
+        recommend.read_sessions(tmp_path)
+    with pytest.raises(DataError, match="sessions file .*nope.parquet does not exist"):
+        recommend.read_sessions(tmp_path / "nope.parquet")
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(DataError, match="is not a regular file"):
+        recommend.read_sessions(tmp_path / "pipe")

@@ -359,3 +359,11 @@ def test_a_run_whose_record_was_lost_is_an_error_not_a_missing_seed(tmp_path):
     hidden = tmp_path / "sasrec-none" / ".tmp-seed-2"          # a run being written is not a lost one
     (tmp_path / "sasrec-none" / "seed-2").rename(hidden)
     assert [r["seed"] for r in report.find_runs([tmp_path])] == [1, 3]
+
+
+def test_log_loss_keeps_four_decimals_in_the_tables():
+    """The over-seeds table showed log loss 0.69 / 0.69 where the runs were 0.6933 / 0.6917."""
+    from pipeline.report import _cell, _scale
+    stat = {"mean": 0.6925, "ci95": 0.0102, "std": 0.0011}
+    assert _cell(stat, _scale("logloss")) == "0.6925 ± 0.0102 (sd 0.0011)"
+    assert _cell({"mean": 0.8123, "ci95": None, "std": None}, _scale("auc")) == "81.23"
