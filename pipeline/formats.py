@@ -115,14 +115,28 @@ def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | 
         raise unknown("format", fmt, ("auto",) + FORMATS)
     check_import_name(dataset, fmt)
     src, sessions_dst, samples_dst = Path(src), Path(sessions_dst), Path(samples_dst)
-    if sessions_dst.resolve() == samples_dst.resolve():
-        raise DataError(f"sessions and samples would both go to {sessions_dst}",
-                        "pass different --sessions and --samples folders")
+    _refuse_nested_outputs(dataset, sessions_dst, samples_dst)
     claim_dir(sessions_dst, dataset, "sessions")
     claim_dir(samples_dst, dataset, "samples")
     imp = _import_srgnn(src, params) if fmt == "srgnn" else _import_sasrec(src, params)
     _write(dataset, imp, sessions_dst, samples_dst, params)
     return {**imp.summary, "sessions folder": str(sessions_dst), "samples folder": str(samples_dst)}
+
+
+def _refuse_nested_outputs(dataset: str, sessions_dst: Path, samples_dst: Path) -> None:
+    """Each output folder is swapped in whole (io.atomic_dir), so one inside the other would be deleted
+    by the other's swap (`--sessions D/x --samples D/x/a` exited 0 without D/x/a; the reverse failed
+    half-way with the samples written): refused before anything is written."""
+    if sessions_dst.resolve() == samples_dst.resolve():
+        raise DataError(f"sessions and samples would both go to {sessions_dst}",
+                        "pass different --sessions and --samples folders")
+    folders = {"sessions": sessions_dst, "samples": samples_dst}
+    for inner, outer in (("samples", "sessions"), ("sessions", "samples")):
+        if folders[outer].resolve() in folders[inner].resolve().parents:
+            raise DataError(f"the {inner} folder {folders[inner]} is inside the {outer} folder {folders[outer]}: "
+                            "each is replaced whole, so writing one would delete the other",
+                            f"pass --sessions and --samples folders side by side, e.g. data/sessions/{dataset} "
+                            f"and data/samples/{dataset}")
 
 
 def check_import_name(dataset: str, fmt: str) -> None:

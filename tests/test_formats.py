@@ -150,6 +150,23 @@ def test_import_errors(tmp_path):
     assert not (tmp_path / "s").exists() and not (tmp_path / "a").exists()
 
 
+@pytest.mark.parametrize("sessions, samples, fragment", [
+    ("D/x", "D/x/a", "the samples folder D/x/a is inside the sessions folder D/x: each is replaced whole, so "
+                     "writing one would delete the other. Fix: pass --sessions and --samples folders side by "
+                     "side"),                                   # exited 0, and D/x/a was gone
+    ("D/x/s", "D/x", "the sessions folder D/x/s is inside the samples folder D/x"),   # "No such file", half written
+    ("D/x", "D/./x", "sessions and samples would both go to D/x"),
+])
+def test_nested_sessions_and_samples_folders_are_refused_before_writing(tmp_path, monkeypatch, sessions, samples,
+                                                                         fragment):
+    (tmp_path / "ok.txt").write_text("1 1 2 3\n2 2 3 4\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as err:
+        formats.import_dataset("q2", "ok.txt", "auto", sessions, samples, params())
+    assert fragment in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.txt"]
+
+
 def test_export_refuses_other_files_and_other_protocols(tmp_path):
     dump(tmp_path / "in" / "all_train_seq.txt", SEQS)
     dump(tmp_path / "in" / "test.txt", TEST)
