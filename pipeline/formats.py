@@ -28,6 +28,9 @@ byte-identical to `seqpe augment` of the imported sessions. Decisions:
   in the order of each user's first line); users with fewer than 3 items cannot give
   train, valid and test and are dropped and counted (as the leave-one-out protocol does;
   S3-Rec's files are 5-core, so none are).
+- both: item ids are kept as they are and n_items is the largest one (exported files stay byte-identical),
+  so a file whose largest id is far above its distinct ids (> 2 x distinct + SPARSE_IDS) is refused,
+  asking for items renumbered 1..N (`_check_dense_ids`).
 
 `export_dataset` turns a sessions folder back into SR-GNN pickles (train.txt from train +
 valid = the protocol's train set) or S3-Rec text (the test rows, i.e. full sequences), built
@@ -56,6 +59,7 @@ FORMATS = tuple(IMPORT_FORMATS)
 PICKLE_PROTOCOL = 3          # what SR-GNN's preprocess.py wrote (Python 3.6 default): same bytes
 SRGNN_FILES = ("all_train_seq.txt", "test.txt", "train.txt")
 _NO_CLOBBER = "pick a new or empty folder (export replaces the whole folder)"
+SPARSE_IDS = 100_000         # unused ids an import may carry beyond 2 x its distinct ones (_check_dense_ids)
 
 
 @dataclass
@@ -185,7 +189,8 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
     train = train_all.slice(0, train_all.height - n_valid)
     valid = train_all.slice(train_all.height - n_valid)
     samples = {"train": augment(train, "prefixes"), "valid": augment(valid, "prefixes"), "test": test_samples}
-    n_items = max(_max_id(train_all), _max_id(test))
+    n_items, n_distinct = max(_max_id(train_all), _max_id(test)), _distinct(train_all, test)
+    _check_dense_ids(src, n_items, n_distinct)
     steps = [_step("read all_train_seq.txt", train_all),
              _step(f"read test.txt: {given.height} samples as sessions ({test_mode})", test),
              _step("train (after carving valid)", train),
@@ -196,7 +201,7 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
                "train samples (train+valid)": samples["train"].height + samples["valid"].height,
                "train samples": samples["train"].height, "valid samples": samples["valid"].height,
                "test samples": test_samples.height,
-               "items": _distinct(train_all, test), "n_items (max id)": n_items,
+               "items": n_distinct, "n_items (max id)": n_items,
                "train clicks (train+valid)": _clicks(train_all), "train.txt": train_txt}
     info = {"format": "srgnn", "test_came_as": "samples", "test_sessions": _TEST_NOTES[test_mode],
             "train_txt": train_txt, "session_ids": "positions: all_train_seq.txt from 1, then test sessions",
@@ -282,7 +287,8 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     if pairs:   # Kang & McAuley's layout: a user's lines in file order are the sequence
         users = (users.group_by("session_id", maintain_order=True)
                  .agg(pl.col("line").first(), pl.col("items").list.first()).select("line", "session_id", "items"))
-    n_read, inter, n_items = users.height, _clicks(users), _max_id(users)
+    n_read, inter, n_items, n_distinct = users.height, _clicks(users), _max_id(users), _distinct(users)
+    _check_dense_ids(src, n_items, n_distinct)
     kept = users.filter(pl.col("items").list.len() >= 3).drop("line")
     if kept.height == 0:   # leave-one-out needs a train, a valid and a test item per user
         raise DataError(f"{src}: no user has 3 or more items ({n_read:,} read), so leave-one-out has "
@@ -295,7 +301,7 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     max_len = params.augment.max_len
     samples = {s: augment(sessions[s], modes[s], max_len) for s in SPLITS}
     steps = [_step(f"read {src.name}", users), _step("drop users with fewer than 3 items", kept)]
-    summary = {"format": "sasrec", "users": n_read, "items": _distinct(users), "interactions": inter,
+    summary = {"format": "sasrec", "users": n_read, "items": n_distinct, "interactions": inter,
                "n_items (max id)": n_items, "users dropped (< 3 items)": n_read - kept.height,
                **{f"{s} samples": _sample_counts(samples[s])["samples"] for s in SPLITS}}
     info = {"format": "sasrec", "file": src.name, "users_dropped_below_3_items": n_read - kept.height,
@@ -333,6 +339,20 @@ def _check_lines(src: Path, rows: pl.DataFrame) -> None:
         raise DataError(f"{src} line {line}: {tok[:40]!r} is not an id in 1..{unpickle.MAX_ID}",
                         "remove the header line: the file holds ids only" if header else
                         "every token must be a positive integer id")
+
+
+def _check_dense_ids(src: Path, n_items: int, n_distinct: int) -> None:
+    """Ids are kept as they are, so n_items is the largest id (and an export gives the files back byte for
+    byte): a largest id far above the number of distinct ids would make a vocabulary (items.parquet, every
+    model's embedding and score rows) of mostly unused ids. `1 1 2 20000000` gave 20,000,000 items for 3,
+    and ids near 2**31 a traceback or an abort. The published files are dense 1..N with few gaps (SR-GNN's
+    Yoochoose 1/64 keeps the 1/4's numbering: largest id 37,483 for 17,745 ids), and an excerpt of one keeps
+    ids up to its N, hence the allowance: the largest id may be up to 2 x distinct + SPARSE_IDS."""
+    if n_items > 2 * n_distinct + SPARSE_IDS:
+        raise DataError(f"{src}: the largest item id is {n_items:,} but only {n_distinct:,} distinct ids occur, and "
+                        "seqpe keeps ids as they are (n_items = the largest id, so exported files stay byte-identical): "
+                        f"{n_items:,} item rows for {n_distinct:,} items",
+                        f"renumber the items 1..N (N = {n_distinct:,}) and import the renumbered file")
 
 
 # --------------------------------------------------------------------------- write

@@ -167,6 +167,38 @@ def test_nested_sessions_and_samples_folders_are_refused_before_writing(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.txt"]
 
 
+@pytest.mark.parametrize("fmt", ["sasrec", "srgnn"])
+@pytest.mark.parametrize("big, distinct", [(2**31 - 1, 4), (20_000_000, 3)])
+def test_a_largest_id_far_above_the_distinct_ids_is_refused(tmp_path, fmt, big, distinct):
+    """Ids are kept, n_items = the largest id: 2**31 - 1 was an OverflowError traceback, 20,000,000 an
+    import of 20,000,000 items (a 60 MB items.parquet) for 3."""
+    seqs = [[1, 2, big], [1, 2, 3]][: distinct - 2]          # `1 1 2 BIG`, with `2 1 2 3` for 4 ids
+    if fmt == "sasrec":
+        src = tmp_path / "huge.txt"
+        src.write_text("".join(f"{u} {' '.join(map(str, seq))}\n" for u, seq in enumerate(seqs, 1)))
+    else:                                                      # the same as SR-GNN pickles
+        src = tmp_path / "huge"
+        dump(src / "all_train_seq.txt", seqs)
+        dump(src / "test.txt", ([[1]], [2]))
+    with pytest.raises(DataError) as err:
+        formats.import_dataset("huge", src, fmt, tmp_path / "s", tmp_path / "a", params())
+    assert f"the largest item id is {big:,} but only {distinct} distinct ids occur" in str(err.value)
+    assert f"Fix: renumber the items 1..N (N = {distinct}) and import the renumbered file" in str(err.value)
+    assert not (tmp_path / "s").exists() and not (tmp_path / "a").exists()
+
+
+def test_the_allowance_for_unused_ids(tmp_path):
+    """Published files are dense 1..N with gaps (Yoochoose 1/64: 37,483 for 17,745 ids; the real-file tests
+    import them all), and an excerpt keeps its ids: up to 2 x distinct + SPARSE_IDS is accepted."""
+    top = 2 * 3 + formats.SPARSE_IDS
+    (tmp_path / "ok.txt").write_text(f"1 1 2 {top}\n")
+    summary = formats.import_dataset("ok", tmp_path / "ok.txt", "sasrec", tmp_path / "s", tmp_path / "a", params())
+    assert summary["n_items (max id)"] == top and summary["items"] == 3
+    (tmp_path / "no.txt").write_text(f"1 1 2 {top + 1}\n")
+    with pytest.raises(DataError, match=f"largest item id is {top + 1:,}"):
+        formats.import_dataset("no", tmp_path / "no.txt", "sasrec", tmp_path / "s2", tmp_path / "a2", params())
+
+
 def test_export_refuses_other_files_and_other_protocols(tmp_path):
     dump(tmp_path / "in" / "all_train_seq.txt", SEQS)
     dump(tmp_path / "in" / "test.txt", TEST)
@@ -552,3 +584,16 @@ def test_cli_bad_pickle_is_one_line_exit_1(tmp_path):
     assert "all_train_seq.txt holds a reference to the global os.system (only lists/tuples/ints are " \
            "accepted). Fix:" in lines[0]
     assert not (tmp_path / "s").exists()
+
+
+def test_cli_ids_near_2_31_are_one_line_exit_1(tmp_path):
+    """`1 1 2 2147483646` aborted in the Rust allocator (exit 134), 2147483647 was a traceback."""
+    for big in (2**31 - 2, 2**31 - 1):
+        (tmp_path / "huge.txt").write_text(f"1 1 2 {big}\n2 1 2 3\n")
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "import", "huge", str(tmp_path / "huge.txt"),
+                               "--sessions", str(tmp_path / "S"), "--samples", str(tmp_path / "T")],
+                              cwd=ROOT, env=dict(os.environ, COLUMNS="300"), capture_output=True, text=True)
+        assert proc.returncode == 1, (proc.returncode, proc.stderr[-500:])
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and f"the largest item id is {big:,} but only 4 distinct ids occur" in lines[0]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.txt"]
