@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import stat
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -94,8 +95,21 @@ def detect_format(src: str | Path) -> str:
         return "srgnn"
     if not src.exists():
         raise DataError(f"{src} does not exist", "pass the SR-GNN folder or the SASRec / S3-Rec text file")
+    if not src.is_file():     # checked before reading: reading a FIFO waits for a writer forever
+        raise DataError(f"{src} is {_special_kind(src)}, not a file or a folder",
+                        "pass the SR-GNN folder or the SASRec / S3-Rec text file itself (seqpe reads regular files)")
     _require_text_file(src)
     return "sasrec"
+
+
+def _special_kind(path: Path) -> str:
+    """What an existing `path` that is neither a regular file nor a folder is, for a message."""
+    mode = path.stat().st_mode
+    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return what
+    return "not a regular file"
 
 
 def _require_text_file(src: Path) -> None:
@@ -163,8 +177,12 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
     if not src.is_dir():
         raise DataError(f"{src} {'is not a folder' if src.exists() else 'does not exist'}",
                         "pass the folder that holds all_train_seq.txt and test.txt")
-    for name in SRGNN_FILES[:2]:
-        if not (src / name).is_file():
+    for name in SRGNN_FILES:
+        path = src / name
+        if path.exists() and not path.is_file():
+            raise DataError(f"{path} is {_special_kind(path)}, not a file",
+                            f"put SR-GNN's {name} pickle there (seqpe reads regular files)")
+        if name != "train.txt" and not path.is_file():
             raise DataError(f"{src} has no {name}", "an SR-GNN folder needs all_train_seq.txt and test.txt")
     seqs = unpickle.load_sessions(src / "all_train_seq.txt")
     if not seqs:
@@ -258,8 +276,9 @@ def _check_train_txt(src: Path, train_all: pl.DataFrame) -> tuple[pl.DataFrame, 
 def _import_sasrec(src: Path, params: Params) -> Imported:
     """S3-Rec text -> leave-one-out sessions; users with fewer than 3 items are dropped."""
     if not src.is_file():
-        raise DataError(f"{src} {'is not a file' if src.exists() else 'does not exist'}",
-                        "pass the SASRec / S3-Rec text file, e.g. Beauty.txt")
+        what = "does not exist" if not src.exists() else "is not a file" if src.is_dir() else \
+            f"is {_special_kind(src)}, not a file"
+        raise DataError(f"{src} {what}", "pass the SASRec / S3-Rec text file, e.g. Beauty.txt")
     _require_text_file(src)
     try:
         text = src.read_text(encoding="utf-8-sig")   # a byte-order mark (Windows editors) is no part of the ids

@@ -597,3 +597,35 @@ def test_cli_ids_near_2_31_are_one_line_exit_1(tmp_path):
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and f"the largest item id is {big:,} but only 4 distinct ids occur" in lines[0]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.txt"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_fifo_or_a_device_is_refused_before_it_is_read(tmp_path):
+    """`seqpe import NAME FIFO` hung forever: format detection read it before checking it is a file."""
+    os.mkfifo(tmp_path / "fifo")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "import", "x", str(tmp_path / "fifo"),
+                               "--sessions", str(tmp_path / "s"), "--samples", str(tmp_path / "a")],
+                              cwd=ROOT, env=dict(os.environ, COLUMNS="300"), capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("seqpe import waited on the FIFO")
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "fifo is a named pipe (FIFO), not a file or a folder. Fix: pass the SR-GNN folder" in lines[0]
+    for fmt, fragment in (("auto", "fifo is a named pipe (FIFO), not a file or a folder"),
+                          ("sasrec", "fifo is a named pipe (FIFO), not a file")):
+        with pytest.raises(DataError, match=re.escape(fragment)):
+            formats.import_dataset("x", tmp_path / "fifo", fmt, tmp_path / "s", tmp_path / "a", params())
+    if Path("/dev/null").exists():
+        with pytest.raises(DataError, match="/dev/null is a character device, not a file or a folder"):
+            formats.import_dataset("x", "/dev/null", "auto", tmp_path / "s", tmp_path / "a", params())
+    for name, make in (("test.txt", os.mkfifo), ("train.txt", os.mkfifo), ("test.txt", os.mkdir)):
+        src = tmp_path / f"srgnn_{name}_{make.__name__}"                # a pipe (or a folder) in an SR-GNN folder
+        dump(src / "all_train_seq.txt", SEQS)
+        if name == "train.txt":
+            dump(src / "test.txt", TEST)
+        make(src / name)
+        what = "a folder" if make is os.mkdir else "a named pipe (FIFO)"
+        with pytest.raises(DataError, match=re.escape(f"{name} is {what}, not a file. Fix: put SR-GNN's {name}")):
+            formats.import_dataset("x", src, "auto", tmp_path / "s", tmp_path / "a", params())
+    assert not (tmp_path / "s").exists() and not (tmp_path / "a").exists()
