@@ -19,7 +19,8 @@ manifests; its samples are built by the augment stage's own functions, so they a
 byte-identical to `seqpe augment` of the imported sessions. Decisions:
 
 - srgnn: train sessions are all_train_seq.txt numbered 1..T, and valid is carved from its
-  most recent ones exactly as `pipeline.protocols.srgnn` does (`valid_count`). test.txt is
+  most recent ones exactly as `pipeline.protocols.srgnn` does (`valid_count`); a valid_fraction
+  that carves none (0, or below 1/T) is refused, as `seqpe train` needs valid. test.txt is
   already augmented; its sessions are rebuilt (a session starts after each prefix of length
   1; exact whenever the file was written by SR-GNN's `process_seqs`), else every sample
   becomes a session prefix + [target] under augment mode "last". Either way the stored
@@ -39,6 +40,7 @@ in memory and swapped in as one folder; it never overwrites a folder holding oth
 from __future__ import annotations
 
 import contextlib
+import math
 import pickle
 import stat
 from dataclasses import dataclass, field
@@ -49,7 +51,7 @@ import polars as pl
 
 from . import sniff, unpickle
 from .augment import last_samples, prefix_samples, shifted_samples
-from .errors import DataError, unknown
+from .errors import DataError, ParamsError, unknown
 from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, deferred_interrupt, read_manifest, read_split,
                  refuse_nested, require_kind, sha256_file, shard_entry, verify_shards, write_bytes, write_json,
                  write_parquet, write_split)
@@ -202,13 +204,12 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
     if not test_samples.select("prefix", "target").equals(given):  # guards sessions_from_samples
         raise DataError(f"{src / 'test.txt'} could not be stored as sessions without change",
                         "report this file to the seqpe maintainers")
-
-    n_valid = valid_count(train_all.height, params.preprocess.valid_fraction)
+    n_items, n_distinct = max(_max_id(train_all), _max_id(test)), _distinct(train_all, test)
+    _check_dense_ids(src, n_items, n_distinct)
+    n_valid = _valid_count(src / "all_train_seq.txt", train_all.height, params.preprocess.valid_fraction)
     train = train_all.slice(0, train_all.height - n_valid)
     valid = train_all.slice(train_all.height - n_valid)
     samples = {"train": augment(train, "prefixes"), "valid": augment(valid, "prefixes"), "test": test_samples}
-    n_items, n_distinct = max(_max_id(train_all), _max_id(test)), _distinct(train_all, test)
-    _check_dense_ids(src, n_items, n_distinct)
     steps = [_step("read all_train_seq.txt", train_all),
              _step(f"read test.txt: {given.height} samples as sessions ({test_mode})", test),
              _step("train (after carving valid)", train),
@@ -233,6 +234,23 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
         augment={"train": "prefixes", "valid": "prefixes", "test": test_mode}, steps=steps,
         source={n: sha256_file(src / n) for n in SRGNN_FILES if (src / n).is_file()},
         params={"preprocess": to_dict(params.preprocess)}, summary=summary, max_len=0, info=info)
+
+
+def _valid_count(path: Path, n_sessions: int, fraction: float) -> int:
+    """How many of the `n_sessions` of all_train_seq.txt (`path`) go to valid. None (valid_fraction 0, or
+    below 1 / n) is refused here, before anything is written: `seqpe train` picks its best epoch on valid,
+    so such an import failed only there, naming `seqpe preprocess` as the command to re-run."""
+    n_valid = valid_count(n_sessions, fraction)
+    if n_valid == 0:
+        if n_sessions < 2:
+            raise DataError(f"{path} holds 1 session: none is left to carve a valid session from",
+                            "import a folder whose all_train_seq.txt holds every train session (valid is "
+                            "carved from them)")
+        at_least = 0.1 if n_sessions >= 10 else math.ceil(100 / n_sessions) / 100
+        raise ParamsError(f"preprocess.valid_fraction={fraction} carves no valid session out of the {n_sessions:,} "
+                          f"sessions of all_train_seq.txt, and `seqpe train` picks its best epoch on valid",
+                          f"import with --set preprocess.valid_fraction={at_least} or more")
+    return n_valid
 
 
 _TEST_NOTES = {"prefixes": "rebuilt from its prefix samples (exact)",
@@ -368,9 +386,9 @@ def _check_dense_ids(src: Path, n_items: int, n_distinct: int) -> None:
     Yoochoose 1/64 keeps the 1/4's numbering: largest id 37,483 for 17,745 ids), and an excerpt of one keeps
     ids up to its N, hence the allowance: the largest id may be up to 2 x distinct + SPARSE_IDS."""
     if n_items > 2 * n_distinct + SPARSE_IDS:
-        raise DataError(f"{src}: the largest item id is {n_items:,} but only {n_distinct:,} distinct ids occur, and "
-                        "seqpe keeps ids as they are (n_items = the largest id, so exported files stay byte-identical): "
-                        f"{n_items:,} item rows for {n_distinct:,} items",
+        raise DataError(f"{src}: the largest item id is {n_items:,} but only {n_distinct:,} distinct ids occur, "
+                        "and seqpe keeps ids as they are (n_items = the largest id, so exported files stay "
+                        f"byte-identical): {n_items:,} item rows for {n_distinct:,} items",
                         f"renumber the items 1..N (N = {n_distinct:,}) and import the renumbered file")
 
 

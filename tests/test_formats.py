@@ -17,7 +17,7 @@ import pytest
 
 from pipeline import augment, download, formats, io, preprocess
 from pipeline.batches import load_samples
-from pipeline.errors import DataError, UnknownNameError
+from pipeline.errors import DataError, ParamsError, UnknownNameError
 from pipeline.params import Params, from_dict
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -104,7 +104,8 @@ def test_train_txt_is_checked_and_a_fraction_cut_is_kept(tmp_path):
     dump(src / "test.txt", TEST)
     # SR-GNN's 1/64 layout when the cut falls inside the first session: its 1 shortest prefix only
     dump(src / "train.txt", ([[5], [1], [3, 4], [3]], [6, 2, 5, 4]))
-    summary = formats.import_dataset("cut", src, "srgnn", tmp_path / "s", tmp_path / "a", params())
+    summary = formats.import_dataset("cut", src, "srgnn", tmp_path / "s", tmp_path / "a",
+                                     params(preprocess={"valid_fraction": 0.34}))   # 1 of 3 sessions to valid
     assert summary["train samples (train+valid)"] == 4 and "less the 2 longest prefixes" in summary["train.txt"]
     assert rows(tmp_path / "s", "train")[0] == (1, [5, 6])    # cut like pipeline.protocols.srgnn
     augment.run("cut", tmp_path / "s", tmp_path / "a2", params())
@@ -629,3 +630,33 @@ def test_a_fifo_or_a_device_is_refused_before_it_is_read(tmp_path):
         with pytest.raises(DataError, match=re.escape(f"{name} is {what}, not a file. Fix: put SR-GNN's {name}")):
             formats.import_dataset("x", src, "auto", tmp_path / "s", tmp_path / "a", params())
     assert not (tmp_path / "s").exists() and not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("fraction, n_sessions, fix", [(0.0, 10, 0.1), (0.05, 10, 0.1), (0.2, 3, 0.34)])
+def test_an_srgnn_import_without_valid_sessions_is_refused(tmp_path, fraction, n_sessions, fix):
+    """`import --set preprocess.valid_fraction=0` was accepted, and `seqpe train` then said to re-run `seqpe
+    preprocess`: the train error names the wrong command for an import, so the import refuses it."""
+    dump(tmp_path / "in" / "all_train_seq.txt", SEQS[:n_sessions])
+    dump(tmp_path / "in" / "test.txt", TEST)
+    with pytest.raises(ParamsError) as err:
+        formats.import_dataset("tiny", tmp_path / "in", "srgnn", tmp_path / "s", tmp_path / "a",
+                               params(preprocess={"valid_fraction": fraction}))
+    assert str(err.value) == (f"preprocess.valid_fraction={fraction} carves no valid session out of the {n_sessions} "
+                              "sessions of all_train_seq.txt, and `seqpe train` picks its best epoch on valid. Fix: "
+                              f"import with --set preprocess.valid_fraction={fix} or more")
+    assert not (tmp_path / "s").exists() and not (tmp_path / "a").exists()
+    summary = formats.import_dataset("tiny", tmp_path / "in", "srgnn", tmp_path / "s", tmp_path / "a",
+                                     params(preprocess={"valid_fraction": fix}))
+    assert summary["valid sessions"] == 1
+    (tmp_path / "tiny.txt").write_text("1 5 6 7\n")       # leave-one-out: valid is each user's [:-1], whatever it is
+    summary = formats.import_dataset("tiny", tmp_path / "tiny.txt", "sasrec", tmp_path / "s2", tmp_path / "a2",
+                                     params(preprocess={"valid_fraction": 0.0}))
+    assert summary["valid samples"] == 1
+
+
+def test_an_srgnn_import_of_one_train_session_is_refused(tmp_path):
+    dump(tmp_path / "in" / "all_train_seq.txt", SEQS[:1])
+    dump(tmp_path / "in" / "test.txt", TEST)
+    with pytest.raises(DataError, match="all_train_seq.txt holds 1 session: none is left to carve a valid session"):
+        formats.import_dataset("tiny", tmp_path / "in", "srgnn", tmp_path / "s", tmp_path / "a", params())
+    assert not (tmp_path / "s").exists()
