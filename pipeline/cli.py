@@ -288,7 +288,12 @@ def export(dataset: str,
            sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to read (default "
                                                                  "data/sessions/DATASET)")] = None,
            quiet: QuietOpt = False):
-    """Export prepared sessions as SR-GNN pickles (train.txt, test.txt, all_train_seq.txt) or S3-Rec text."""
+    """Export prepared sessions as SR-GNN pickles (train.txt, test.txt, all_train_seq.txt) or S3-Rec text.
+
+    S3-Rec text (--format sasrec) holds one line per user with its full sequence, every user included:
+    those a dataset keeps for training only (CARCA's users with fewer than 3 interactions) too, counted
+    in the summary.
+    """
     from . import formats
     summary = formats.export_dataset(_default("sessions", dataset, sessions), out, fmt, dataset)
     if not quiet:

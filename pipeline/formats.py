@@ -34,7 +34,8 @@ byte-identical to `seqpe augment` of the imported sessions. Decisions:
   asking for items renumbered 1..N (`_check_dense_ids`).
 
 `export_dataset` turns a sessions folder back into SR-GNN pickles (train.txt from train +
-valid = the protocol's train set) or S3-Rec text (the test rows, i.e. full sequences), built
+valid = the protocol's train set) or S3-Rec text (every user's full sequence: its test row, or the
+train row of a user kept for training only, as CARCA keeps users with < 3 interactions), built
 in memory and swapped in as one folder; it never overwrites a folder holding other files.
 """
 from __future__ import annotations
@@ -478,18 +479,28 @@ def _export_srgnn(src: Path, frames: dict, modes: dict, manifest: dict) -> tuple
 
 
 def _export_sasrec(src: Path, frames: dict, modes: dict, manifest: dict) -> tuple[dict, dict]:
-    """Leave-one-out sessions: the test row is each user's full sequence -> one text line."""
+    """Leave-one-out sessions -> one text line per user, its full sequence: the test row, or for a user kept
+    for training only (no test row: CARCA's users with fewer than 3 interactions, pipeline/datasets/carca.py)
+    the train row, which holds the whole sequence. Every user is written, as the format holds any length
+    (SASRec's `data_partition` keeps such users for training, as CARCA does); users in the order of the
+    train split (the test split's for an import: the file's order)."""
     if modes.get("test") != "last" or manifest.get("protocol") != "leave_one_out":
         raise DataError(f"{src} holds {manifest.get('protocol')} sessions, not leave-one-out ones",
                         "export --format sasrec needs a leave-one-out dataset; use --format srgnn")
-    test = frames["test"]
-    lines = test.select(pl.concat_str(pl.col("session_id").cast(pl.String),
-                                      pl.col("items").list.eval(pl.element().cast(pl.String)).list.join(" "),
-                                      separator=" "))
+    train, test = frames["train"], frames["test"]
+    only_train = train.join(test.select("session_id"), on="session_id", how="anti")
+    order = pl.concat([train.select("session_id"), test.select("session_id")]).unique(maintain_order=True)
+    users = order.join(pl.concat([test, only_train]), on="session_id", how="left", maintain_order="left")
+    lines = users.select(pl.concat_str(pl.col("session_id").cast(pl.String),
+                                       pl.col("items").list.eval(pl.element().cast(pl.String)).list.join(" "),
+                                       separator=" "))
     text = "".join(f"{line}\n" for line in lines.to_series().to_list())
     name = f"{manifest.get('dataset', 'dataset')}.txt"
-    return {name: text.encode("utf-8")}, {"format": "sasrec", "users": test.height,
-                                         "interactions": _clicks(test), "n_items": manifest.get("n_items")}
+    summary = {"format": "sasrec", "users": users.height, "interactions": _clicks(users),
+               "n_items": manifest.get("n_items")}
+    if only_train.height:   # the file's users then differ from the test split's (seqpe's import drops them again)
+        summary["of which train only (no valid / test)"] = only_train.height
+    return {name: text.encode("utf-8")}, summary
 
 
 # --------------------------------------------------------------------------- small helpers
