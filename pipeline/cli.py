@@ -245,9 +245,10 @@ def stats(dataset: str,
 def _print_manifest(m: dict) -> None:
     from .tables import Col, print_tables
     fmt = lambda v: f"{v:,}" if isinstance(v, int) else ("" if v is None else str(v))  # noqa: E731
-    cols = [Col("step", wrap=True), Col("sessions", "right"), Col("clicks", "right"), Col("items", "right")]
-    rows = [[step["step"], fmt(step.get("sessions")), fmt(step.get("clicks")), fmt(step.get("items"))]
-            for step in m.get("steps", [])]
+    steps = m.get("steps", [])
+    counts = (["rows"] if any("rows" in step for step in steps) else []) + ["sessions", "clicks", "items"]
+    cols = [Col("step", wrap=True)] + [Col(name, "right") for name in counts]      # CTR steps count rows
+    rows = [[step["step"]] + [fmt(step.get(name)) for name in counts] for step in steps]
     print_tables(console, f"{m.get('dataset', '?')} · {m.get('stage', '')} · protocol {m.get('protocol', '?')}",
                  cols, rows)
     rows = {"n_items": m.get("n_items")}
