@@ -249,9 +249,10 @@ def stats(dataset: str,
 def _print_manifest(m: dict) -> None:
     from .tables import Col, print_tables
     fmt = lambda v: f"{v:,}" if isinstance(v, int) else ("" if v is None else str(v))  # noqa: E731
-    cols = [Col("step", wrap=True), Col("sessions", "right"), Col("clicks", "right"), Col("items", "right")]
-    rows = [[step["step"], fmt(step.get("sessions")), fmt(step.get("clicks")), fmt(step.get("items"))]
-            for step in m.get("steps", [])]
+    steps = m.get("steps", [])
+    counts = (["rows"] if any("rows" in step for step in steps) else []) + ["sessions", "clicks", "items"]
+    cols = [Col("step", wrap=True)] + [Col(name, "right") for name in counts]      # CTR steps count rows
+    rows = [[step["step"]] + [fmt(step.get(name)) for name in counts] for step in steps]
     print_tables(console, f"{m.get('dataset', '?')} · {m.get('stage', '')} · protocol {m.get('protocol', '?')}",
                  cols, rows)
     rows = {"n_items": m.get("n_items")}
@@ -292,7 +293,12 @@ def export(dataset: str,
            sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to read (default "
                                                                  "data/sessions/DATASET)")] = None,
            quiet: QuietOpt = False):
-    """Export prepared sessions as SR-GNN pickles (train.txt, test.txt, all_train_seq.txt) or S3-Rec text."""
+    """Export prepared sessions as SR-GNN pickles (train.txt, test.txt, all_train_seq.txt) or S3-Rec text.
+
+    S3-Rec text (--format sasrec) holds one line per user with its full sequence, every user included:
+    those a dataset keeps for training only (CARCA's users with fewer than 3 interactions) too, counted
+    in the summary.
+    """
     from . import formats
     summary = formats.export_dataset(_default("sessions", dataset, sessions), out, fmt, dataset)
     if not quiet:

@@ -19,7 +19,8 @@ manifests; its samples are built by the augment stage's own functions, so they a
 byte-identical to `seqpe augment` of the imported sessions. Decisions:
 
 - srgnn: train sessions are all_train_seq.txt numbered 1..T, and valid is carved from its
-  most recent ones exactly as `pipeline.protocols.srgnn` does (`valid_count`). test.txt is
+  most recent ones exactly as `pipeline.protocols.srgnn` does (`valid_count`); a valid_fraction
+  that carves none (0, or below 1/T) is refused, as `seqpe train` needs valid. test.txt is
   already augmented; its sessions are rebuilt (a session starts after each prefix of length
   1; exact whenever the file was written by SR-GNN's `process_seqs`), else every sample
   becomes a session prefix + [target] under augment mode "last". Either way the stored
@@ -28,15 +29,21 @@ byte-identical to `seqpe augment` of the imported sessions. Decisions:
   in the order of each user's first line); users with fewer than 3 items cannot give
   train, valid and test and are dropped and counted (as the leave-one-out protocol does;
   S3-Rec's files are 5-core, so none are).
+- both: item ids are kept as they are and n_items is the largest one (exported files stay byte-identical),
+  so a file whose largest id is far above its distinct ids (> 2 x distinct + SPARSE_IDS) is refused,
+  asking for items renumbered 1..N (`_check_dense_ids`).
 
 `export_dataset` turns a sessions folder back into SR-GNN pickles (train.txt from train +
-valid = the protocol's train set) or S3-Rec text (the test rows, i.e. full sequences), built
+valid = the protocol's train set) or S3-Rec text (every user's full sequence: its test row, or the
+train row of a user kept for training only, as CARCA keeps users with < 3 interactions), built
 in memory and swapped in as one folder; it never overwrites a folder holding other files.
 """
 from __future__ import annotations
 
 import contextlib
+import math
 import pickle
+import stat
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -45,7 +52,7 @@ import polars as pl
 
 from . import sniff, unpickle
 from .augment import last_samples, prefix_samples, shifted_samples
-from .errors import DataError, unknown
+from .errors import DataError, ParamsError, unknown
 from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, deferred_interrupt, read_manifest, read_split,
                  refuse_nested, require_kind, sha256_file, shard_entry, verify_shards, write_bytes, write_json,
                  write_parquet, write_split)
@@ -56,6 +63,7 @@ FORMATS = tuple(IMPORT_FORMATS)
 PICKLE_PROTOCOL = 3          # what SR-GNN's preprocess.py wrote (Python 3.6 default): same bytes
 SRGNN_FILES = ("all_train_seq.txt", "test.txt", "train.txt")
 _NO_CLOBBER = "pick a new or empty folder (export replaces the whole folder)"
+SPARSE_IDS = 100_000         # unused ids an import may carry beyond 2 x its distinct ones (_check_dense_ids)
 
 
 @dataclass
@@ -90,8 +98,21 @@ def detect_format(src: str | Path) -> str:
         return "srgnn"
     if not src.exists():
         raise DataError(f"{src} does not exist", "pass the SR-GNN folder or the SASRec / S3-Rec text file")
+    if not src.is_file():     # checked before reading: reading a FIFO waits for a writer forever
+        raise DataError(f"{src} is {_special_kind(src)}, not a file or a folder",
+                        "pass the SR-GNN folder or the SASRec / S3-Rec text file itself (seqpe reads regular files)")
     _require_text_file(src)
     return "sasrec"
+
+
+def _special_kind(path: Path) -> str:
+    """What an existing `path` that is neither a regular file nor a folder is, for a message."""
+    mode = path.stat().st_mode
+    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return what
+    return "not a regular file"
 
 
 def _require_text_file(src: Path) -> None:
@@ -115,14 +136,28 @@ def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | 
         raise unknown("format", fmt, ("auto",) + FORMATS)
     check_import_name(dataset, fmt)
     src, sessions_dst, samples_dst = Path(src), Path(sessions_dst), Path(samples_dst)
-    if sessions_dst.resolve() == samples_dst.resolve():
-        raise DataError(f"sessions and samples would both go to {sessions_dst}",
-                        "pass different --sessions and --samples folders")
+    _refuse_nested_outputs(dataset, sessions_dst, samples_dst)
     claim_dir(sessions_dst, dataset, "sessions")
     claim_dir(samples_dst, dataset, "samples")
     imp = _import_srgnn(src, params) if fmt == "srgnn" else _import_sasrec(src, params)
     _write(dataset, imp, sessions_dst, samples_dst, params)
     return {**imp.summary, "sessions folder": str(sessions_dst), "samples folder": str(samples_dst)}
+
+
+def _refuse_nested_outputs(dataset: str, sessions_dst: Path, samples_dst: Path) -> None:
+    """Each output folder is swapped in whole (io.atomic_dir), so one inside the other would be deleted
+    by the other's swap (`--sessions D/x --samples D/x/a` exited 0 without D/x/a; the reverse failed
+    half-way with the samples written): refused before anything is written."""
+    if sessions_dst.resolve() == samples_dst.resolve():
+        raise DataError(f"sessions and samples would both go to {sessions_dst}",
+                        "pass different --sessions and --samples folders")
+    folders = {"sessions": sessions_dst, "samples": samples_dst}
+    for inner, outer in (("samples", "sessions"), ("sessions", "samples")):
+        if folders[outer].resolve() in folders[inner].resolve().parents:
+            raise DataError(f"the {inner} folder {folders[inner]} is inside the {outer} folder {folders[outer]}: "
+                            "each is replaced whole, so writing one would delete the other",
+                            f"pass --sessions and --samples folders side by side, e.g. data/sessions/{dataset} "
+                            f"and data/samples/{dataset}")
 
 
 def check_import_name(dataset: str, fmt: str) -> None:
@@ -145,8 +180,12 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
     if not src.is_dir():
         raise DataError(f"{src} {'is not a folder' if src.exists() else 'does not exist'}",
                         "pass the folder that holds all_train_seq.txt and test.txt")
-    for name in SRGNN_FILES[:2]:
-        if not (src / name).is_file():
+    for name in SRGNN_FILES:
+        path = src / name
+        if path.exists() and not path.is_file():
+            raise DataError(f"{path} is {_special_kind(path)}, not a file",
+                            f"put SR-GNN's {name} pickle there (seqpe reads regular files)")
+        if name != "train.txt" and not path.is_file():
             raise DataError(f"{src} has no {name}", "an SR-GNN folder needs all_train_seq.txt and test.txt")
     seqs = unpickle.load_sessions(src / "all_train_seq.txt")
     if not seqs:
@@ -166,12 +205,12 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
     if not test_samples.select("prefix", "target").equals(given):  # guards sessions_from_samples
         raise DataError(f"{src / 'test.txt'} could not be stored as sessions without change",
                         "report this file to the seqpe maintainers")
-
-    n_valid = valid_count(train_all.height, params.preprocess.valid_fraction)
+    n_items, n_distinct = max(_max_id(train_all), _max_id(test)), _distinct(train_all, test)
+    _check_dense_ids(src, n_items, n_distinct)
+    n_valid = _valid_count(src / "all_train_seq.txt", train_all.height, params.preprocess.valid_fraction)
     train = train_all.slice(0, train_all.height - n_valid)
     valid = train_all.slice(train_all.height - n_valid)
     samples = {"train": augment(train, "prefixes"), "valid": augment(valid, "prefixes"), "test": test_samples}
-    n_items = max(_max_id(train_all), _max_id(test))
     steps = [_step("read all_train_seq.txt", train_all),
              _step(f"read test.txt: {given.height} samples as sessions ({test_mode})", test),
              _step("train (after carving valid)", train),
@@ -182,7 +221,7 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
                "train samples (train+valid)": samples["train"].height + samples["valid"].height,
                "train samples": samples["train"].height, "valid samples": samples["valid"].height,
                "test samples": test_samples.height,
-               "items": _distinct(train_all, test), "n_items (max id)": n_items,
+               "items": n_distinct, "n_items (max id)": n_items,
                "train clicks (train+valid)": _clicks(train_all), "train.txt": train_txt}
     info = {"format": "srgnn", "test_came_as": "samples", "test_sessions": _TEST_NOTES[test_mode],
             "train_txt": train_txt, "session_ids": "positions: all_train_seq.txt from 1, then test sessions",
@@ -196,6 +235,23 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
         augment={"train": "prefixes", "valid": "prefixes", "test": test_mode}, steps=steps,
         source={n: sha256_file(src / n) for n in SRGNN_FILES if (src / n).is_file()},
         params={"preprocess": to_dict(params.preprocess)}, summary=summary, max_len=0, info=info)
+
+
+def _valid_count(path: Path, n_sessions: int, fraction: float) -> int:
+    """How many of the `n_sessions` of all_train_seq.txt (`path`) go to valid. None (valid_fraction 0, or
+    below 1 / n) is refused here, before anything is written: `seqpe train` picks its best epoch on valid,
+    so such an import failed only there, naming `seqpe preprocess` as the command to re-run."""
+    n_valid = valid_count(n_sessions, fraction)
+    if n_valid == 0:
+        if n_sessions < 2:
+            raise DataError(f"{path} holds 1 session: none is left to carve a valid session from",
+                            "import a folder whose all_train_seq.txt holds every train session (valid is "
+                            "carved from them)")
+        at_least = 0.1 if n_sessions >= 10 else math.ceil(100 / n_sessions) / 100
+        raise ParamsError(f"preprocess.valid_fraction={fraction} carves no valid session out of the {n_sessions:,} "
+                          f"sessions of all_train_seq.txt, and `seqpe train` picks its best epoch on valid",
+                          f"import with --set preprocess.valid_fraction={at_least} or more")
+    return n_valid
 
 
 _TEST_NOTES = {"prefixes": "rebuilt from its prefix samples (exact)",
@@ -239,8 +295,9 @@ def _check_train_txt(src: Path, train_all: pl.DataFrame) -> tuple[pl.DataFrame, 
 def _import_sasrec(src: Path, params: Params) -> Imported:
     """S3-Rec text -> leave-one-out sessions; users with fewer than 3 items are dropped."""
     if not src.is_file():
-        raise DataError(f"{src} {'is not a file' if src.exists() else 'does not exist'}",
-                        "pass the SASRec / S3-Rec text file, e.g. Beauty.txt")
+        what = "does not exist" if not src.exists() else "is not a file" if src.is_dir() else \
+            f"is {_special_kind(src)}, not a file"
+        raise DataError(f"{src} {what}", "pass the SASRec / S3-Rec text file, e.g. Beauty.txt")
     _require_text_file(src)
     try:
         text = src.read_text(encoding="utf-8-sig")   # a byte-order mark (Windows editors) is no part of the ids
@@ -268,7 +325,8 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     if pairs:   # Kang & McAuley's layout: a user's lines in file order are the sequence
         users = (users.group_by("session_id", maintain_order=True)
                  .agg(pl.col("line").first(), pl.col("items").list.first()).select("line", "session_id", "items"))
-    n_read, inter, n_items = users.height, _clicks(users), _max_id(users)
+    n_read, inter, n_items, n_distinct = users.height, _clicks(users), _max_id(users), _distinct(users)
+    _check_dense_ids(src, n_items, n_distinct)
     kept = users.filter(pl.col("items").list.len() >= 3).drop("line")
     if kept.height == 0:   # leave-one-out needs a train, a valid and a test item per user
         raise DataError(f"{src}: no user has 3 or more items ({n_read:,} read), so leave-one-out has "
@@ -281,7 +339,7 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     max_len = params.augment.max_len
     samples = {s: augment(sessions[s], modes[s], max_len) for s in SPLITS}
     steps = [_step(f"read {src.name}", users), _step("drop users with fewer than 3 items", kept)]
-    summary = {"format": "sasrec", "users": n_read, "items": _distinct(users), "interactions": inter,
+    summary = {"format": "sasrec", "users": n_read, "items": n_distinct, "interactions": inter,
                "n_items (max id)": n_items, "users dropped (< 3 items)": n_read - kept.height,
                **{f"{s} samples": _sample_counts(samples[s])["samples"] for s in SPLITS}}
     info = {"format": "sasrec", "file": src.name, "users_dropped_below_3_items": n_read - kept.height,
@@ -319,6 +377,20 @@ def _check_lines(src: Path, rows: pl.DataFrame) -> None:
         raise DataError(f"{src} line {line}: {tok[:40]!r} is not an id in 1..{unpickle.MAX_ID}",
                         "remove the header line: the file holds ids only" if header else
                         "every token must be a positive integer id")
+
+
+def _check_dense_ids(src: Path, n_items: int, n_distinct: int) -> None:
+    """Ids are kept as they are, so n_items is the largest id (and an export gives the files back byte for
+    byte): a largest id far above the number of distinct ids would make a vocabulary (items.parquet, every
+    model's embedding and score rows) of mostly unused ids. `1 1 2 20000000` gave 20,000,000 items for 3,
+    and ids near 2**31 a traceback or an abort. The published files are dense 1..N with few gaps (SR-GNN's
+    Yoochoose 1/64 keeps the 1/4's numbering: largest id 37,483 for 17,745 ids), and an excerpt of one keeps
+    ids up to its N, hence the allowance: the largest id may be up to 2 x distinct + SPARSE_IDS."""
+    if n_items > 2 * n_distinct + SPARSE_IDS:
+        raise DataError(f"{src}: the largest item id is {n_items:,} but only {n_distinct:,} distinct ids occur, "
+                        "and seqpe keeps ids as they are (n_items = the largest id, so exported files stay "
+                        f"byte-identical): {n_items:,} item rows for {n_distinct:,} items",
+                        f"renumber the items 1..N (N = {n_distinct:,}) and import the renumbered file")
 
 
 # --------------------------------------------------------------------------- write
@@ -407,18 +479,28 @@ def _export_srgnn(src: Path, frames: dict, modes: dict, manifest: dict) -> tuple
 
 
 def _export_sasrec(src: Path, frames: dict, modes: dict, manifest: dict) -> tuple[dict, dict]:
-    """Leave-one-out sessions: the test row is each user's full sequence -> one text line."""
+    """Leave-one-out sessions -> one text line per user, its full sequence: the test row, or for a user kept
+    for training only (no test row: CARCA's users with fewer than 3 interactions, pipeline/datasets/carca.py)
+    the train row, which holds the whole sequence. Every user is written, as the format holds any length
+    (SASRec's `data_partition` keeps such users for training, as CARCA does); users in the order of the
+    train split (the test split's for an import: the file's order)."""
     if modes.get("test") != "last" or manifest.get("protocol") != "leave_one_out":
         raise DataError(f"{src} holds {manifest.get('protocol')} sessions, not leave-one-out ones",
                         "export --format sasrec needs a leave-one-out dataset; use --format srgnn")
-    test = frames["test"]
-    lines = test.select(pl.concat_str(pl.col("session_id").cast(pl.String),
-                                      pl.col("items").list.eval(pl.element().cast(pl.String)).list.join(" "),
-                                      separator=" "))
+    train, test = frames["train"], frames["test"]
+    only_train = train.join(test.select("session_id"), on="session_id", how="anti")
+    order = pl.concat([train.select("session_id"), test.select("session_id")]).unique(maintain_order=True)
+    users = order.join(pl.concat([test, only_train]), on="session_id", how="left", maintain_order="left")
+    lines = users.select(pl.concat_str(pl.col("session_id").cast(pl.String),
+                                       pl.col("items").list.eval(pl.element().cast(pl.String)).list.join(" "),
+                                       separator=" "))
     text = "".join(f"{line}\n" for line in lines.to_series().to_list())
     name = f"{manifest.get('dataset', 'dataset')}.txt"
-    return {name: text.encode("utf-8")}, {"format": "sasrec", "users": test.height,
-                                         "interactions": _clicks(test), "n_items": manifest.get("n_items")}
+    summary = {"format": "sasrec", "users": users.height, "interactions": _clicks(users),
+               "n_items": manifest.get("n_items")}
+    if only_train.height:   # the file's users then differ from the test split's (seqpe's import drops them again)
+        summary["of which train only (no valid / test)"] = only_train.height
+    return {name: text.encode("utf-8")}, summary
 
 
 # --------------------------------------------------------------------------- small helpers

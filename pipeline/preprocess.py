@@ -68,11 +68,17 @@ def _verify_raw(dataset: str, src: Path, meta: dict) -> None:
 
 
 def _count_column(df: pl.DataFrame) -> tuple[str, int, int]:
-    """("sessions"|"rows", rows, clicks) of one split frame."""
+    """("sessions"|"rows", rows, clicks) of one split frame: a session's clicks are its items, CTR rows'
+    their positive labels."""
     if "items" in df.columns and df.schema["items"] == pl.List(pl.Int32):
         clicks = int(df.get_column("items").list.len().sum()) if df.height else 0
         return "sessions", df.height, clicks
-    return "rows", df.height, df.height
+    return "rows", df.height, _positives(df.lazy()) if "label" in df.columns else df.height
+
+
+def _positives(rows: pl.LazyFrame) -> int:
+    """CTR rows' clicks: how many have label 1."""
+    return int(rows.select((pl.col("label") == 1).sum()).collect().item() or 0)
 
 
 def _is_sessions(lf: pl.LazyFrame) -> bool:
@@ -131,7 +137,7 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
                 if n == 0 and split in ("train", "test"):
                     raise DataError(f"the {split} split of '{dataset}' is empty under protocol {spec.protocol}",
                                     "check the raw files are complete")
-                manifest["splits"][split] = {"rows": n, "clicks": n}
+                manifest["splits"][split] = {"rows": n, "clicks": _positives(io.scan_split(tmp, split)) if n else 0}
                 manifest["shards"] += entries
                 continue
             kind, n, clicks = _count_column(df)

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline import augment, download, preprocess
+from pipeline import augment, download, formats, preprocess
 from pipeline import train as stage
 from pipeline.batches import batches, load_samples
 from pipeline.datasets import get
@@ -133,6 +133,29 @@ def test_split_ids_context_and_attributes_are_carcas(tmp_path):
     assert test.select("prefix", "target").rows() == [([3, 1, 4], 2), ([3, 4], 5)]
     assert test.get_column("target_context").to_list() == [[1.0, 2.0], [4.0, 5.0]]
     assert test.get_column("prefix_context").to_list()[1] == [[4.0, 3.0], [4.0, 4.0]]
+
+
+def test_sasrec_export_writes_every_user_the_short_ones_too(tmp_path):
+    """`seqpe export carca_beauty OUT --format sasrec` wrote the test rows only: 55 users of 60, without the
+    users with 1 or 2 interactions that CARCA (and SASRec's data_partition) keeps for training. The file
+    now holds every user's whole sequence: CARCA's Beauty.txt, one line per user."""
+    files = generate(tmp_path / "files", BEAUTY, users=60, items=20, attributes=4, seed=0)
+    out = pipeline(tmp_path, "carca_beauty", tmp_path / "files")
+    summary = formats.export_dataset(out["sessions"], tmp_path / "out", "sasrec", "carca_beauty")
+    per_user: dict[int, list[str]] = {}
+    for line in files["Beauty.txt"].read_text().splitlines():
+        user, item = line.split(" ")
+        per_user.setdefault(int(user), []).append(item)
+    short = sum(len(items) < 3 for items in per_user.values())
+    assert (summary["users"], summary["of which train only (no valid / test)"], short) == (60, 5, 5)
+    assert (tmp_path / "out" / "carca_beauty.txt").read_text() == \
+        "".join(f"{user} {' '.join(items)}\n" for user, items in sorted(per_user.items()))
+    # an import's own users: no train-only ones, no such line in the summary, the same bytes back
+    (tmp_path / "s3rec.txt").write_text("3 4 6 8 2\n1 5 6 7 8 9\n")
+    formats.import_dataset("tiny", tmp_path / "s3rec.txt", "sasrec", tmp_path / "s", tmp_path / "a", Params())
+    summary = formats.export_dataset(tmp_path / "s", tmp_path / "out2", "sasrec")
+    assert (tmp_path / "out2" / "tiny.txt").read_text() == "3 4 6 8 2\n1 5 6 7 8 9\n"
+    assert summary["users"] == 2 and not any(k.startswith("of which") for k in summary)
 
 
 def test_a_context_file_of_another_dataset_is_refused(tmp_path):

@@ -104,6 +104,19 @@ def test_kuaivideo_tail_valid_and_neg_histories(tmp_path):
     assert out["test"].rows() == [(1, 7, 105, [103, 104], [8, 9], 15)]
     assert out["train"].row(0) == (0, 7, 101, [], [], 10)
     assert result.n_items == 105 and result.extra["valid_rows"] == 2
+    assert [(s["rows"], s["clicks"]) for s in result.steps] == [(5, 3), (1, 1)]     # is_click = 1
+
+
+def test_stats_counts_clicks_as_positive_labels(tmp_path):
+    """`seqpe stats` of CTR sessions showed clicks = rows, though about half the labels are 0."""
+    from test_cli import seqpe
+    preprocess.run("kuaivideo", raw_dir(tmp_path / "raw", KV_TRAIN, KV_TEST), tmp_path / "sessions",
+                   params(valid_fraction=0.4))
+    proc = seqpe("stats", "kuaivideo", str(tmp_path / "sessions"))
+    assert proc.returncode == 0, proc.stderr
+    cells = {" ".join(line.replace("│", " ").replace("┃", " ").split()) for line in proc.stdout.splitlines()}
+    assert {"step rows sessions clicks items", "read train.csv 5 3", "read test.csv 1 1", "train clicks 2, rows 3",
+            "valid clicks 1, rows 2", "test clicks 1, rows 1"} <= cells, proc.stdout
 
 
 def test_end_to_end_streamed_and_deterministic(tmp_path):
@@ -114,8 +127,11 @@ def test_end_to_end_streamed_and_deterministic(tmp_path):
         a = augment.run("amazon_electronics", tmp_path / run / "sessions", tmp_path / run / "samples", params())
         shas.append([e["sha256"] for e in m["shards"] + a["shards"]])
     assert shas[0] == shas[1]
-    assert m["splits"] == {"train": {"rows": 4, "clicks": 4}, "valid": {"rows": 4, "clicks": 4},
-                           "test": {"rows": 4, "clicks": 4}}
+    # clicks = positive labels (they were the rows): DIN's construction, one positive and one negative
+    assert m["splits"] == {"train": {"rows": 4, "clicks": 2}, "valid": {"rows": 4, "clicks": 2},
+                           "test": {"rows": 4, "clicks": 2}}
+    assert m["steps"] == [{"step": "read train.csv", "rows": 8, "sessions": None, "clicks": 4, "items": None},
+                          {"step": "read test.csv", "rows": 4, "sessions": None, "clicks": 2, "items": None}]
     assert read_json(tmp_path / "a" / "samples" / "manifest.json")["splits"]["valid"] == {"rows": 4}
     test = read_split(tmp_path / "a" / "samples", "test")
     # sessions ids [4, 6, 5] (raw 3, 5, 4 + 1) through the train vocabulary: train items {4, 6, 8, 9}

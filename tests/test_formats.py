@@ -17,7 +17,7 @@ import pytest
 
 from pipeline import augment, download, formats, io, preprocess
 from pipeline.batches import load_samples
-from pipeline.errors import DataError, UnknownNameError
+from pipeline.errors import DataError, ParamsError, UnknownNameError
 from pipeline.params import Params, from_dict
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -104,7 +104,8 @@ def test_train_txt_is_checked_and_a_fraction_cut_is_kept(tmp_path):
     dump(src / "test.txt", TEST)
     # SR-GNN's 1/64 layout when the cut falls inside the first session: its 1 shortest prefix only
     dump(src / "train.txt", ([[5], [1], [3, 4], [3]], [6, 2, 5, 4]))
-    summary = formats.import_dataset("cut", src, "srgnn", tmp_path / "s", tmp_path / "a", params())
+    summary = formats.import_dataset("cut", src, "srgnn", tmp_path / "s", tmp_path / "a",
+                                     params(preprocess={"valid_fraction": 0.34}))   # 1 of 3 sessions to valid
     assert summary["train samples (train+valid)"] == 4 and "less the 2 longest prefixes" in summary["train.txt"]
     assert rows(tmp_path / "s", "train")[0] == (1, [5, 6])    # cut like pipeline.protocols.srgnn
     augment.run("cut", tmp_path / "s", tmp_path / "a2", params())
@@ -148,6 +149,55 @@ def test_import_errors(tmp_path):
     with pytest.raises(DataError, match="test.txt is truncated"):
         formats.import_dataset("x", tmp_path, "srgnn", tmp_path / "s", tmp_path / "a", p)
     assert not (tmp_path / "s").exists() and not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("sessions, samples, fragment", [
+    ("D/x", "D/x/a", "the samples folder D/x/a is inside the sessions folder D/x: each is replaced whole, so "
+                     "writing one would delete the other. Fix: pass --sessions and --samples folders side by "
+                     "side"),                                   # exited 0, and D/x/a was gone
+    ("D/x/s", "D/x", "the sessions folder D/x/s is inside the samples folder D/x"),   # "No such file", half written
+    ("D/x", "D/./x", "sessions and samples would both go to D/x"),
+])
+def test_nested_sessions_and_samples_folders_are_refused_before_writing(tmp_path, monkeypatch, sessions, samples,
+                                                                         fragment):
+    (tmp_path / "ok.txt").write_text("1 1 2 3\n2 2 3 4\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as err:
+        formats.import_dataset("q2", "ok.txt", "auto", sessions, samples, params())
+    assert fragment in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.txt"]
+
+
+@pytest.mark.parametrize("fmt", ["sasrec", "srgnn"])
+@pytest.mark.parametrize("big, distinct", [(2**31 - 1, 4), (20_000_000, 3)])
+def test_a_largest_id_far_above_the_distinct_ids_is_refused(tmp_path, fmt, big, distinct):
+    """Ids are kept, n_items = the largest id: 2**31 - 1 was an OverflowError traceback, 20,000,000 an
+    import of 20,000,000 items (a 60 MB items.parquet) for 3."""
+    seqs = [[1, 2, big], [1, 2, 3]][: distinct - 2]          # `1 1 2 BIG`, with `2 1 2 3` for 4 ids
+    if fmt == "sasrec":
+        src = tmp_path / "huge.txt"
+        src.write_text("".join(f"{u} {' '.join(map(str, seq))}\n" for u, seq in enumerate(seqs, 1)))
+    else:                                                      # the same as SR-GNN pickles
+        src = tmp_path / "huge"
+        dump(src / "all_train_seq.txt", seqs)
+        dump(src / "test.txt", ([[1]], [2]))
+    with pytest.raises(DataError) as err:
+        formats.import_dataset("huge", src, fmt, tmp_path / "s", tmp_path / "a", params())
+    assert f"the largest item id is {big:,} but only {distinct} distinct ids occur" in str(err.value)
+    assert f"Fix: renumber the items 1..N (N = {distinct}) and import the renumbered file" in str(err.value)
+    assert not (tmp_path / "s").exists() and not (tmp_path / "a").exists()
+
+
+def test_the_allowance_for_unused_ids(tmp_path):
+    """Published files are dense 1..N with gaps (Yoochoose 1/64: 37,483 for 17,745 ids; the real-file tests
+    import them all), and an excerpt keeps its ids: up to 2 x distinct + SPARSE_IDS is accepted."""
+    top = 2 * 3 + formats.SPARSE_IDS
+    (tmp_path / "ok.txt").write_text(f"1 1 2 {top}\n")
+    summary = formats.import_dataset("ok", tmp_path / "ok.txt", "sasrec", tmp_path / "s", tmp_path / "a", params())
+    assert summary["n_items (max id)"] == top and summary["items"] == 3
+    (tmp_path / "no.txt").write_text(f"1 1 2 {top + 1}\n")
+    with pytest.raises(DataError, match=f"largest item id is {top + 1:,}"):
+        formats.import_dataset("no", tmp_path / "no.txt", "sasrec", tmp_path / "s2", tmp_path / "a2", params())
 
 
 def test_export_refuses_other_files_and_other_protocols(tmp_path):
@@ -534,4 +584,79 @@ def test_cli_bad_pickle_is_one_line_exit_1(tmp_path):
     assert len(lines) == 1 and "Traceback" not in proc.stderr and "hi" not in proc.stdout
     assert "all_train_seq.txt holds a reference to the global os.system (only lists/tuples/ints are " \
            "accepted). Fix:" in lines[0]
+    assert not (tmp_path / "s").exists()
+
+
+def test_cli_ids_near_2_31_are_one_line_exit_1(tmp_path):
+    """`1 1 2 2147483646` aborted in the Rust allocator (exit 134), 2147483647 was a traceback."""
+    for big in (2**31 - 2, 2**31 - 1):
+        (tmp_path / "huge.txt").write_text(f"1 1 2 {big}\n2 1 2 3\n")
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "import", "huge", str(tmp_path / "huge.txt"),
+                               "--sessions", str(tmp_path / "S"), "--samples", str(tmp_path / "T")],
+                              cwd=ROOT, env=dict(os.environ, COLUMNS="300"), capture_output=True, text=True)
+        assert proc.returncode == 1, (proc.returncode, proc.stderr[-500:])
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and f"the largest item id is {big:,} but only 4 distinct ids occur" in lines[0]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.txt"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_fifo_or_a_device_is_refused_before_it_is_read(tmp_path):
+    """`seqpe import NAME FIFO` hung forever: format detection read it before checking it is a file."""
+    os.mkfifo(tmp_path / "fifo")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "import", "x", str(tmp_path / "fifo"),
+                               "--sessions", str(tmp_path / "s"), "--samples", str(tmp_path / "a")],
+                              cwd=ROOT, env=dict(os.environ, COLUMNS="300"), capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("seqpe import waited on the FIFO")
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "fifo is a named pipe (FIFO), not a file or a folder. Fix: pass the SR-GNN folder" in lines[0]
+    for fmt, fragment in (("auto", "fifo is a named pipe (FIFO), not a file or a folder"),
+                          ("sasrec", "fifo is a named pipe (FIFO), not a file")):
+        with pytest.raises(DataError, match=re.escape(fragment)):
+            formats.import_dataset("x", tmp_path / "fifo", fmt, tmp_path / "s", tmp_path / "a", params())
+    if Path("/dev/null").exists():
+        with pytest.raises(DataError, match="/dev/null is a character device, not a file or a folder"):
+            formats.import_dataset("x", "/dev/null", "auto", tmp_path / "s", tmp_path / "a", params())
+    for name, make in (("test.txt", os.mkfifo), ("train.txt", os.mkfifo), ("test.txt", os.mkdir)):
+        src = tmp_path / f"srgnn_{name}_{make.__name__}"                # a pipe (or a folder) in an SR-GNN folder
+        dump(src / "all_train_seq.txt", SEQS)
+        if name == "train.txt":
+            dump(src / "test.txt", TEST)
+        make(src / name)
+        what = "a folder" if make is os.mkdir else "a named pipe (FIFO)"
+        with pytest.raises(DataError, match=re.escape(f"{name} is {what}, not a file. Fix: put SR-GNN's {name}")):
+            formats.import_dataset("x", src, "auto", tmp_path / "s", tmp_path / "a", params())
+    assert not (tmp_path / "s").exists() and not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("fraction, n_sessions, fix", [(0.0, 10, 0.1), (0.05, 10, 0.1), (0.2, 3, 0.34)])
+def test_an_srgnn_import_without_valid_sessions_is_refused(tmp_path, fraction, n_sessions, fix):
+    """`import --set preprocess.valid_fraction=0` was accepted, and `seqpe train` then said to re-run `seqpe
+    preprocess`: the train error names the wrong command for an import, so the import refuses it."""
+    dump(tmp_path / "in" / "all_train_seq.txt", SEQS[:n_sessions])
+    dump(tmp_path / "in" / "test.txt", TEST)
+    with pytest.raises(ParamsError) as err:
+        formats.import_dataset("tiny", tmp_path / "in", "srgnn", tmp_path / "s", tmp_path / "a",
+                               params(preprocess={"valid_fraction": fraction}))
+    assert str(err.value) == (f"preprocess.valid_fraction={fraction} carves no valid session out of the {n_sessions} "
+                              "sessions of all_train_seq.txt, and `seqpe train` picks its best epoch on valid. Fix: "
+                              f"import with --set preprocess.valid_fraction={fix} or more")
+    assert not (tmp_path / "s").exists() and not (tmp_path / "a").exists()
+    summary = formats.import_dataset("tiny", tmp_path / "in", "srgnn", tmp_path / "s", tmp_path / "a",
+                                     params(preprocess={"valid_fraction": fix}))
+    assert summary["valid sessions"] == 1
+    (tmp_path / "tiny.txt").write_text("1 5 6 7\n")       # leave-one-out: valid is each user's [:-1], whatever it is
+    summary = formats.import_dataset("tiny", tmp_path / "tiny.txt", "sasrec", tmp_path / "s2", tmp_path / "a2",
+                                     params(preprocess={"valid_fraction": 0.0}))
+    assert summary["valid samples"] == 1
+
+
+def test_an_srgnn_import_of_one_train_session_is_refused(tmp_path):
+    dump(tmp_path / "in" / "all_train_seq.txt", SEQS[:1])
+    dump(tmp_path / "in" / "test.txt", TEST)
+    with pytest.raises(DataError, match="all_train_seq.txt holds 1 session: none is left to carve a valid session"):
+        formats.import_dataset("tiny", tmp_path / "in", "srgnn", tmp_path / "s", tmp_path / "a", params())
     assert not (tmp_path / "s").exists()

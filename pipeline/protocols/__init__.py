@@ -34,7 +34,8 @@ class ProtocolResult:
     items    item_id: Int32 (new id from 1), raw_id: String, count: Int64 (one row per kept item,
              sorted by item_id).
     steps    [{"step": name, "sessions": int, "clicks": int, "items": int}, ...] in protocol order
-             (counts after the step; None where a count does not apply).
+             (counts after the step; None where a count does not apply); CTR steps also count "rows",
+             and their clicks are the positive labels.
     n_items  number of item ids (the largest new id); 0 is padding.
     augment  split -> mode in AUGMENT_MODES: how `pipeline.augment` turns rows into samples.
     extra    protocol facts for the manifest (split dates, valid rule, options, ...); JSON-able.
@@ -52,10 +53,12 @@ class ProtocolResult:
     side: dict[str, Any] = field(default_factory=dict)
 
 
-def step(name: str, sessions: int | None, clicks: int | None, items: int | None) -> dict:
-    """One entry of `ProtocolResult.steps` (plain ints so the manifest is canonical JSON)."""
+def step(name: str, sessions: int | None, clicks: int | None, items: int | None, rows: int | None = None) -> dict:
+    """One entry of `ProtocolResult.steps` (plain ints so the manifest is canonical JSON); `rows` (CTR
+    rows, whose clicks are the positive labels) only where given."""
     as_int = lambda v: None if v is None else int(v)  # noqa: E731
-    return {"step": name, "sessions": as_int(sessions), "clicks": as_int(clicks), "items": as_int(items)}
+    counts = {"sessions": as_int(sessions), "clicks": as_int(clicks), "items": as_int(items)}
+    return {"step": name, **counts} if rows is None else {"step": name, "rows": int(rows), **counts}
 
 
 # protocols whose build also takes scratch=FOLDER: a folder next to the output for click-level

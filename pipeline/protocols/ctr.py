@@ -88,6 +88,8 @@ def _stats(lf: pl.LazyFrame, name: str) -> dict:
     aggs = [
         pl.len().alias("rows"),
         (pl.col("split") == "train").sum().alias("train"),
+        ((pl.col("split") == "train") & (pl.col("label") == 1)).sum().alias("train_clicks"),
+        ((pl.col("split") == "test") & (pl.col("label") == 1)).sum().alias("test_clicks"),
         negative.sum().alias("negative_hist"),
         pl.col("label").is_in([0, 1]).not_().sum().alias("bad_label"),
         pl.min_horizontal(pl.col("item").min(), pl.col("user").min()).alias("min_id"),
@@ -176,7 +178,8 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
     return ProtocolResult(
         splits=splits,
         items=items,
-        steps=[step("read train.csv", None, n_train, None), step("read test.csv", None, n_test, None)],
+        steps=[step("read train.csv", None, stats["train_clicks"], None, rows=n_train),     # clicks: label 1
+               step("read test.csv", None, stats["test_clicks"], None, rows=n_test)],
         n_items=n_items,
         augment={"train": "rows", "valid": "rows", "test": "rows"},
         extra=extra,
