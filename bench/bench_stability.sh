@@ -29,7 +29,8 @@
 # Variables: DATA (required: the folder holding amazon-s3rec/Beauty.txt), OUT (default
 # /tmp/stability; never inside the repo), MODEL (sasrec | carca), SEEDS (default "42 43 44 45 46"),
 # ENCODINGS (default: cpu none, abs, learnt, rotatory, rope, rope_one, rmha; gpu those and abs_con,
-# learnt_con, rotatory_con), EXTRA (more `seqpe train` options, appended last).
+# learnt_con, rotatory_con), EXTRA (more `seqpe train` options, appended last; e.g. the +Con start
+# ablation of session 18: EXTRA="--set encodings.none_con.init=identity --tag idinit").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
