@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import math
 import pickle
-import stat
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -54,8 +53,8 @@ from . import sniff, unpickle
 from .augment import last_samples, prefix_samples, shifted_samples
 from .errors import DataError, ParamsError, unknown
 from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, deferred_interrupt, read_manifest, read_split,
-                 refuse_nested, require_kind, sha256_file, shard_entry, verify_shards, write_bytes, write_json,
-                 write_parquet, write_split)
+                 refuse_nested, require_kind, sha256_file, shard_entry, special_kind, verify_shards, write_bytes,
+                 write_json, write_parquet, write_split)
 from .params import IMPORT_FORMATS, IMPORT_NAME, Params, to_dict
 from .protocols.srgnn import valid_count
 
@@ -99,20 +98,10 @@ def detect_format(src: str | Path) -> str:
     if not src.exists():
         raise DataError(f"{src} does not exist", "pass the SR-GNN folder or the SASRec / S3-Rec text file")
     if not src.is_file():     # checked before reading: reading a FIFO waits for a writer forever
-        raise DataError(f"{src} is {_special_kind(src)}, not a file or a folder",
+        raise DataError(f"{src} is {special_kind(src)}, not a file or a folder",
                         "pass the SR-GNN folder or the SASRec / S3-Rec text file itself (seqpe reads regular files)")
     _require_text_file(src)
     return "sasrec"
-
-
-def _special_kind(path: Path) -> str:
-    """What an existing `path` that is neither a regular file nor a folder is, for a message."""
-    mode = path.stat().st_mode
-    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return what
-    return "not a regular file"
 
 
 def _require_text_file(src: Path) -> None:
@@ -183,7 +172,7 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
     for name in SRGNN_FILES:
         path = src / name
         if path.exists() and not path.is_file():
-            raise DataError(f"{path} is {_special_kind(path)}, not a file",
+            raise DataError(f"{path} is {special_kind(path)}, not a file",
                             f"put SR-GNN's {name} pickle there (seqpe reads regular files)")
         if name != "train.txt" and not path.is_file():
             raise DataError(f"{src} has no {name}", "an SR-GNN folder needs all_train_seq.txt and test.txt")
@@ -296,7 +285,7 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     """S3-Rec text -> leave-one-out sessions; users with fewer than 3 items are dropped."""
     if not src.is_file():
         what = "does not exist" if not src.exists() else "is not a file" if src.is_dir() else \
-            f"is {_special_kind(src)}, not a file"
+            f"is {special_kind(src)}, not a file"
         raise DataError(f"{src} {what}", "pass the SASRec / S3-Rec text file, e.g. Beauty.txt")
     _require_text_file(src)
     try:

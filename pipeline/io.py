@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -389,6 +390,17 @@ def claim_file(dst: str | Path, what: str, ours: Callable[[Path], bool], example
     if not mine:
         raise DataError(f"{dst} exists and is not a {what} seqpe wrote; seqpe replaces only its own",
                         f"pass a new file path, e.g. {example} (or delete {dst} yourself if it is not needed)")
+
+
+def special_kind(path: Path) -> str:
+    """What an existing `path` that is not a regular file is, for a message ("a named pipe (FIFO)", "a
+    folder", ...): a pipe passed as an input file used to hang the reader waiting for a writer."""
+    mode = Path(path).stat().st_mode
+    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return what
+    return "not a regular file"
 
 
 def starts_with(path: Path, *heads: str) -> bool:

@@ -47,7 +47,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .errors import DataError, NonFiniteScores, ParamsError, printable
-from .io import claim_file, read_json, read_manifest, refuse_nested, verify_shards, write_parquet
+from .io import claim_file, read_json, read_manifest, refuse_nested, special_kind, verify_shards, write_parquet
 from .lazy import lazy
 
 pl = lazy("polars")
@@ -274,8 +274,8 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
     from . import sniff
     path = Path(path)
     if not path.is_file():
-        what = "does not exist" if not path.exists() else \
-            ("is a folder" if path.is_dir() else "is not a regular file (a pipe or a device)")
+        what = "does not exist" if not path.exists() else "is a folder" if path.is_dir() else \
+            f"is not a regular file ({special_kind(path)})"
         raise DataError(f"sessions file {path} {what}", "pass a Parquet or CSV file")
     head = sniff.head(path, 4)
     try:
