@@ -19,7 +19,8 @@
 #   bash bench/bench_gpu.sh epoch          # Diginetica SASRec, one real `seqpe train` epoch per configuration:
 #                                          # batch x precision x ce_impl x compile (issue 14: <= 2 s an epoch)
 #   bash bench/bench_gpu.sh posrec         # PosRec --preset paper on Diginetica, samples/s (issue 14: >= 100,000)
-#       carry for these three: [".gpu/whl/core", ".gpu/samples/diginetica"]
+#   bash bench/bench_gpu.sh profile        # bench_train.py --profile: where a step's time goes, host and GPU
+#       carry for these four: [".gpu/whl/core", ".gpu/samples/diginetica"]
 #   bash bench/bench_gpu.sh peers recbole  # bench/bench_peers.py --device cuda against RecBole 1.2.1
 #       carry: [".gpu/whl/core", ".gpu/whl/peers", ".gpu/samples/diginetica"]
 #   bash bench/bench_gpu.sh peers pmixer   # ... against pmixer/SASRec.pytorch
@@ -46,6 +47,7 @@ KIT=${KIT:-.gpu}
 OUT=${OUT:-/tmp/bench_gpu}
 DEVICE=${DEVICE:-cuda}
 THREADS=${THREADS:-4}
+EPOCHS=${EPOCHS:-2}           # epoch / posrec: epochs a run; the first holds the GPU's warm-up (kernel loading, allocator growth)
 die() { echo "bench_gpu.sh: $*" >&2; exit 2; }
 
 # ours DIR: DIR is absent or a folder this script made (its .bench_gpu mark), so it may be replaced;
@@ -119,7 +121,7 @@ train_grid() {
     [ -n "$name" ] || continue
     echo "== $name: $opts" >> "$OUT/$step.log"
     # shellcheck disable=SC2086
-    "$BIN/seqpe" train "$ds" "$samples" "$runs/$name" $base --seed 1 --set train.epochs=1 --set train.patience=0 \
+    "$BIN/seqpe" train "$ds" "$samples" "$runs/$name" $base --seed 1 --set "train.epochs=$EPOCHS" --set train.patience=0 \
         --set "train.device=$DEVICE" --set "train.threads=$THREADS" $opts --quiet >> "$OUT/$step.log" 2>&1 \
         || echo "$name failed (rc $?): see $step.log" | tee -a "$OUT/$step.log" >&2
   done <<< "$CONFIGS"
@@ -127,13 +129,15 @@ train_grid() {
 import json, sys
 from pathlib import Path
 print(f"machine: {' / '.join(Path(sys.argv[2]).read_text().split(chr(10))).strip(' /')}\n")
-print("| configuration | batch | precision | ce_impl | compile | train samples/s | epoch train s | test HR@10 | test NDCG@10 |")
-print("|---|---:|---|---|---|---:|---:|---:|---:|")
+print("| configuration | batch | precision | ce_impl | compile | epochs | epoch 1 samples/s | last epoch samples/s "
+      "| last epoch train s | test HR@10 | test NDCG@10 |")
+print("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|")
 for run in sorted(Path(sys.argv[1]).glob("*/*/seed-1/run.json")):
     r, t = json.loads(run.read_text()), json.loads((run.parent / "timing.json").read_text())
-    e, p = t["epochs"][0], r["train"]
+    e1, e, p = t["epochs"][0], t["epochs"][-1], r["train"]
     print(f"| {run.parents[2].name} | {p['batch_size']} | {p['precision']} | {p['ce_impl']} | {p['compile']} | "
-          f"{e['samples_per_s']:,.0f} | {e['train_s']:.2f} | {100 * r['test']['hr@10']:.2f} | {100 * r['test']['ndcg@10']:.2f} |")
+          f"{len(t['epochs'])} | {e1['samples_per_s']:,.0f} | {e['samples_per_s']:,.0f} | {e['train_s']:.2f} | "
+          f"{100 * r['test']['hr@10']:.2f} | {100 * r['test']['ndcg@10']:.2f} |")
 PY
   cat "$OUT/$step.md"
 }
@@ -147,16 +151,32 @@ case $step in
     "$PY" -m pytest -q -p no:cacheprovider -m cuda --continue-on-collection-errors tests 2>&1 | tee "$OUT/tests.log" \
         | tail -40 > "$OUT/tests.md" || true
     cat "$OUT/tests.md" ;;
+  profile)
+    setup
+    # bench_train.py: steady-state steps (after 5 warm-up steps, no loss read back per step) and a
+    # torch.profiler view of where a step's time goes, host and GPU; one line "NAME options" per run
+    PROFILES=${PROFILES:-"sasrec-b256-fp32 --model sasrec --encoding lpe --batch-size 256 --precision fp32 --ce-impl plain
+sasrec-b4096-fp32 --model sasrec --encoding lpe --batch-size 4096 --precision fp32 --ce-impl plain
+posrec-paper-fp32 --model posrec --encoding ldpe --layers 1 --dim 100 --batch-size 100 --precision fp32 --ce-impl plain"}
+    while read -r name opts; do
+      [ -n "$name" ] || continue
+      # shellcheck disable=SC2086
+      "$PY" bench/bench_train.py --samples "$KIT/samples/diginetica" --batches 300 $opts --profile 20 \
+          --device "$DEVICE" --threads "$THREADS" > "$OUT/profile_$name.txt" 2>&1 \
+          || echo "$name failed (rc $?): see profile_$name.txt" >&2
+    done <<< "$PROFILES"
+    tail -n 4 "$OUT"/profile_*.txt ;;
   epoch)
     setup
     CONFIGS=${CONFIGS:-"b256-fp32-plain --set train.batch_size=256 --set train.precision=fp32 --set train.ce_impl=plain
 b256-bf16-plain --set train.batch_size=256 --set train.precision=bf16 --set train.ce_impl=plain
-b1024-bf16-plain --set train.batch_size=1024 --set train.precision=bf16 --set train.ce_impl=plain
+b1024-fp32-plain --set train.batch_size=1024 --set train.precision=fp32 --set train.ce_impl=plain
+b4096-fp32-plain --set train.batch_size=4096 --set train.precision=fp32 --set train.ce_impl=plain
 b4096-bf16-plain --set train.batch_size=4096 --set train.precision=bf16 --set train.ce_impl=plain
+b4096-fp32-chunked --set train.batch_size=4096 --set train.precision=fp32 --set train.ce_impl=chunked
 b4096-bf16-cce --set train.batch_size=4096 --set train.precision=bf16 --set train.ce_impl=cce
-b4096-bf16-liger --set train.batch_size=4096 --set train.precision=bf16 --set train.ce_impl=liger
-b4096-bf16-chunked --set train.batch_size=4096 --set train.precision=bf16 --set train.ce_impl=chunked
-b4096-bf16-plain-compile --set train.batch_size=4096 --set train.precision=bf16 --set train.ce_impl=plain --set train.compile=true"}
+b8192-bf16-cce --set train.batch_size=8192 --set train.precision=bf16 --set train.ce_impl=cce
+b4096-fp32-plain-compile --set train.batch_size=4096 --set train.precision=fp32 --set train.ce_impl=plain --set train.compile=true"}
     train_grid epoch diginetica "$KIT/samples/diginetica" "--model sasrec --encoding lpe" ;;
   posrec)
     setup

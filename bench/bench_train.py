@@ -18,6 +18,7 @@ Prints a Markdown row block to paste into bench/results/train.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import platform
 import resource
@@ -79,6 +80,32 @@ def generate(root: Path, seed: int = 0) -> Path:
     return root
 
 
+def profile(it, train_step, steps: int, device) -> None:
+    """torch.profiler over `steps` training steps (the first of a new epoch from `it()`): wall time per step, the host's time per step
+    (the CPU side of every op) and the GPU's busy time per step (the sum of kernel times), then the top
+    operators by self time on the device that bounds the step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    cuda = device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    batches = list(itertools.islice(it(), steps))                # a fresh epoch's first batches
+    with torch_profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for seqs, targets in batches:
+            train_step(seqs, targets)
+        if cuda:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    gpu = sum(e.self_device_time_total for e in events) / 1e3 if cuda else 0.0        # ms over all steps
+    print(f"\nprofile ({steps} steps): wall {1e3 * wall / steps:.2f} ms/step, GPU busy (kernel time) "
+          f"{gpu / steps:.2f} ms/step ({100 * gpu / 1e3 / wall:.0f}% of wall)")
+    sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    print(events.table(sort_by=sort, row_limit=15, max_name_column_width=60))
+    if cuda:
+        print(events.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=60))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=Path, help="samples folder (default: generate random ones)")
@@ -99,6 +126,11 @@ def main() -> None:
     ap.add_argument("--bucket", type=int, default=50, help="train.bucket (0 = plain shuffle)")
     ap.add_argument("--adam", default="trainer", choices=["trainer", "loop"],
                     help="the trainer's Adam (fused where possible) or torch's single-tensor loop (before session 8)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="train.precision")
+    ap.add_argument("--ce-impl", default="auto", help="train.ce_impl (plain, chunked, cce, liger, auto)")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="after the timing, torch.profiler over this many steps (CUDA kernels too on a GPU): "
+                         "wall, host and GPU-busy time per step and the top operators")
     ap.add_argument("--chunk", type=int, default=0,
                     help="chunked loss: items per block (0 = the trainer's rule, models.losses.default_chunk)")
     args = ap.parse_args()
@@ -110,6 +142,7 @@ def main() -> None:
     from pipeline.io import read_json
     from pipeline.params import TrainParams
     from pipeline.train.loop import make_optimizer
+    from pipeline.train.setup import autocast
     if args.chunk:
         import models.losses
         models.losses.default_chunk = lambda device, rows=1: args.chunk  # a fixed size, for comparison
@@ -127,7 +160,7 @@ def main() -> None:
     n_items = int(manifest["n_items"])
     tp = TrainParams(model=args.model, encoding=args.encoding, batch_size=args.batch_size, dim=args.dim,
                      layers=args.layers, heads=args.heads, max_len=args.max_len, dropout=0.2, loss=args.loss,
-                     device=args.device)
+                     device=args.device, precision=args.precision, ce_impl=args.ce_impl)
     device = stage.pick_device(args.device)
 
     t0 = time.perf_counter()
@@ -144,6 +177,13 @@ def main() -> None:
     net.train()
     it = batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim,
                  bucket=0 if args.no_trim else args.bucket)
+    def train_step(seqs, targets):
+        opt.zero_grad(set_to_none=True)
+        with autocast(tp, device):
+            loss = stage.loss_fn(net, seqs, targets, tp, n_items, gen)
+        loss.backward()
+        opt.step()
+
     warm = 5
     t0 = None
     for i, (seqs, targets) in enumerate(it):
@@ -153,13 +193,13 @@ def main() -> None:
             t0, c0 = time.perf_counter(), time.process_time()
         if i == warm + args.batches:
             break
-        opt.zero_grad(set_to_none=True)
-        loss = stage.loss_fn(net, seqs, targets, tp, n_items, gen)
-        loss.backward()
-        opt.step()
+        train_step(seqs, targets)
     if device.type == "cuda":
         torch.cuda.synchronize()
     train_s, train_cpu = time.perf_counter() - t0, time.process_time() - c0
+    if args.profile:
+        profile(lambda: batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim,
+                                bucket=0 if args.no_trim else args.bucket), train_step, args.profile, device)
     train_sps = args.batches * tp.batch_size / train_s
     epoch_min = len(train) / train_sps / 60
 
@@ -179,7 +219,7 @@ def main() -> None:
     print(f"data: {root} ({manifest.get('dataset')}), train {len(train):,}, test {len(test):,} ranked, "
           f"n_items {n_items:,}")
     print(f"model: {tp.model}-{tp.encoding} dim {tp.dim} layers {tp.layers} heads {tp.heads} max_len {tp.max_len} "
-          f"batch {tp.batch_size} loss {tp.loss} trim_padding {not args.no_trim} bucket {args.bucket}, "
+          f"batch {tp.batch_size} loss {tp.loss} precision {tp.precision} ce_impl {tp.ce_impl} trim_padding {not args.no_trim} bucket {args.bucket}, "
           f"adam {args.adam}, chunk {args.chunk or 'rule'}, "
           f"{params_m:.2f}M parameters")
     print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")

@@ -23,7 +23,7 @@ gets exactly zero gradient, as in the trainer's `ce` loss (pipeline/train.py sli
              so memory is O(T C) instead of O(T N), and the one-hot is two gathers, never a matrix.
              Written here (not a library) because the libraries below are CUDA/Triton only and the
              CPU needs it most; float32 maths also for bf16 / fp16 inputs (grads cast back).
-    cce      Apple's cut-cross-entropy (`cut_cross_entropy.linear_cross_entropy`), CUDA only
+    cce      Apple's cut-cross-entropy (`cut_cross_entropy.linear_cross_entropy`), CUDA only, bf16
     liger    Liger-Kernel's `LigerFusedLinearCrossEntropyLoss`, CUDA only
 
 The two libraries are imported when asked for; without them (or off CUDA) the request fails
@@ -174,12 +174,21 @@ def _missing(impl: str, package: str) -> ParamsError:
 
 
 def cce_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Apple's Cut Cross-Entropy (Wijmans et al. 2024) on columns 1..N-1, exact gradients (no filter)."""
+    """Apple's Cut Cross-Entropy (Wijmans et al. 2024) on columns 1..N-1, exact gradients (no filter).
+
+    Its backward kernel takes bf16 / fp16 embeddings only (cut-cross-entropy 25.1 asserts it; the
+    trainer hands the loss float32, and an fp32 run with ce_impl cce failed at the first backward on
+    an H100, bench/results/train.md "Session 19"), so float32 inputs are cast to bf16 for the kernel
+    and their gradients come back float32: `cce` is a bf16 loss whatever train.precision says."""
     _require_cuda("cce", h, weight, targets)
     try:
         from cut_cross_entropy import linear_cross_entropy as cce
     except ImportError:
         raise _missing("cce", "cut-cross-entropy") from None
+    if h.dtype == torch.float32:
+        h = h.to(torch.bfloat16)
+    if weight.dtype == torch.float32:
+        weight = weight.to(torch.bfloat16)
     return cce(h, weight[1:], targets - 1, reduction="mean", filter_eps=None, impl="cce")
 
 

@@ -140,7 +140,7 @@ class TrainParams:
                                       # next item at every position (SASRec's training, 003 Eq. 11)
     time_limit: float = 0.0           # minutes of training per seed: stop after the epoch that reaches it and
                                       # test the best epoch so far (0 = none; such a run depends on the machine)
-    precision: str = "auto"           # auto (bf16 autocast on a CUDA device that supports it, else fp32) | fp32 |
+    precision: str = "auto"           # auto (fp32: bf16 measured slower at these sizes, train/setup.py) | fp32 |
                                       # bf16 (autocast; the metrics are always computed in fp32 or better)
     compile: bool = False             # torch.compile the training step (dynamic shapes; pays off on long GPU runs)
     memory_budget: float = 0.0        # MB of sample matrices a split may hold in RAM; a larger split is built slice

@@ -156,7 +156,8 @@ def test_gpu_kit_epoch_and_repro_steps_run_on_the_kit(canonical, tmp_path):
     proc = bench("bench_gpu.sh", "epoch", cwd=tmp_path, CONFIGS=configs, **env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = (out / "epoch.md").read_text()
-    rows = re.findall(r"^\| (b\S+) \| (\d+) \| fp32 \| (\w+) \| False \| [\d,]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", table, re.M)
+    rows = re.findall(r"^\| (b\S+) \| (\d+) \| fp32 \| (\w+) \| False \| 2 \| [\d,]+ \| [\d,]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$",
+                      table, re.M)                                        # two epochs a run (EPOCHS' default)
     assert rows == [("b128-fp32-chunked", "128", "chunked"), ("b64-fp32-plain", "64", "plain")], table
     runs = _runs(out / "runs_epoch" / "b64-fp32-plain")
     assert list(runs) == ["sasrec-lpe/seed-1"] and runs["sasrec-lpe/seed-1"]["device"] == "cpu"

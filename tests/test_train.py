@@ -689,6 +689,26 @@ def test_a_diverging_loss_stops_the_run_with_one_line_naming_the_epoch(tmp_path,
     assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()
 
 
+def test_losses_read_in_groups_name_the_batch_and_give_the_same_run(tmp_path, toy_registry, monkeypatch):
+    """On a GPU the trainer reads the losses back every SYNC_EVERY steps, not every step (a read waits for
+    the GPU). Forced on the CPU here: the same history as a read per step, and a NaN in the middle of a
+    group still stops the run naming its own batch."""
+    from pipeline.errors import TrainingError
+    from pipeline.train import loop
+    samples = make_samples(tmp_path / "samples")
+    [a] = stage.run("toyset", samples, tmp_path / "a", params(epochs=2), progress=False)
+    monkeypatch.setattr(loop, "SYNC_EVERY", {"cpu": 5})
+    [b] = stage.run("toyset", samples, tmp_path / "b", params(epochs=2), progress=False)
+    ra, rb = (json.loads((tmp_path / d / r["name"] / "run.json").read_text()) for d, r in (("a", a), ("b", b)))
+    assert [h["loss"] for h in ra["history"]] == [h["loss"] for h in rb["history"]] and ra["test"] == rb["test"]
+    calls = iter(range(1, 10 ** 6))
+    monkeypatch.setattr(ToyRecommender, "training_loss", lambda self, seqs, targets, generator:
+                        self.mix.weight.sum() * (float("nan") if next(calls) == 7 else 1.0))
+    with pytest.raises(TrainingError, match=r"the training loss is nan at epoch 1, batch 7 "):
+        stage.run("toyset", samples, tmp_path / "c", params(epochs=2), progress=False)
+    assert not (tmp_path / "c" / "toy-toy_lpe" / "seed-1").exists()
+
+
 def test_a_loss_that_explodes_but_stays_finite_stops_the_run(tmp_path, toy_registry, monkeypatch):
     """`train.lr=50` took SASRec's loss from ln(78) = 4.4 to 49,990, finite, and the run was reported as a
     result. An epoch's mean loss above 10 x (the untrained model's + 1) now stops it; a rise within that
@@ -734,6 +754,16 @@ def test_bf16_autocast_scores_stay_close_and_a_bf16_run_trains(tmp_path):
     [res] = stage.run("toyset", samples, tmp_path / "runs", params("sasrec", "lpe", epochs=2, precision="bf16"),
                       progress=False)
     assert 0 < res["test"]["hr@5"] <= 1
+
+
+def test_auto_precision_is_fp32_on_every_device():
+    """train.precision auto never autocasts (bf16 was measured slower on an H100 at these sizes, setup.py);
+    bf16 autocasts on whatever device it is asked for."""
+    from pipeline.train.setup import amp_dtype
+    for device in ("cpu", "cuda"):
+        assert amp_dtype(TrainParams(), torch.device(device)) is None
+        assert amp_dtype(TrainParams(precision="fp32"), torch.device(device)) is None
+        assert amp_dtype(TrainParams(precision="bf16"), torch.device(device)) is torch.bfloat16
 
 
 def test_compile_wraps_the_training_step(tmp_path, toy_registry, monkeypatch):

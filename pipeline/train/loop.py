@@ -69,30 +69,54 @@ def loss_module(net, task):
     return LossModule()
 
 
+# Steps between two reads of the training loss, by device type. Reading a loss back (`float(loss)`) waits
+# for the GPU to finish every queued kernel, so a read per step stops the host from queueing the next step
+# while the GPU runs this one: at Diginetica SASRec sizes a step is bound by kernel launches, and host and
+# GPU time then add up instead of overlapping (bench/results/train.md, "Session 19"). On a GPU the losses
+# stay on the device and are read together every SYNC_EVERY steps and at the epoch's end; a NaN still
+# stops the run naming its batch (the steps queued after it change nothing: nothing is written for the
+# seed). On the CPU a loss is computed by the time it is read, so it is read every step, as before.
+SYNC_EVERY = {"cuda": 32}
+
+
 def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: Dist, amp, bar=None,
                 first: Optional[list] = None) -> float:
     """One pass over this process's share of the task's shuffled train batches (`step`: the loss
     module, DDP-wrapped and/or compiled); returns the mean loss per prediction. `first`: an empty list
     gets the first batch's loss, the untrained model's (`diverged` measures against it)."""
+    import torch
     net.train()
     total, count = 0.0, 0
+    pending: list = []                  # (batch number, loss () detached, predictions: int or () tensor) unread
+
+    def read() -> None:
+        nonlocal total, count
+        values = torch.stack([loss.float() for _, loss, _ in pending]).tolist()     # one wait for all of them
+        ns = [int(n) for _, _, n in pending]
+        for (b, _, _), value, n in zip(pending, values, ns):
+            if not math.isfinite(value):
+                raise TrainingError(f"{label}: the training loss is {value} at epoch {epoch}, batch {b} (the model "
+                                    "diverged); nothing was written for this seed",
+                                    "lower train.lr (or train.weight_decay, if it is large), then run again")
+            if first is not None and not first:
+                first.append(value)
+            total += value * n
+            count += n
+            if bar is not None:
+                bar.advance(n, total / count)
+        pending.clear()
+
     for b, batch in enumerate(dist.shard(task.batches(generator)), start=1):
         opt.zero_grad(set_to_none=True)
         with amp():
             loss, n = step(batch, generator)
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise TrainingError(f"{label}: the training loss is {value} at epoch {epoch}, batch {b} (the model "
-                                "diverged); nothing was written for this seed",
-                                "lower train.lr (or train.weight_decay, if it is large), then run again")
-        if first is not None and not first:
-            first.append(value)
+        pending.append((b, loss.detach(), n))
+        if len(pending) >= SYNC_EVERY.get(loss.device.type, 1):
+            read()                                                  # on the CPU: before this batch's backward
         loss.backward()
         opt.step()
-        total += value * n
-        count += n
-        if bar is not None:
-            bar.advance(n, total / count)
+    if pending:
+        read()
     return total / max(count, 1)
 
 

@@ -164,19 +164,22 @@ def check_tag(tag: Optional[str]) -> None:
 
 
 def amp_dtype(tp: TrainParams, device):
-    """The autocast dtype of train.precision on `device` (None = fp32, no autocast)."""
+    """The autocast dtype of train.precision on `device` (None = fp32, no autocast).
+
+    `auto` is fp32 everywhere. It was bf16 on a GPU that has it until an H100 measured it
+    (bench/results/train.md, "Session 19"): at these models' sizes (d 64-100, item tables of 10^4-10^5)
+    a step is bound by kernel launches or by the softmax's memory traffic, not by matrix arithmetic,
+    and autocast's casts only add kernels. Diginetica SASRec trained 1.30x slower in bf16 at batch
+    4,096 (424,218 against 550,227 samples/s), as fast at batch 256 after a first epoch 1.7x slower,
+    and PosRec at the paper's settings 1.30x slower. `bf16` stays for larger models, where it pays."""
     import torch
-    if tp.precision == "fp32":
-        return None
     if tp.precision == "bf16":
         return torch.bfloat16
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.bfloat16                                        # auto on a GPU that has bf16
     return None
 
 
 def autocast(tp: TrainParams, device):
-    """A context manager: bf16 autocast for train.precision bf16 (or auto on a bf16 GPU), else nothing."""
+    """A context manager: bf16 autocast for train.precision bf16, else nothing."""
     import contextlib
     import torch
     dtype = amp_dtype(tp, device)
