@@ -85,6 +85,7 @@ def profile(it, train_step, steps: int, device) -> None:
     (the CPU side of every op) and the GPU's busy time per step (the sum of kernel times), then the top
     operators by self time on the device that bounds the step."""
     import torch
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile as torch_profile
     cuda = device.type == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -97,7 +98,8 @@ def profile(it, train_step, steps: int, device) -> None:
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
     events = prof.key_averages()
-    gpu = sum(e.self_device_time_total for e in events) / 1e3 if cuda else 0.0        # ms over all steps
+    # kernels only: an op's row carries its kernels' time too, so summing every row would count it twice
+    gpu = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e3  # ms, all steps
     print(f"\nprofile ({steps} steps): wall {1e3 * wall / steps:.2f} ms/step, GPU busy (kernel time) "
           f"{gpu / steps:.2f} ms/step ({100 * gpu / 1e3 / wall:.0f}% of wall)")
     sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"

@@ -53,8 +53,9 @@ from pipeline.errors import ParamsError, unknown
 # (a trimmed Beauty batch) 256-512 are best; at T = 6,400 (full-length batches, Session 6) 64-128.
 # C = 2^18 / T, clamped to [64, 4,096] and rounded down to a multiple of 64, is within 1-2% of the
 # best at every T measured. On CUDA a chunk must be large enough to fill the GPU (launch overhead
-# dominates small GEMMs); 4,096 is a memory-bounded guess, not measured (no GPU in those sessions):
-# the fused `cce` / `liger` kernels are the tuned GPU path.
+# dominates small GEMMs); 4,096 is a memory-bounded guess, not swept. One point was measured on an H100
+# (train.md "Session 19", Diginetica SASRec, batch 4,096, fp32): chunked trained at 281,262 samples/s,
+# half of plain's 550,227, so `auto` uses plain there and chunked is the GPU path only for memory.
 CPU_BLOCK, CPU_CHUNK_MIN, CPU_CHUNK_MAX, CUDA_CHUNK = 2 ** 18, 64, 4096, 4096
 
 
