@@ -71,8 +71,9 @@ def loss_module(net, task):
 
 # Steps between two reads of the training loss, by device type. Reading a loss back (`float(loss)`) waits
 # for the GPU to finish every queued kernel, so a read per step stops the host from queueing the next step
-# while the GPU runs this one: at Diginetica SASRec sizes a step is bound by kernel launches, and host and
-# GPU time then add up instead of overlapping (bench/results/train.md, "Session 19"). On a GPU the losses
+# while the GPU runs this one, and leaves the GPU idle until the host has queued the next step's first
+# kernels. (On an H100 the effect was within the noise: Diginetica SASRec steps are host-bound at batch
+# 256 and nearly all kernel time at 4,096; bench/results/train.md, "Session 19".) On a GPU the losses
 # stay on the device and are read together every SYNC_EVERY steps and at the epoch's end; a NaN still
 # stops the run naming its batch (the steps queued after it change nothing: nothing is written for the
 # seed). On the CPU a loss is computed by the time it is read, so it is read every step, as before.
