@@ -16,6 +16,7 @@ matrix powers for the shortest paths; no Python loop over sessions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +42,8 @@ def build_graph(seqs: torch.Tensor) -> SessionGraph:
     """Session graph of every row of `seqs` (B, L), left-padded with 0; each row has >= 1 item."""
     B, L = seqs.shape
     mask = seqs != 0                                                    # (B, L)
-    assert bool(mask[:, -1].all()), "every session needs at least one item (left padding, 0 = pad)"
+    if seqs.device.type == "cpu":                                       # (on a GPU the check would wait for it)
+        assert bool(mask[:, -1].all()), "every session needs at least one item (left padding, 0 = pad)"
     seq_pos = Positions.from_mask(mask)
     col = torch.arange(L, device=seqs.device).expand(B, L)              # (B, L)
 
@@ -85,24 +87,30 @@ def build_graph(seqs: torch.Tensor) -> SessionGraph:
                         first=n - n_nodes, last=alias[:, -1], positions=positions)
 
 
-def hop_distances(adj: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def hop_distances(adj: torch.Tensor, mask: torch.Tensor, early_exit: Optional[bool] = None) -> torch.Tensor:
     """Shortest-path lengths on the undirected, unweighted version of `adj` (B, n, n).
 
     Breadth-first search for all sources at once: the frontier at hop k is the
     boolean product of the frontier at hop k-1 with the undirected adjacency, minus
     what was reached before. Returns (B, n, n) long; 0 on the diagonal and wherever
     a node is missing or unreachable (a session graph is connected).
+
+    `early_exit` (default: on the CPU only) stops once a frontier is empty. Asking a GPU whether
+    it is empty waits for it, once per hop and a dozen times a PosRec step, so there the search runs
+    its n - 1 hops: an empty frontier stays empty and changes nothing, the result is the same.
     """
     B, n, _ = adj.shape
+    if early_exit is None:
+        early_exit = adj.device.type == "cpu"
     eye = torch.eye(n, dtype=torch.bool, device=adj.device)
     und = ((adj + adj.transpose(1, 2)) > 0) & ~eye                      # (B, n, n) undirected, no self-loops
-    und = und & mask[:, :, None] & mask[:, None, :]
+    und = (und & mask[:, :, None] & mask[:, None, :]).float()
     reached = eye & mask[:, :, None]                                    # (B, n, n) source i reached j
     frontier = reached
     dist = torch.zeros(B, n, n, dtype=torch.long, device=adj.device)
     for k in range(1, n):
-        nxt = (frontier.float() @ und.float() > 0) & ~reached           # (B, n, n)
-        if not bool(nxt.any()):
+        nxt = (frontier.float() @ und > 0) & ~reached                   # (B, n, n)
+        if early_exit and not bool(nxt.any()):
             break
         dist = dist.masked_fill(nxt, k)
         reached = reached | nxt

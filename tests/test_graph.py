@@ -55,6 +55,19 @@ def test_hop_distances_breadth_first():
     assert hop_distances(line.adj, line.mask)[0, 0].tolist() == list(range(7))
 
 
+def test_hop_distances_without_the_early_exit_are_the_same():
+    """On a GPU the search runs all n - 1 hops (asking whether a frontier is empty waits for the GPU);
+    the distances equal the early-exit ones on the CPU, for sessions with repeats, loops and padding."""
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 13, (64,), generator=g)
+    items = torch.randint(1, 7, (64, 12), generator=g)                   # few items: repeats and cycles
+    seqs = torch.where(torch.arange(12)[None, :] >= 12 - lengths[:, None], items, 0)
+    graph = build_graph(seqs)
+    a = hop_distances(graph.adj, graph.mask, early_exit=True)
+    b = hop_distances(graph.adj, graph.mask, early_exit=False)
+    assert torch.equal(a, b) and int(a.max()) >= 3
+
+
 def test_extra_left_padding_changes_nothing():
     g1, g2 = build_graph(SEQS), build_graph(torch.nn.functional.pad(SEQS, (5, 0)))
     for a, b in [(g1.items, g2.items), (g1.adj, g2.adj), (g1.counts, g2.counts), (g1.first, g2.first),
