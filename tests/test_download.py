@@ -148,13 +148,17 @@ def test_partial_file_from_an_earlier_run_is_resumed(srv, tmp_path):
 
 def test_stalled_transfer_times_out_and_resumes(srv, tmp_path):
     name = blob_dataset(srv)
-    srv.drop_after, srv.drops, srv.stall_s = 70_000, 1, 1.0
-    params = DownloadParams(retries=3, timeout_s=0.2, backoff_s=0.01)
+    srv.drop_after, srv.drops, srv.stall_s = 70_000, 1, 2.0
+    params = DownloadParams(retries=3, timeout_s=0.5, backoff_s=0.01)
     download.run(name, tmp_path / "raw" / name, params, progress=False)
     assert (tmp_path / "raw" / name / "blob.bin").read_bytes() == BLOB
-    (_, first, s1), (_, second, s2) = srv.log                           # exactly two requests
-    assert (first, s1, s2) == (None, 200, 206)
-    assert 0 < int(second.removeprefix("bytes=").rstrip("-")) <= 70_000   # a read cut mid-chunk is re-fetched
+    # the stalled first answer, then resumes. Usually one; on a loaded machine (a CI run beside a DVC
+    # pipeline) a resumed read also outlasted the 0.2 s timeout this test first had, so a later resume
+    # is allowed, each from where the file had got to
+    (_, first, s1), *resumes = srv.log
+    assert (first, s1) == (None, 200) and resumes and all(status == 206 for _, _, status in resumes)
+    starts = [int(r.removeprefix("bytes=").rstrip("-")) for _, r, _ in resumes]
+    assert 0 < starts[0] <= 70_000 and starts == sorted(starts)         # a read cut mid-chunk is re-fetched
 
 
 def test_complete_partial_file_is_not_fetched_again(srv, tmp_path):
