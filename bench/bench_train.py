@@ -13,7 +13,9 @@ with the code the train stage runs (pipeline.train.loss_fn / score, pipeline.bat
             batch by batch (s, samples/s) and the peak RSS *during* evaluation (VmHWM reset via
             /proc/self/clear_refs), next to the size a (samples x items) float32 matrix would take.
 
-Prints a Markdown row block to paste into bench/results/train.md.
+Prints a Markdown row block to paste into bench/results/train.md. After the timing, `--profile N`
+runs torch.profiler over N steps (GPU kernel time on a GPU) and `--ops N` counts what the host does
+per step over N steps: aten operators per phase and the reads of a value that wait for a GPU.
 """
 from __future__ import annotations
 
@@ -108,6 +110,62 @@ def profile(it, train_step, steps: int, device) -> None:
         print(events.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=60))
 
 
+def count_ops(it, train_step_phases, steps: int, graph: bool) -> None:
+    """The host's share of a step, counted without timing it: the aten operators each phase dispatches
+    (forward with the loss, backward, the optimiser; a view is counted like a kernel) and the points
+    where the host reads a tensor's value (`_local_scalar_dense`: `.item()`, `bool()`, `int()`),
+    which on a GPU wait for every queued kernel. On a GPU each non-view op costs the host about as
+    much as its launch, so at small batches these counts, not the arithmetic, set the step's time.
+    For graph models (`graph`), also the node slots n of each batch's session graph and the hops the
+    breadth-first search needs before its frontier is empty (models/graph.hop_distances)."""
+    import collections
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    phases = {"forward": collections.Counter(), "backward": collections.Counter(), "optimiser": collections.Counter()}
+    batches = list(itertools.islice(it(), steps))
+    for seqs, targets in batches:
+        for phase, run in zip(phases, train_step_phases(seqs, targets)):
+            with Count() as c:
+                run()
+            phases[phase].update(c.ops)
+    print(f"\nops per step ({len(batches)} steps): "
+          + ", ".join(f"{k} {sum(c.values()) / len(batches):.1f}" for k, c in phases.items())
+          + f"; host reads of a value (_local_scalar_dense) "
+          + ", ".join(f"{k} {c['_local_scalar_dense'] / len(batches):.1f}" for k, c in phases.items()))
+    every = sum(phases.values(), collections.Counter())
+    print("top ops per step: " + ", ".join(f"{k} {v / len(batches):.1f}" for k, v in every.most_common(15)))
+    if graph:
+        from models.graph import build_graph
+        ns, hops = [], []
+        for seqs, _ in batches:
+            g = build_graph(seqs.cpu())
+            n = g.items.shape[1]
+            eye = torch.eye(n, dtype=torch.bool)
+            und = ((g.adj + g.adj.transpose(1, 2)) > 0) & ~eye & g.mask[:, :, None] & g.mask[:, None, :]
+            reached = frontier = eye & g.mask[:, :, None]
+            k = 0
+            for k in range(1, n):
+                nxt = (frontier.float() @ und.float() > 0) & ~reached
+                if not bool(nxt.any()):
+                    break
+                reached, frontier = reached | nxt, nxt
+            ns.append(n)
+            hops.append(k if n > 1 else 0)
+        print(f"session graphs: node slots n mean {sum(ns) / len(ns):.2f} (max {max(ns)}); boolean products the hop search runs: "
+              f"{sum(n - 1 for n in ns) / len(ns):.2f} without the early exit (the GPU path), "
+              f"{sum(hops) / len(hops):.2f} with it (the CPU path)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=Path, help="samples folder (default: generate random ones)")
@@ -133,6 +191,9 @@ def main() -> None:
     ap.add_argument("--profile", type=int, default=0,
                     help="after the timing, torch.profiler over this many steps (CUDA kernels too on a GPU): "
                          "wall, host and GPU-busy time per step and the top operators")
+    ap.add_argument("--ops", type=int, default=0,
+                    help="after the timing, count the aten ops and host reads of a value per step over this many "
+                         "steps (forward, backward, optimiser; the host's share of a small-batch GPU step)")
     ap.add_argument("--chunk", type=int, default=0,
                     help="chunked loss: items per block (0 = the trainer's rule, models.losses.default_chunk)")
     args = ap.parse_args()
@@ -202,6 +263,18 @@ def main() -> None:
     if args.profile:
         profile(lambda: batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim,
                                 bucket=0 if args.no_trim else args.bucket), train_step, args.profile, device)
+    if args.ops:
+        def phases(seqs, targets):
+            box = {}
+
+            def forward():
+                opt.zero_grad(set_to_none=True)
+                with autocast(tp, device):
+                    box["loss"] = stage.loss_fn(net, seqs, targets, tp, n_items, gen)
+            return forward, lambda: box["loss"].backward(), opt.step
+        count_ops(lambda: batches(train, tp.batch_size, shuffle=True, generator=gen, device=device,
+                                  trim=not args.no_trim, bucket=0 if args.no_trim else args.bucket),
+                  phases, args.ops, graph=tp.model == "posrec")
     train_sps = args.batches * tp.batch_size / train_s
     epoch_min = len(train) / train_sps / 60
 

@@ -213,3 +213,25 @@ def test_gpu_kit_never_replaces_a_folder_it_did_not_make(tmp_path):
                  PY=sys.executable, CONFIGS="x --set train.batch_size=64")
     assert proc.returncode == 2 and "runs_epoch exists and was not made by bench_gpu.sh" in proc.stderr
     assert (mine / "thesis.tex").read_text() == "years of work" and (out / "notes.txt").read_text() == "mine"
+
+
+def test_train_bench_counts_ops_and_profiles_a_posrec_step(canonical, tmp_path):
+    """bench_train.py, which bench_gpu.sh's profile step runs: throughput, --ops (aten ops and host reads
+    per phase, session-graph hops) and --profile, on imported samples, PosRec at the paper's shape."""
+    samples = tmp_path / "samples"
+    _seqpe("import", "diginetica", str(canonical / "diginetica-srgnn"), "--format", "srgnn", "--sessions",
+           str(tmp_path / "sessions"), "--samples", str(samples), "--quiet")
+    proc = bench("bench_train.py", "--samples", str(samples), "--model", "posrec", "--encoding", "ldpe",
+                 "--layers", "1", "--dim", "16", "--batch-size", "20", "--max-len", "50", "--batches", "3",
+                 "--ops", "4", "--profile", "2", "--ce-impl", "plain", "--threads", "1", "--eval-samples", "40",
+                 "--device", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ops = re.search(r"ops per step \(4 steps\): forward ([\d.]+), backward ([\d.]+), optimiser ([\d.]+); "
+                    r"host reads of a value \(_local_scalar_dense\) forward ([\d.]+)", proc.stdout)
+    assert ops, proc.stdout[-3000:]
+    fwd, bwd, optim, reads = map(float, ops.groups())
+    assert fwd > 50 and bwd > 50 and 0 < optim < 20 and reads >= 1     # fused Adam: a few ops, not one per tensor
+    graphs = re.search(r"node slots n mean ([\d.]+) \(max (\d+)\); boolean products the hop search runs: "
+                       r"([\d.]+) without the early exit \(the GPU path\), ([\d.]+) with it", proc.stdout)
+    assert graphs and float(graphs[3]) >= float(graphs[4]) > 0, proc.stdout[-3000:]
+    assert "profile (2 steps): wall" in proc.stdout and "| posrec-ldpe |" in proc.stdout
