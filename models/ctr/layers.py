@@ -48,6 +48,7 @@ class BatchNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(width)) if affine else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:                  # (N, C) -> (N, C)
+        dtype, x = x.dtype, x.float()          # statistics in float32 under bf16 autocast, as torch's batch_norm
         if self.training:
             mean, var = x.mean(0), x.var(0, unbiased=False)               # (C,), (C,)
             with torch.no_grad():
@@ -57,7 +58,7 @@ class BatchNorm(nn.Module):
         else:
             mean, var = self.running_mean, self.running_var
         y = (x - mean) / torch.sqrt(var + self.eps)                         # (N, C)
-        return y if self.weight is None else y * self.weight + self.bias
+        return (y if self.weight is None else y * self.weight + self.bias).to(dtype)
 
 
 class Dice(nn.Module):
@@ -126,7 +127,7 @@ class ActivationUnit(nn.Module):
         rows, cols = mask.nonzero(as_tuple=True)                          # (N,), (N,)
         hj, tj = h[rows, cols], t[rows]                                   # (N, E), (N, E)
         s = self.mlp(torch.cat([hj, tj, hj - tj, hj * tj], dim=-1))[:, 0]  # (N,)
-        return h.new_zeros(mask.shape).index_put((rows, cols), s)         # (B, L)
+        return s.new_zeros(mask.shape).index_put((rows, cols), s)         # (B, L) (s's dtype: bf16 under autocast)
 
 
 def hooked_scores(score: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], q: torch.Tensor, k: torch.Tensor,
