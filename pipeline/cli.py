@@ -7,6 +7,7 @@ import torch (imports are local to the commands that train).
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -644,6 +645,8 @@ def main() -> None:
         err_console.print(f"[bold red]error:[/] {escape(printable(_os_error(e)))}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except (Interrupted, KeyboardInterrupt):
+        if os.environ.get("RANK", "0") != "0":          # torchrun: every process got the Ctrl-C; rank 0 says it once
+            sys.exit(130)
         err_console.print(f"[bold red]interrupted[/]: {escape(_interrupted_note(sys.argv[1:]))}", highlight=False,
                           soft_wrap=True)
         sys.exit(130)

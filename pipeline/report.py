@@ -134,7 +134,7 @@ def _settings(rec: dict) -> dict:
     evaluate = {k: v for k, v in (rec.get("evaluate") or {}).items() if k != "batch_size"}
     return {"train": train, "evaluate": evaluate, "options": rec.get("options"),
             "encoding_options": rec.get("encoding_options"), "preset": rec.get("preset"),
-            "samples": rec.get("samples")}
+            "samples": rec.get("samples"), "world_size": rec.get("world_size", 1)}  # torchrun processes: W x batch
 
 
 def _differs(a: dict, b: dict, prefix: str = "") -> str:

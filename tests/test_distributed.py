@@ -26,8 +26,8 @@ def params_file(tmp_path: Path, **train) -> Path:
     p["datasets"] = []
     p["study"].update(seeds=[1], next_item={"datasets": [], "models": ["sasrec"], "encodings": ["lpe"], "baselines": [], "train": {}},
                       ctr={"datasets": [], "models": [], "encodings": [], "baselines": [], "train": {}})
-    p["train"].update(epochs=3, dim=16, layers=1, batch_size=32, max_len=8, threads=1, device="cpu",
-                      select_metric="ndcg@5", dropout=0.1, **train)
+    p["train"].update({**dict(epochs=3, dim=16, layers=1, batch_size=32, max_len=8, threads=1, device="cpu",
+                              select_metric="ndcg@5", dropout=0.1), **train})
     p["evaluate"]["ks"] = [1, 5]
     p["models"], p["encodings"] = {"sasrec": {}}, {"lpe": {}}
     path = tmp_path / f"params-{len(list(tmp_path.glob('params-*')))}.yaml"
@@ -90,3 +90,77 @@ def test_commands_that_are_not_distributed_refuse_to_run_twice(tmp_path):
     proc = torchrun("download", "sample", str(tmp_path / "raw"), "--quiet", cwd=tmp_path, state=tmp_path / "s")
     assert proc.returncode != 0 and not (tmp_path / "raw").exists()
     assert "`seqpe download` does not run distributed" in proc.stderr
+
+
+def test_a_seed_of_two_processes_is_neither_reused_nor_resumed_nor_pooled_by_one(samples, tmp_path):
+    """The process count is an input (each step takes W batches): a finished or stopped 2-process seed is
+    not one process's, and report refuses to pool seeds of different process counts."""
+    runs, state = tmp_path / "runs", tmp_path / "state"
+    cut = torchrun("train", "toyset", str(samples), str(runs), "--params", str(params_file(tmp_path, time_limit=1e-9)),
+                   "--quiet", cwd=tmp_path, state=state)
+    assert cut.returncode == 0, cut.stderr[-3000:]
+    run = runs / "sasrec-lpe" / "seed-1"
+    assert json.loads((run / "run.json").read_text())["world_size"] == 2
+    env = dict(os.environ, SEQPE_STATE=str(state), OMP_NUM_THREADS="1")
+    one = subprocess.run([sys.executable, "-m", "pipeline.cli", "train", "toyset", str(samples), str(runs), "--params",
+                          str(params_file(tmp_path)), "--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert one.returncode == 0, one.stderr[-3000:]
+    record = json.loads((run / "run.json").read_text())
+    assert record["world_size"] == 1 and record["epochs_run"] == 3                       # trained, not reused
+    assert json.loads((run / "timing.json").read_text())["resumed_from_epoch"] == 0      # not the 2-process state
+    both = torchrun("train", "toyset", str(samples), str(runs), "--params", str(params_file(tmp_path)), "--seed", "2",
+                    "--quiet", cwd=tmp_path, state=state)
+    assert both.returncode == 0, both.stderr[-3000:]
+    report = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(runs), "--quiet"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True)
+    assert report.returncode == 1 and "world_size: 1 vs 2" in report.stderr, report.stderr
+
+
+def test_fewer_batches_than_processes_stops_with_one_line(samples, tmp_path):
+    """300 train rows in batches of 512: one batch for two processes, so no step could run; the run used to
+    finish with loss 0 and the untrained model's metrics."""
+    proc = torchrun("train", "toyset", str(samples), str(tmp_path / "runs"), "--params",
+                    str(params_file(tmp_path, batch_size=512)), "--quiet", cwd=tmp_path, state=tmp_path / "s")
+    assert proc.returncode != 0
+    assert proc.stderr.count("has no training step: its 1 batch(es) are fewer than the 2 processes") == 2, proc.stderr
+    assert not list((tmp_path / "runs").glob("*/seed-1/run.json"))
+
+
+def test_ctrl_c_stops_every_process_at_once_with_one_line(samples, tmp_path):
+    """SIGINT to torchrun's process group (what Ctrl-C sends): the workers used to wait in the teardown barrier
+    until torchrun killed them 30 s later; now each leaves the group at once and rank 0 says what was kept."""
+    import signal
+    import time
+    scratch = tmp_path / "torchrun-tmp"
+    scratch.mkdir()
+    env = dict(os.environ, SEQPE_STATE=str(tmp_path / "s"), OMP_NUM_THREADS="1", TMPDIR=str(scratch),
+               PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             "-m", "pipeline.cli", "train", "toyset", str(samples), str(tmp_path / "runs"), "--params",
+                             str(params_file(tmp_path, epochs=100000, patience=0))], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    for line in proc.stdout:                                   # the first finished epoch: training is under way
+        lines.append(line)
+        if "epoch 2:" in line:
+            break
+    assert proc.poll() is None, "".join(lines)
+    os.killpg(proc.pid, signal.SIGINT)
+    t0 = time.monotonic()
+    out, _ = proc.communicate(timeout=120)
+    took = time.monotonic() - t0
+    assert took < 20, f"the processes took {took:.0f} s to stop"
+    assert out.count("interrupted: the seed being trained wrote nothing") == 1, out[-3000:]
+    assert not list((tmp_path / "runs").glob("*/seed-1/run.json"))
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2"])
+def test_a_world_size_that_is_not_a_count_is_one_line(samples, tmp_path, value):
+    """WORLD_SIZE=abc used to mean one process (training alone what was meant to be shared)."""
+    env = dict(os.environ, SEQPE_STATE=str(tmp_path / "s"), WORLD_SIZE=value)
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "train", "toyset", str(samples), str(tmp_path / "runs"),
+                           "--params", str(params_file(tmp_path)), "--quiet"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"WORLD_SIZE is '{value}', not a number of processes" in proc.stderr
+    assert not (tmp_path / "runs").exists()

@@ -22,6 +22,11 @@ gloo processes). Only rank 0 writes run folders, checkpoints, curves and resume 
 wait at a barrier and return nothing. Resume files live in the state root (.seqpe/), which must be
 on a file system every node sees for a multi-node restart.
 
+A run's process count W is one of its inputs (runs.fingerprint; W batches a step is another
+training than one): a seed trained by W processes is not reused or resumed by another W, and report
+does not pool seeds of different W. An epoch with fewer batches than processes would run no step
+and is refused (loop.train_epoch).
+
 Running a stage that is not distributed (download, preprocess, augment, evaluate, fitted baselines)
 under torchrun with W > 1 is an error: it would only repeat the same work W times.
 """
@@ -37,10 +42,17 @@ ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 
 
 def world_size() -> int:
+    """torchrun's WORLD_SIZE (1 when unset); a value that is not a positive whole number is refused,
+    never read as one process (that would train alone what the user meant to share)."""
+    text = os.environ.get("WORLD_SIZE", "1")
     try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
+        world = int(text)
     except ValueError:
-        return 1
+        world = 0
+    if world < 1:
+        raise ParamsError(f"WORLD_SIZE is {text!r}, not a number of processes",
+                          "unset WORLD_SIZE, or start distributed training with torchrun (it sets it)")
+    return world
 
 
 def refuse(command: str) -> None:
@@ -161,9 +173,14 @@ def setup(device_name: str):
     return Dist(world=world, rank=rank, local_rank=local), device
 
 
-def teardown(dist: Dist) -> None:
+def teardown(dist: Dist, clean: bool = True) -> None:
+    """Leave the process group: after a barrier when every rank got here (`clean`), at once after an
+    error or an interrupt. There the other ranks may be inside another collective or gone, so a barrier
+    would wait for them until gloo's / NCCL's timeout (Ctrl-C on torchrun hung 30 s, then torchrun
+    killed the workers); destroying the group lets a rank still waiting on this one fail and exit."""
     if dist.active:
         import torch.distributed as td
         if td.is_initialized():
-            td.barrier()
+            if clean:
+                td.barrier()
             td.destroy_process_group()

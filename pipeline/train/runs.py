@@ -46,13 +46,18 @@ def state_root() -> Path:
     return Path(os.environ.get(STATE_ENV) or ".seqpe")
 
 
-def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int) -> str:
-    """Hash of everything a run depends on: a resume file or a finished seed is used only by the same inputs."""
+def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int, world: int = 1) -> str:
+    """Hash of everything a run depends on: a resume file or a finished seed is used only by the same inputs.
+    `world`, torchrun's process count, is one of them (W processes step on W batches at once, so the
+    same seed trains another model): a seed trained by 2 processes is neither reused nor resumed by 1 or 3.
+    It enters the key only when > 1, so one-process fingerprints are those of earlier versions."""
     train = {k: v for k, v in to_dict(tp).items() if k != "time_limit"}    # a longer limit continues it
     key = {"train": train, "model": params.models.get(tp.model, {}), "seed": seed,
            "encoding": params.encodings.get(tp.encoding, {}), "evaluate": to_dict(params.evaluate),
            "n_items": manifest.get("n_items"), "shards": manifest.get("shards"), "versions": code_versions(),
            "dataset": manifest.get("dataset")}     # one file imported under two names: two datasets' runs
+    if world > 1:
+        key["world_size"] = world
     return hashlib.sha256(dumps_json(key).encode("utf-8")).hexdigest()[:20]
 
 

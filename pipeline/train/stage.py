@@ -89,10 +89,13 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     if device.type == "cpu":
         heap.keep()                                    # reuse freed step buffers (pipeline/train/heap.py)
     try:
-        return _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag,
-                      device, dist, progress, metrics_path, live_dir)
-    finally:
-        distributed.teardown(dist)
+        results = _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs,
+                         tag, device, dist, progress, metrics_path, live_dir)
+    except BaseException:
+        distributed.teardown(dist, clean=False)
+        raise
+    distributed.teardown(dist)
+    return results
 
 
 _CTR_TRAIN = {"loss": "ce", "objective": "prefixes", "memory_budget": 0.0}   # what CTR training does
@@ -131,7 +134,7 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
     select = setup.select_metric(tp, task)
     results, records, fps = [], [], []
     for seed in seeds:
-        fp = runs.fingerprint(tp, params, manifest, seed)
+        fp = runs.fingerprint(tp, params, manifest, seed, world=dist.world)
         fps.append(fp)
         record = dist.broadcast_object(runs.finished(run_dirs[seed], fp) if dist.main else None)
         if record is None:
