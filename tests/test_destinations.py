@@ -215,6 +215,22 @@ def test_encoding_figures_are_not_written_into_a_stages_folder(prepared):
     assert not list((prepared / "sessions").glob("*.png"))
 
 
+def test_encoding_figures_replace_their_own_and_never_a_users_file(tmp_path):
+    """`encodings inspect --out DIR` silently replaced a user's file of the same name; now every file it would
+    write is checked first (all or nothing), and only PNGs it wrote itself (their Software text) are replaced."""
+    figs = tmp_path / "figs"
+    args = ("encodings", "inspect", "ldpe", "--lengths", "4", "6", "--dim", "8", "--out", str(figs), "--quiet")
+    assert seqpe(*args).returncode == 0
+    first = {p.name: p.read_bytes() for p in figs.iterdir()}
+    assert len(first) == 5 and seqpe(*args).returncode == 0                # its own figures: replaced, same bytes
+    assert {p.name: p.read_bytes() for p in figs.iterdir()} == first
+    (figs / "ldpe-dot-L6.png").write_text("my figure")
+    (figs / "ldpe-matrix-L4.png").unlink()
+    assert_one_line_error(seqpe(*args), "ldpe-dot-L6.png exists and was not written by `seqpe encodings inspect`")
+    assert (figs / "ldpe-dot-L6.png").read_text() == "my figure"
+    assert not (figs / "ldpe-matrix-L4.png").exists()                         # nothing written before the check
+
+
 def test_claim_dir_unit_rules(tmp_path):
     io.claim_dir(tmp_path / "missing", "x", "samples")
     (tmp_path / "raw").mkdir()

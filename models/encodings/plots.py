@@ -99,6 +99,18 @@ def attention_pattern(enc, length: int, head_dim: int, heads: int = 1) -> torch.
     return enc.weights(probs, pos, 0)[0, 0]                                 # (l, l)
 
 
+MARK = "seqpe encodings inspect"         # the PNGs' Software text: a later call may replace its own figures only
+
+
+def _ours(path: Path) -> bool:
+    """A PNG this command wrote (its Software text chunk), which a new call may replace."""
+    try:
+        head = path.read_bytes()[:4096]
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG") and b"Software\x00" + MARK.encode() in head
+
+
 def _heatmap(path: Path, data: torch.Tensor, title: str, xlabel: str, ylabel: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -115,7 +127,7 @@ def _heatmap(path: Path, data: torch.Tensor, title: str, xlabel: str, ylabel: st
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
+        fig.savefig(tmp, format="png", dpi=100, metadata={"Software": MARK})
     plt.close(fig)
 
 
@@ -140,9 +152,10 @@ def inspect(name: str, lengths: list[int], out_dir: Path, *, run_dir: Optional[P
     files: list[str] = []
     head_dim = dim // heads
 
+    jobs: list[tuple] = []
+
     def write(fname: str, data: torch.Tensor, title: str, xlabel: str, ylabel: str) -> None:
-        _heatmap(out_dir / fname, data, f"{name} ({spec.paper}) · {title}\nfrom {source}", xlabel, ylabel)
-        files.append(fname)
+        jobs.append((fname, data, f"{name} ({spec.paper}) · {title}\nfrom {source}", xlabel, ylabel))
 
     with torch.no_grad():
         tables = {}
@@ -159,5 +172,13 @@ def inspect(name: str, lengths: list[int], out_dir: Path, *, run_dir: Optional[P
         for a, b in itertools.combinations(sorted(tables), 2):
             write(f"{name}-dot-L{a}xL{b}.png", tables[a] @ tables[b].t(), f"dot products, lengths {a} x {b}",
                   f"position (length {b})", f"position (length {a})")
+    theirs = [f for f, *_ in jobs if (out_dir / f).exists() and not _ours(out_dir / f)]
+    if theirs:                                      # checked before any is written: all or nothing
+        raise ParamsError(f"{out_dir / theirs[0]} exists and was not written by `seqpe encodings inspect`"
+                          + (f" (nor {len(theirs) - 1} more of the files it would write)" if len(theirs) > 1 else ""),
+                          "pass --out a new or empty folder (or move those files away)")
+    for fname, *args in jobs:
+        _heatmap(out_dir / fname, *args)
+        files.append(fname)
     return {"encoding": name, "paper": spec.paper, "source": source, "out": str(out_dir), "files": files}
 
