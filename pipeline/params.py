@@ -166,6 +166,10 @@ class TrainParams:
         _choice(f"{key}.lr_schedule", self.lr_schedule, SCHEDULES)
         _choice(f"{key}.objective", self.objective, OBJECTIVES)
         _choice(f"{key}.precision", self.precision, PRECISIONS)
+        if self.ce_impl != "auto" and self.loss != "ce":     # it would be ignored and recorded as if it applied
+            raise ParamsError(f"params key '{key}.ce_impl' is {self.ce_impl}, which sets how train.loss ce is "
+                              f"computed, but '{key}.loss' is {self.loss}: it would be ignored",
+                              f"drop {key}.ce_impl (auto), or use {key}.loss: ce")
         if self.dim % self.heads:
             raise ParamsError(f"params key '{key}.dim' ({self.dim}) must be divisible by '{key}.heads' "
                               f"({self.heads})", f"change {key}.dim or {key}.heads")

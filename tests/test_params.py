@@ -220,3 +220,14 @@ def test_widths_that_can_only_be_typos_are_refused():
             check_encoding_options(name, {"pos_dim": 100000000})
     with pytest.raises(ParamsError, match="train.dim"):
         from_dict(Params, {"train": {"dim": 10 ** 8}})
+
+
+@pytest.mark.parametrize("loss", ["bce", "sampled"])
+def test_a_ce_impl_the_loss_does_not_use_is_refused(loss):
+    """train.ce_impl only sets how the full cross-entropy is computed; with bce / sampled it was accepted and
+    recorded (and split report rows) while changing nothing."""
+    with pytest.raises(ParamsError, match=f"'train.ce_impl' is chunked, .* but 'train.loss' is {loss}: it would be "
+                                          "ignored"):
+        from_dict(Params, {"train": {"loss": loss, "ce_impl": "chunked"}})
+    from_dict(Params, {"train": {"loss": loss, "ce_impl": "auto"}})
+    from_dict(Params, {"train": {"loss": "ce", "ce_impl": "chunked"}})

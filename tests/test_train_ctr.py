@@ -78,6 +78,9 @@ def test_next_item_loss_and_objective_settings_are_refused_for_ctr_models(ctr_sa
                  "--set", "train.objective=sequence")
     assert_one_line_error(proc, "train.objective is sequence, and CTR models such as 'din'",
                           "Fix: drop --set train.objective=sequence")
+    proc = seqpe("train", "sample_ctr", str(ctr_samples), str(tmp_path / "r"), "--model", "din", "--quiet",
+                 "--set", "train.ce_impl=cce")                      # was accepted and recorded as if it applied
+    assert_one_line_error(proc, "train.ce_impl is cce, and CTR models such as 'din'", "Fix: drop --set train.ce_impl=cce")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "r").exists()
 
 

@@ -98,7 +98,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     return results
 
 
-_CTR_TRAIN = {"loss": "ce", "objective": "prefixes", "memory_budget": 0.0}   # what CTR training does
+_CTR_TRAIN = {"loss": "ce", "objective": "prefixes", "memory_budget": 0.0,   # what CTR training does
+              "ce_impl": "auto"}                                               # (its loss is BCE on the logit)
 _CTR_EVALUATE = ("candidates", "mask_history", "candidate_sampling")       # ranking-only evaluate keys
 
 
