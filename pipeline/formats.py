@@ -436,7 +436,10 @@ def export_dataset(sessions_dir: str | Path, out_dir: str | Path, fmt: str = "sr
         files, summary = _export_srgnn(sessions_dir, frames, modes, manifest)
     else:
         files, summary = _export_sasrec(sessions_dir, frames, modes, manifest)
-    if out_dir.exists() and (not out_dir.is_dir() or set(p.name for p in out_dir.iterdir()) - set(files)):
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DataError(f"{out_dir} is a file, and export writes a folder of files there",
+                        "pass the path of a new folder (export writes train.txt / test.txt or DATASET.txt into it)")
+    if out_dir.exists() and set(p.name for p in out_dir.iterdir()) - set(files):
         raise DataError(f"{out_dir} already holds other files", _NO_CLOBBER)
     with atomic_dir(out_dir) as tmp:
         for name, data in files.items():

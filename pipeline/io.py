@@ -572,6 +572,9 @@ def shard_entry(root: str | Path, rel: str) -> dict:
 
 def read_manifest(root: str | Path, stage_hint: str = "preprocess") -> dict:
     path = Path(root) / MANIFEST
+    if Path(root).exists() and not Path(root).is_dir():     # a file where a folder was meant: say so, not "prepare it"
+        raise DataError(f"{root} is a file, not a folder of prepared sessions or samples",
+                        "pass a sessions or samples folder, e.g. data/sessions/DATASET or data/samples/DATASET")
     if not path.is_file():
         held = _held(Path(root))
         if held is not None:                # raw data, a run, a runs folder: say what it is, not "prepare it"

@@ -231,6 +231,17 @@ def test_encoding_figures_replace_their_own_and_never_a_users_file(tmp_path):
     assert not (figs / "ldpe-matrix-L4.png").exists()                         # nothing written before the check
 
 
+def test_a_file_passed_where_a_folder_is_meant_is_named_a_file(prepared, tmp_path):
+    """`stats sample README.md` said the "folder" had not been prepared; `export` onto a file said it
+    "already holds other files" and asked for an empty folder."""
+    note = tmp_path / "note.md"
+    note.write_text("mine")
+    assert_one_line_error(seqpe("stats", "sample", str(note)), "note.md is a file, not a folder of prepared")
+    proc = seqpe("export", "sample", str(note), "--format", "srgnn", "--sessions", str(prepared / "sessions"))
+    assert_one_line_error(proc, "note.md is a file, and export writes a folder of files there")
+    assert note.read_text() == "mine"
+
+
 def test_claim_dir_unit_rules(tmp_path):
     io.claim_dir(tmp_path / "missing", "x", "samples")
     (tmp_path / "raw").mkdir()
