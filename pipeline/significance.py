@@ -261,6 +261,13 @@ def verdict(seed_tests: dict[str, dict], sample: Optional[dict], task: str, note
     if rejects:
         said = [f"{name} ({'better' if better else 'worse'})" for name, better in rejects]
         parts.append(f"rejects equality at {ALPHA}: " + ", ".join(said))
+        if not any(name.startswith("t-test") for name, _ in rejects):
+            # per-sample tests take the test rows as the unit with the seeds held fixed: they find that these
+            # trained models rank differently, which seed-to-seed noise alone can do
+            ps = ", ".join(f"{m} p {t['p']:.2g}" for m, t in seed_tests.items() if t["p"] is not None)
+            parts.append(f"the seed t-test does not ({ps}): the per-sample tests say these trained models differ, "
+                         "not that other seeds would" if ps and n >= MIN_SEEDS else
+                         "per-sample tests only: they say these trained models differ, not that other seeds would")
     else:
         parts.append(f"no test rejects equality at {ALPHA}")
     return "; ".join(parts)

@@ -138,7 +138,12 @@ def test_verdict_names_the_rejecting_tests_and_too_few_seeds():
         "rejects equality at 0.05: t-test ndcg@10 (better), Wilcoxon rr (better), bootstrap mean rr (better)")
     assert sig.verdict({"auc": t(2, None, -0.01)}, {"p": 0.01, "diff": 0.1, "r": 0.2, "bootstrap": {"lo": -0.02, "hi": 0.01}},
                        "ctr") == ("2 common seeds: the seed t-test cannot conclude anything (needs >= 3); "
-                                  "rejects equality at 0.05: Wilcoxon logloss (worse)")
+                                  "rejects equality at 0.05: Wilcoxon logloss (worse); per-sample tests only: they "
+                                  "say these trained models differ, not that other seeds would")
+    # the seed test has its say when it does not reject what the per-sample tests do (3 seeds, p 0.46)
+    assert sig.verdict({"ndcg@10": t(3, 0.464, 0.01)}, sample, "next-item") == (
+        "rejects equality at 0.05: Wilcoxon rr (better), bootstrap mean rr (better); the seed t-test does not "
+        "(ndcg@10 p 0.46): the per-sample tests say these trained models differ, not that other seeds would")
     assert sig.verdict({"auc": t(5, 0.5, 0.0)}, None, "ctr") == "no test rejects equality at 0.05"
 
 
@@ -149,7 +154,7 @@ def test_the_wilcoxon_direction_is_the_tests_own_not_the_means():
     w = sig.wilcoxon_test(np.zeros_like(d), d)
     assert w["diff"] > 0 and w["r"] < 0 and w["p"] < 0.05
     said = sig.verdict({}, {**w, "bootstrap": None}, "next-item")
-    assert said.endswith("rejects equality at 0.05: Wilcoxon rr (worse)"), said
+    assert "rejects equality at 0.05: Wilcoxon rr (worse); per-sample tests only" in said, said
 
 
 def test_the_seed_test_falls_back_to_the_cut_off_every_run_has():
