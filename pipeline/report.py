@@ -189,6 +189,7 @@ def aggregate(records: list[dict]) -> list[dict]:
             "name": config_name(model, encoding, tag or None), "seeds": [r["seed"] for r in recs],
             "best_epochs": [r.get("best_epoch") for r in recs],
             "unfinished": [r["seed"] for r in recs if r.get("stopped") == "time_limit"],
+            "checkouts": [_checkout(r) for r in recs],
             "metrics": {k: summarize([r["test"][k] for r in recs if k in r["test"]]) for k in keys},
         })
     return rows
@@ -324,9 +325,36 @@ def unfinished_note(rows: list[dict]) -> Optional[str]:
             "with --set train.time_limit=0 finishes them).")
 
 
+def _checkout(rec: dict) -> Optional[str]:
+    """The seqpe checkout a run was trained from: its git commit, `+edits` when tracked files differed
+    (run.json's versions); None for an installed seqpe or a run that predates the record."""
+    v = rec.get("versions") or {}
+    if not v.get("seqpe_git"):
+        return None
+    return v["seqpe_git"][:10] + ("+edits" if v.get("seqpe_dirty") else "")
+
+
+def checkout_note(rows: list[dict]) -> Optional[str]:
+    """Rows whose seeds came from different checkouts. They are pooled (their settings agree, and a commit
+    may change nothing they compute), but a reader should know: an edit may have changed the model."""
+    mixed = []
+    for row in rows:
+        seen: dict = {}
+        for seed, where in zip(row["seeds"], row.get("checkouts") or []):
+            seen.setdefault(where or "unrecorded", []).append(str(seed))
+        if len(seen) > 1:
+            mixed.append(f"{row['dataset']} {row['name']} (" + "; ".join(
+                f"seed{'s' if len(v) > 1 else ''} {', '.join(v)}: {k}" for k, v in seen.items()) + ")")
+    if not mixed:
+        return None
+    return ("Mixed code: the seeds of " + ", ".join(mixed) + " were trained from different seqpe checkouts "
+            "(git commit, +edits: uncommitted changes). They are pooled because their settings agree; if the "
+            "code between them changed what a run computes, retrain the odd seeds from one checkout.")
+
+
 def row_notes(rows: list[dict]) -> list[str]:
-    """The notes under the summary: unfinished rows, datasets left uncompared."""
-    return [note for note in (unfinished_note(rows), baseline_note(rows)) if note]
+    """The notes under the summary: unfinished rows, rows of mixed code, datasets left uncompared."""
+    return [note for note in (unfinished_note(rows), checkout_note(rows), baseline_note(rows)) if note]
 
 
 def to_markdown(rows: list[dict]) -> str:

@@ -324,6 +324,28 @@ def test_seeds_trained_differently_or_repeated_are_not_pooled(tmp_path):
         report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "c"]))
 
 
+def test_seeds_of_different_checkouts_are_pooled_with_a_note(tmp_path):
+    """A seed trained after a local edit pooled with the others without a word: the row now carries each
+    seed's checkout (run.json's versions) and the summary names the mixed row."""
+    import json
+    for seed, commit, dirty in ((1, "a" * 40, False), (2, "a" * 40, False), (3, "a" * 40, True)):
+        write_run(tmp_path, "sasrec", "none", seed, {"hr@10": 0.5})
+        path = tmp_path / "sasrec-none" / f"seed-{seed}" / "run.json"
+        rec = json.loads(path.read_text())
+        rec["versions"] = {"seqpe_git": commit, "seqpe_dirty": dirty}
+        write_json(path, rec)
+    [row] = report.aggregate(report.find_runs([tmp_path]))
+    assert row["checkouts"] == ["aaaaaaaaaa", "aaaaaaaaaa", "aaaaaaaaaa+edits"]
+    assert report.checkout_note([row]) == (
+        "Mixed code: the seeds of toyset sasrec-none (seeds 1, 2: aaaaaaaaaa; seed 3: aaaaaaaaaa+edits) were trained "
+        "from different seqpe checkouts (git commit, +edits: uncommitted changes). They are pooled because their "
+        "settings agree; if the code between them changed what a run computes, retrain the odd seeds from one "
+        "checkout.")
+    assert "Mixed code" in report.to_markdown([row])
+    row["checkouts"] = ["aaaaaaaaaa"] * 3
+    assert report.checkout_note([row]) is None
+
+
 def test_per_sample_tests_pair_the_common_seeds_only(tmp_path):
     """A baseline with seeds 1-3 against a configuration with seed 1 only: the per-sample tests compare
     seed 1 with seed 1 (a seed fixes data order, negatives and initialisation for both), and say so."""
