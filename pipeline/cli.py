@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import DataError, SeqpeError
+from .errors import DataError, ParamsError, SeqpeError
 
 
 class _Commands(typer.core.TyperGroup):
@@ -351,6 +351,13 @@ def evaluate(dataset: str,
     """Report the study grid's runs of DATASET: mean, std and 95% CI over seeds, tables and a figure."""
     from . import evaluate as stage
     from .report import print_tables
+    for text in overrides or []:          # evaluate reads finished runs: a training setting would change nothing
+        key = text.split("=", 1)[0].strip()
+        if key.split(".", 1)[0] in ("train", "models", "encodings"):
+            raise ParamsError(f"--set {text.strip()} sets how runs are trained, and `seqpe evaluate` reports runs "
+                              "already trained: it would be ignored",
+                              "train with it first (`seqpe train ... --set ...`, or params.yaml and `dvc repro`), "
+                              "then evaluate")
     summary = stage.run(dataset, _default("runs", dataset, runs), _default("reports", dataset, out, check=False),
                         _params(params, overrides), all_runs=all_runs, samples_dir=samples)
     if not quiet:
@@ -411,7 +418,6 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
               as_json: JsonOpt = False, quiet: QuietOpt = False):
     """Top-K items from a trained next-item run, for one session (--items) or a file of them (--input)."""
     from . import recommend as rec
-    from .errors import ParamsError
     if (items is None) == (input_file is None):
         raise ParamsError("give either --items (one session) or --input FILE (many)",
                           "e.g. seqpe recommend RUN --items 12,55,9 -k 10")

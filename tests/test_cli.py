@@ -288,3 +288,11 @@ def test_a_subfolder_of_a_project_is_told_its_params_yaml_is_not_read(tmp_path):
     for cwd in (project, tmp_path / "elsewhere"):              # the project's root, or no project at all
         proc = seqpe("datasets", "--json", cwd=cwd)
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("setting", ["train.lr=0.01", "models.sasrec.norm=post", "encodings.cape.pos_dim=4"])
+def test_evaluate_refuses_a_training_setting_it_would_ignore(tmp_path, setting):
+    """`evaluate --set train.lr=0.01` reported runs trained at another lr without a word."""
+    proc = seqpe("evaluate", "sample", str(tmp_path / "runs"), str(tmp_path / "out"), "--set", setting)
+    assert_one_line_error(proc, f"--set {setting} sets how runs are trained, and `seqpe evaluate` reports runs")
+    assert not (tmp_path / "out").exists()
