@@ -32,13 +32,21 @@
 #   content (their md5 is checked). Table 3 writes a small ratings_Books.csv-format file (seeded).
 #   Numbers on generated data are NOT comparable with the paper's; the report still shows both.
 #
-# Variables: DATA, OUT (default /tmp/cape; never inside the repo), SEEDS (default "1 2 3 4 5"),
+# Variables: TABLE (2 or 3, default 2), GENERATED (1: generated data; empty or 0: DATA's real files), DATA
+# (its files are not read once OUT has a dataset's samples), OUT (default /tmp/cape; never inside the
+# repo; absent, or made by an earlier run of this script, which marks it with OUT/.bench_cape: any other
+# existing folder is refused; a folder of a run from before the mark: touch OUT/.bench_cape), SEEDS
+# (default "1 2 3 4 5"),
 # DATASETS (default amazon_electronics kuaivideo; generated: sample_ctr sample_kuai), MODELS (default
 # din dien bst dmin sasrec_ctr), ENCODINGS (default none lpe rope cope cape; table 3: lpe rope cape),
 # BLOCKS (table 3, default 2 8 12 16), SET (more --set KEY=VALUE for every train, space-separated; they
 # win over the preset), GEN_SET (--set for generating/preparing the generated data).
+# Every variable and input is checked before anything is written; a bad one stops the script with one
+# line (exit 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+REPO=$(pwd -P)
+die() { echo "bench_cape.sh: $*" >&2; exit 2; }
 SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
 PY=$(dirname "$SEQPE")/python
 TABLE=${TABLE:-2}
@@ -46,8 +54,38 @@ GENERATED=${GENERATED:-}
 OUT=${OUT:-/tmp/cape}
 SEEDS=${SEEDS:-1 2 3 4 5}
 SET=${SET:-}
-[ -n "$GENERATED" ] || DATA=${DATA:?set DATA to the folder of the real files (see the header), or GENERATED=1}
-mkdir -p "$OUT/logs" "$OUT/report"
+case $TABLE in 2|3) ;; *) die "TABLE must be 2 or 3, got '$TABLE'" ;; esac
+case $GENERATED in
+  ""|0) GENERATED= ;;
+  1) ;;
+  *) die "GENERATED must be 1 (generated data) or empty / 0 (DATA's real files), got '$GENERATED'" ;;
+esac
+[ -n "$GENERATED" ] || [ -n "${DATA:-}" ] || die "set DATA to the folder of the real files (see the header), or GENERATED=1"
+[ -x "$SEQPE" ] && [ -x "$PY" ] || die "no seqpe and python at $(dirname "$SEQPE"): create the repo's .venv (README) or set SEQPE"
+OUT=$(realpath -m -- "$OUT")
+case $OUT/ in "$REPO"/*) die "OUT=$OUT lies inside the repository $REPO: name a folder outside it (default /tmp/cape)" ;; esac
+# OUT: absent or this script's (its .bench_cape mark): runs are added to a folder only this script made
+[ ! -e "$OUT" ] || [ -f "$OUT/.bench_cape" ] || die "$OUT exists and was not made by bench_cape.sh: \
+name another OUT (an earlier run's folder from before the mark: touch $OUT/.bench_cape)"
+# need DATASET PATH...: the real file behind DATASET is there (one of PATHs), unless OUT has its samples
+need() {
+  local ds=$1 f; shift
+  [ -f "$OUT/samples/$ds/manifest.json" ] && return
+  for f in "$@"; do [ -e "$f" ] && return; done
+  die "no $1 for $ds: set DATA to the folder holding it (see the header), or GENERATED=1"
+}
+if [ -z "$GENERATED" ] && [ "$TABLE" = 2 ]; then
+  for ds in ${DATASETS:-amazon_electronics kuaivideo}; do
+    case $ds in
+      amazon_electronics) need "$ds" "$DATA/AmazonElectronics_x1.zip" ;;
+      kuaivideo) need "$ds" "$DATA/KuaiVideo_x1.zip" "$DATA/KuaiVideo_x1" ;;
+      *) need "$ds" "$DATA" ;;
+    esac
+  done
+elif [ -z "$GENERATED" ]; then
+  need books_hllm "$DATA/ratings_Books.csv"
+fi
+mkdir -p "$OUT/logs" "$OUT/report"; touch "$OUT/.bench_cape"
 
 sets() { local kv; for kv in $1; do printf -- '--set\n%s\n' "$kv"; done; }
 mapfile -t TRAIN_SET < <(sets "$SET")

@@ -29,7 +29,8 @@
 #       # a reproduction script with PROFILE=gpu on the kit's samples (bench_posrec_000.sh: diginetica or
 #       # yoochoose_1_64; bench_stability.sh: beauty; bench_reproduction.sh with ONLY naming kit datasets).
 #       # The call stops the script and its runs after CALL_MINUTES (default 9, inside the tool's 10);
-#       # the runs stay in RUNS (default /tmp/bench_gpu_runs) while the machine is warm, and the same
+#       # the runs stay in RUNS (default /tmp/bench_gpu_runs, outside the repo; absent or made by an
+#       # earlier repro call, which marks it for itself and the script) while the machine is warm, and the same
 #       # call again goes on from each run's last finished epoch (its resume file); the call in which
 #       # everything finishes leaves the script's reports in $OUT, with its log and the queue log.
 #       carry: [".gpu/whl/core", ".gpu/samples/DATASET"], one dataset a call (two with Polars pass 64 MiB),
@@ -38,7 +39,7 @@
 # the epoch, so that speed bought with a broken model shows) and STEP.log to $OUT.
 #
 # Variables: KIT (default .gpu), OUT (default /tmp/bench_gpu), CONFIGS (epoch / posrec: lines of
-# "NAME seqpe-train-options...", replacing the step's own grid), DEVICE (default cuda; cpu runs a step's
+# "NAME seqpe-train-options...", replacing the step's own grid), DEVICE (cuda, the default, or cpu: cpu runs a step's
 # flow on the CPU with this environment's packages, as tests/test_bench_scripts.py does), PY (default
 # python3), SEQPE (default: PY -m pipeline.cli), THREADS (CPU threads per run, default 4 of the 16).
 set -euo pipefail
@@ -49,6 +50,7 @@ DEVICE=${DEVICE:-cuda}
 THREADS=${THREADS:-4}
 EPOCHS=${EPOCHS:-2}           # epoch / posrec: epochs a run; the first holds the GPU's warm-up (kernel loading, allocator growth)
 die() { echo "bench_gpu.sh: $*" >&2; exit 2; }
+case $DEVICE in cuda|cpu) ;; *) die "DEVICE must be cuda or cpu, got '$DEVICE'" ;; esac
 
 # ours DIR: DIR is absent or a folder this script made (its .bench_gpu mark), so it may be replaced;
 # anything else there is the user's, and the step stops before touching it
@@ -167,6 +169,7 @@ posrec-paper-fp32 --model posrec --encoding ldpe --layers 1 --dim 100 --batch-si
     done <<< "$PROFILES"
     tail -n 4 "$OUT"/profile_*.txt ;;
   epoch)
+    ours "$OUT/runs_epoch"      # before setup writes anything to OUT
     setup
     CONFIGS=${CONFIGS:-"b256-fp32-plain --set train.batch_size=256 --set train.precision=fp32 --set train.ce_impl=plain
 b256-bf16-plain --set train.batch_size=256 --set train.precision=bf16 --set train.ce_impl=plain
@@ -179,6 +182,7 @@ b8192-bf16-cce --set train.batch_size=8192 --set train.precision=bf16 --set trai
 b4096-fp32-plain-compile --set train.batch_size=4096 --set train.precision=fp32 --set train.ce_impl=plain --set train.compile=true"}
     train_grid epoch diginetica "$KIT/samples/diginetica" "--model sasrec --encoding lpe" ;;
   posrec)
+    ours "$OUT/runs_posrec"
     setup
     # (session 19 measured bf16 1.30x slower than fp32 at the paper's settings; its compile run did not finish)
     CONFIGS=${CONFIGS:-"paper-fp32 --set train.precision=fp32
@@ -202,13 +206,16 @@ b4096-fp32 --set train.precision=fp32 --set train.batch_size=4096"}
       bench_posrec_000.sh|bench_stability.sh|bench_reproduction.sh) ;;
       *) die "repro takes bench_posrec_000.sh, bench_stability.sh or bench_reproduction.sh, got '$script'" ;;
     esac
+    runs=$(realpath -m -- "${RUNS:-/tmp/bench_gpu_runs}")
+    case $runs/ in "$(pwd -P)"/*) die "RUNS=$runs lies inside the repository: name a folder outside it (default /tmp/bench_gpu_runs)" ;; esac
+    ours "$runs"                # made here, and marked for the script too (it adds to its OUT only when marked)
     setup
-    runs=${RUNS:-/tmp/bench_gpu_runs}; mkdir -p "$runs/samples"
+    mkdir -p "$runs/samples"; touch "$runs/.bench_gpu" "$runs/.${script%.sh}"
     for d in "$KIT"/samples/*/; do
       n=$(basename "$d"); [ -d "$runs/samples/$n" ] || cp -r "$d" "$runs/samples/$n"
     done
     # its own process group, so that the time limit stops every run it started (resume files stay)
-    setsid env DATA="$PWD/$KIT" OUT="$runs" PROFILE=gpu SEQPE="$BIN/seqpe" EXTRA="--set train.device=$DEVICE ${EXTRA:-}" \
+    setsid env DATA="$(realpath -- "$KIT")" OUT="$runs" PROFILE=gpu SEQPE="$BIN/seqpe" EXTRA="--set train.device=$DEVICE ${EXTRA:-}" \
         "${@:3}" bash "bench/$script" > "$OUT/${script%.sh}.log" 2>&1 &
     pid=$!
     sleep $((${CALL_MINUTES:-9} * 60)) > /dev/null 2>&1 &

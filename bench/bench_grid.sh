@@ -15,11 +15,14 @@
 # with every position predicting (003 Eq. 11), full ranking, selection of the epoch and of the
 # configuration on valid NDCG@10, test reported once per configuration.
 # Variables: DATA (required: the folder holding amazon-s3rec/Beauty.txt), OUT (default /tmp/grid;
-# never inside the repo; wiped first), JOBS (queue workers, default 1), EPOCHS_OVERRIDE (replaces the profile's:
-# EPOCHS_OVERRIDE=1 is a quick check that the flow works).
+# never inside the repo; replaced whole, so only when absent or made by an earlier run of this script,
+# which marks it with OUT/.bench_grid: any other existing folder is refused), JOBS (queue workers,
+# default 1), EPOCHS_OVERRIDE (replaces the profile's: EPOCHS_OVERRIDE=1 is a quick check that the flow
+# works). Every input is checked before OUT is touched; a bad one stops the script with one line (exit 2).
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
-DATA=${DATA:?set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)}
+REPO=$(cd "$(dirname "$0")/.." && pwd -P)
+die() { echo "bench_grid.sh: $*" >&2; exit 2; }
+[ -n "${DATA:-}" ] || die "set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)"
 OUT=${OUT:-/tmp/grid}
 PROFILE=${PROFILE:-cpu}
 JOBS=${JOBS:-1}
@@ -30,10 +33,26 @@ case $PROFILE in
   gpu) EPOCHS=200 PATIENCE=10 SEEDS="[1, 2, 3]"
        GRID=(-S 'train.lr=0.0005,0.001,0.002' -S 'train.dropout=0.2,0.5' -S 'train.dim=64,128'
              -S 'train.max_len=50,100' -S 'encodings.fparec.rank=20,40') ;;
-  *) echo "PROFILE must be cpu or gpu" >&2; exit 2 ;;
+  *) die "PROFILE must be cpu or gpu, got '$PROFILE'" ;;
 esac
+[[ $JOBS =~ ^[1-9][0-9]*$ ]] || die "JOBS must be a whole number of queue workers (1 or more), got '$JOBS'"
+[[ ${EPOCHS_OVERRIDE:-1} =~ ^[1-9][0-9]*$ ]] || die "EPOCHS_OVERRIDE must be a whole number of epochs (1 or more), got '$EPOCHS_OVERRIDE'"
 EPOCHS=${EPOCHS_OVERRIDE:-$EPOCHS}
-rm -rf "$OUT"; mkdir -p "$OUT"; cd "$OUT"
+# every input first: nothing under OUT is touched before they all check out
+DATA=$(realpath -m -- "$DATA")          # absolute: the script works from inside OUT
+[ -f "$DATA/amazon-s3rec/Beauty.txt" ] \
+  || die "no $DATA/amazon-s3rec/Beauty.txt: set DATA to the folder holding amazon-s3rec/Beauty.txt (pipeline/REFERENCE.md §8)"
+for tool in git dvc python; do
+  command -v "$tool" > /dev/null || die "no $tool on PATH (nor in $REPO/.venv/bin): install the repo (README) first"
+done
+OUT=$(realpath -m -- "$OUT")
+case $OUT/ in
+  "$REPO"/*) die "OUT=$OUT lies inside the repository $REPO: name a folder outside it (default /tmp/grid)" ;;
+esac
+# OUT is replaced whole: only a folder this script made (its .bench_grid mark) or none at all
+[ ! -e "$OUT" ] || [ -f "$OUT/.bench_grid" ] \
+  || die "$OUT exists and was not made by bench_grid.sh: name another OUT (or move that folder away)"
+rm -rf "$OUT"; mkdir -p "$OUT"; touch "$OUT/.bench_grid"; cd "$OUT"
 cp "$REPO/dvc.yaml" "$REPO/.gitignore" "$REPO/.dvcignore" .
 python - "$REPO/params.yaml" "$EPOCHS" "$PATIENCE" "$SEEDS" <<'PY'
 import sys, yaml
@@ -50,6 +69,7 @@ p["encodings"] = {"fparec": {"rank": 40}}
 yaml.safe_dump(p, open("params.yaml", "w"), sort_keys=False)
 PY
 git init -q -b main
+mkdir -p .git/info; echo /.bench_grid >> .git/info/exclude    # the mark stays out of the experiments' commits
 dvc init -q
 mkdir -p data/inbox && cp "$DATA/amazon-s3rec/Beauty.txt" data/inbox/
 dvc add -q data/inbox/Beauty.txt

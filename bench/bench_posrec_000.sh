@@ -15,33 +15,54 @@
 #                                             # 1 2), two queues of 1-thread runs side by side
 #
 # Variables: DATA (required: the folder holding yoochoose1_64-srgnn/ and diginetica-srgnn/; where to get
-# them: pipeline/REFERENCE.md §8), OUT (default /tmp/repro000; never inside the repo), SEEDS, EPOCHS,
-# DATASETS (default: both on gpu, yoochoose_1_64 on cpu), ENCODINGS (default: the eleven above), MODELS
+# them: pipeline/REFERENCE.md §8; a dataset's files are not read once OUT has its imported samples), OUT
+# (default /tmp/repro000; never inside the repo; absent, or made by an earlier run of this script, which
+# marks it with OUT/.bench_posrec_000: any other existing folder is refused; a folder of a run from before
+# the mark: touch OUT/.bench_posrec_000), SEEDS, EPOCHS, DATASETS (yoochoose_1_64 and/or diginetica;
+# default: both on gpu, yoochoose_1_64 on cpu), ENCODINGS (default: the eleven above), MODELS
 # (default "posrec stamp sasrec"; "stamp sasrec" runs Table 3 alone), EXTRA (more `seqpe train` options,
 # appended last to every run). Afterwards:
 #   seqpe report $OUT/runs/DS --baseline posrec-none --out $OUT/figs_DS.md
+# Every variable and input is checked before anything is written; a bad one stops the script with one
+# line (exit 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+REPO=$(pwd -P)
+die() { echo "bench_posrec_000.sh: $*" >&2; exit 2; }
 SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
-DATA=${DATA:?set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)}
+[ -n "${DATA:-}" ] || die "set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)"
 OUT=${OUT:-/tmp/repro000}
 PROFILE=${PROFILE:-cpu}
 case $PROFILE in
   cpu) SEEDS=${SEEDS:-1 2}; EPOCHS=${EPOCHS:-1}; DATASETS=${DATASETS:-yoochoose_1_64} ;;
   gpu) SEEDS=${SEEDS:-1 2 3}; EPOCHS=${EPOCHS:-}; DATASETS=${DATASETS:-yoochoose_1_64 diginetica} ;;
-  *) echo "PROFILE must be cpu or gpu, got '$PROFILE'" >&2; exit 2 ;;
+  *) die "PROFILE must be cpu or gpu, got '$PROFILE'" ;;
 esac
 ENCODINGS=${ENCODINGS:-none ldpe dpe lpe lrpe spe rspe aspe alpe 2dspe 2dlpe}
 MODELS=${MODELS:-posrec stamp sasrec}
 read -r -a extra <<< "${EXTRA:-}"
 for m in $MODELS; do
-  case $m in posrec|stamp|sasrec) ;; *) echo "MODELS takes posrec, stamp and sasrec, got '$m'" >&2; exit 2 ;; esac
+  case $m in posrec|stamp|sasrec) ;; *) die "MODELS takes posrec, stamp and sasrec, got '$m'" ;; esac
 done
-mkdir -p "$OUT/logs"
+[ -n "${DATASETS// /}" ] || die "DATASETS is empty: name yoochoose_1_64 and/or diginetica"
+for ds in $DATASETS; do
+  case $ds in yoochoose_1_64|diginetica) ;; *) die "DATASETS takes yoochoose_1_64 and diginetica, got '$ds'" ;; esac
+done
+[ -x "$SEQPE" ] || die "no seqpe at $SEQPE: create the repo's .venv (README) or set SEQPE"
+OUT=$(realpath -m -- "$OUT")
+case $OUT/ in "$REPO"/*) die "OUT=$OUT lies inside the repository $REPO: name a folder outside it (default /tmp/repro000)" ;; esac
+# OUT: absent or this script's (its .bench_posrec_000 mark): runs are added to a folder only this script made
+[ ! -e "$OUT" ] || [ -f "$OUT/.bench_posrec_000" ] || die "$OUT exists and was not made by bench_posrec_000.sh: \
+name another OUT (an earlier run's folder from before the mark: touch $OUT/.bench_posrec_000)"
+srgnn() { if [ "$1" = yoochoose_1_64 ]; then echo yoochoose1_64-srgnn; else echo "$1-srgnn"; fi; }   # DATA's folder
+for ds in $DATASETS; do
+  [ -f "$OUT/samples/$ds/manifest.json" ] || [ -d "$DATA/$(srgnn "$ds")" ] \
+    || die "no $DATA/$(srgnn "$ds")/: set DATA to the folder holding the canonical SR-GNN files (pipeline/REFERENCE.md §8)"
+done
+mkdir -p "$OUT/logs"; touch "$OUT/.bench_posrec_000"
 
 for ds in $DATASETS; do
-  src=$ds-srgnn; [ "$ds" = yoochoose_1_64 ] && src=yoochoose1_64-srgnn
-  [ -f "$OUT/samples/$ds/manifest.json" ] || "$SEQPE" import "$ds" "$DATA/$src" --format srgnn \
+  [ -f "$OUT/samples/$ds/manifest.json" ] || "$SEQPE" import "$ds" "$DATA/$(srgnn "$ds")" --format srgnn \
       --sessions "$OUT/sessions/$ds" --samples "$OUT/samples/$ds" --quiet
 done
 

@@ -22,37 +22,65 @@
 # gpu and paper also train SASRec and FPARec on the three Amazon sets with the one-negative BCE
 # objective (`train.loss=bce`, SASRec's own; run folders tagged `bce`) for a fixed 200 epochs, next to the CE rows.
 # Variables: DATA (required: the folder holding diginetica-srgnn/, yoochoose1_64-srgnn/ and
-# amazon-s3rec/ with the canonical files; where to get them: pipeline/REFERENCE.md §8), OUT (default /tmp/repro; never
-# inside the repo), SEEDS (default "1"), ONLY ("beauty:sasrec diginetica:posrec ..." subset; only
-# the datasets it names are imported, so only their files are needed), EXTRA (more `seqpe train`
-# options, appended last to every run).
+# amazon-s3rec/ with the canonical files; where to get them: pipeline/REFERENCE.md §8; a dataset's files
+# are not read once OUT has its imported samples), PROFILE (cpu, gpu or paper; default cpu), OUT (default
+# /tmp/repro; never inside the repo; absent, or made by an earlier run of this script, which marks it with
+# OUT/.bench_reproduction: any other existing folder is refused; a folder of a run from before the mark:
+# touch OUT/.bench_reproduction), SEEDS (default "1"), ONLY ("beauty:sasrec diginetica:posrec ..." subset
+# of the DATASET:MODEL pairs above; only the datasets it names are imported, so only their files are
+# needed), EXTRA (more `seqpe train` options, appended last to every run).
+# Every variable and input is checked before anything is written; a bad one stops the script with one
+# line (exit 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+REPO=$(pwd -P)
+die() { echo "bench_reproduction.sh: $*" >&2; exit 2; }
 SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
-DATA=${DATA:?set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)}
+[ -n "${DATA:-}" ] || die "set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)"
 OUT=${OUT:-/tmp/repro}
 SEEDS=${SEEDS:-1}
 PROFILE=${PROFILE:-cpu}
 ONLY=${ONLY:-}
 read -r -a extra <<< "${EXTRA:-}"
-mkdir -p "$OUT/logs"
+case $PROFILE in
+  cpu|gpu|paper) ;;
+  *) die "PROFILE must be cpu, gpu or paper, got '$PROFILE'" ;;
+esac
+# every DATASET:MODEL pair the queues below train
+PAIRS="diginetica:posrec yoochoose_1_64:posrec diginetica:sasrec yoochoose_1_64:sasrec beauty:sasrec beauty:fparec \
+toys:sasrec toys:fparec sports:sasrec sports:fparec"
+for p in $ONLY; do
+  [[ " $PAIRS " == *" $p "* ]] || die "ONLY takes DATASET:MODEL pairs of $PAIRS; got '$p'"
+done
+[ -x "$SEQPE" ] || die "no seqpe at $SEQPE: create the repo's .venv (README) or set SEQPE"
+OUT=$(realpath -m -- "$OUT")
+case $OUT/ in "$REPO"/*) die "OUT=$OUT lies inside the repository $REPO: name a folder outside it (default /tmp/repro)" ;; esac
+# OUT: absent or this script's (its .bench_reproduction mark): runs are added to a folder only this script made
+[ ! -e "$OUT" ] || [ -f "$OUT/.bench_reproduction" ] || die "$OUT exists and was not made by bench_reproduction.sh: \
+name another OUT (an earlier run's folder from before the mark: touch $OUT/.bench_reproduction)"
 
 wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1:"* ]]; }   # wanted DATASET: ONLY names it (or is empty)
 
+# each dataset ONLY wants: NAME, FORMAT, its file or folder under DATA
+SOURCES="beauty sasrec amazon-s3rec/Beauty.txt
+toys sasrec amazon-s3rec/Toys_and_Games.txt
+sports sasrec amazon-s3rec/Sports_and_Outdoors.txt
+diginetica srgnn diginetica-srgnn
+yoochoose_1_64 srgnn yoochoose1_64-srgnn"
+while read -r n fmt f; do
+  wanted "$n" || continue
+  [ -f "$OUT/samples/$n/manifest.json" ] || [ -e "$DATA/$f" ] \
+    || die "no $DATA/$f (for $n): set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8), or leave $n out with ONLY"
+done <<< "$SOURCES"
+mkdir -p "$OUT/logs"; touch "$OUT/.bench_reproduction"
+
 import_all() {
-  local n f
-  for pair in beauty:Beauty toys:Toys_and_Games sports:Sports_and_Outdoors; do
-    n=${pair%%:*}; f=${pair##*:}
+  local n fmt f
+  while read -r n fmt f; do
     wanted "$n" || continue
-    [ -f "$OUT/samples/$n/manifest.json" ] || "$SEQPE" import "$n" "$DATA/amazon-s3rec/$f.txt" --format sasrec \
+    [ -f "$OUT/samples/$n/manifest.json" ] || "$SEQPE" import "$n" "$DATA/$f" --format "$fmt" \
         --sessions "$OUT/sessions/$n" --samples "$OUT/samples/$n" --quiet
-  done
-  for pair in diginetica:diginetica-srgnn yoochoose_1_64:yoochoose1_64-srgnn; do
-    n=${pair%%:*}; f=${pair##*:}
-    wanted "$n" || continue
-    [ -f "$OUT/samples/$n/manifest.json" ] || "$SEQPE" import "$n" "$DATA/$f" --format srgnn \
-        --sessions "$OUT/sessions/$n" --samples "$OUT/samples/$n" --quiet
-  done
+  done <<< "$SOURCES"
 }
 
 # train DATASET MODEL CPU_EPOCHS CPU_PATIENCE GPU_EPOCHS GPU_PATIENCE [extra seqpe args...]
@@ -103,13 +131,11 @@ queue_bce() {   # 003 Table 3 with SASRec's own objective (one sampled negative 
 }
 
 import_all
-if [ "$PROFILE" = cpu ]; then
-  queue_a & queue_b & wait
-elif [ "$PROFILE" = gpu ]; then
-  queue_a; queue_b; queue_bce; wait       # every train call started its seeds in the background
-else
-  queue_a; queue_b; queue_bce
-fi
+case $PROFILE in
+  cpu) queue_a & queue_b & wait ;;
+  gpu) queue_a; queue_b; queue_bce; wait ;;      # every train call started its seeds in the background
+  paper) queue_a; queue_b; queue_bce ;;
+esac
 
 # test metrics (x100) of every run folder
 "$(dirname "$SEQPE")/python" - "$OUT/runs" <<'PY'

@@ -26,15 +26,22 @@
 #           the id table, residual cross-attention. cpu: lr 1e-3, dropout 0.2, 3 epochs, no early
 #           stopping (~70 min as two queues; not converged). gpu: the preset's lr 1e-4, dropout 0.5 and
 #           1,801 epochs (CARCA's Beauty schedule: long; add e.g. EXTRA="--set train.patience=20").
-# Variables: DATA (required: the folder holding amazon-s3rec/Beauty.txt), OUT (default
-# /tmp/stability; never inside the repo), MODEL (sasrec | carca), SEEDS (default "42 43 44 45 46"),
+# Variables: DATA (required: the folder holding amazon-s3rec/Beauty.txt; not read once OUT has the
+# imported samples), OUT (default /tmp/stability; never inside the repo; absent, or made by an earlier run
+# of this script, which marks it with OUT/.bench_stability: any other existing folder is refused; a
+# folder of a run from before the mark: touch OUT/.bench_stability), MODEL (sasrec | carca), SEEDS
+# (default "42 43 44 45 46"),
 # ENCODINGS (default: cpu none, abs, learnt, rotatory, rope, rope_one, rmha; gpu those and abs_con,
 # learnt_con, rotatory_con), EXTRA (more `seqpe train` options, appended last; e.g. the +Con start
 # ablation of session 18: EXTRA="--set encodings.none_con.init=identity --tag idinit").
+# Every variable and input is checked before anything is written; a bad one stops the script with one
+# line (exit 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+REPO=$(pwd -P)
+die() { echo "bench_stability.sh: $*" >&2; exit 2; }
 SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
-DATA=${DATA:?set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)}
+[ -n "${DATA:-}" ] || die "set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)"
 OUT=${OUT:-/tmp/stability}
 SEEDS=${SEEDS:-42 43 44 45 46}
 PROFILE=${PROFILE:-cpu}
@@ -51,14 +58,22 @@ case $PROFILE/$MODEL in
   cpu/carca) args+=(--set train.lr=0.001 --set train.dropout=0.2 --set train.epochs=3) ;;
   gpu/sasrec) args+=(--set train.patience=0) ;;
   gpu/carca) ;;
-  */sasrec|*/carca) echo "PROFILE must be cpu or gpu" >&2; exit 2 ;;
-  *) echo "MODEL must be sasrec or carca" >&2; exit 2 ;;
+  */sasrec|*/carca) die "PROFILE must be cpu or gpu, got '$PROFILE'" ;;
+  *) die "MODEL must be sasrec or carca, got '$MODEL'" ;;
 esac
 read -r -a extra <<< "${EXTRA:-}"
 args+=(${extra[@]+"${extra[@]}"})
 seeds=(); for s in $SEEDS; do seeds+=(--seed "$s"); done
+[ -x "$SEQPE" ] || die "no seqpe at $SEQPE: create the repo's .venv (README) or set SEQPE"
+OUT=$(realpath -m -- "$OUT")
+case $OUT/ in "$REPO"/*) die "OUT=$OUT lies inside the repository $REPO: name a folder outside it (default /tmp/stability)" ;; esac
+# OUT: absent or this script's (its .bench_stability mark): runs are added to a folder only this script made
+[ ! -e "$OUT" ] || [ -f "$OUT/.bench_stability" ] || die "$OUT exists and was not made by bench_stability.sh: \
+name another OUT (an earlier run's folder from before the mark: touch $OUT/.bench_stability)"
+[ -f "$OUT/samples/beauty/manifest.json" ] || [ -f "$DATA/amazon-s3rec/Beauty.txt" ] \
+  || die "no $DATA/amazon-s3rec/Beauty.txt: set DATA to the folder holding amazon-s3rec/Beauty.txt (pipeline/REFERENCE.md §8)"
 
-mkdir -p "$OUT/logs"
+mkdir -p "$OUT/logs"; touch "$OUT/.bench_stability"
 [ -f "$OUT/samples/beauty/manifest.json" ] || "$SEQPE" import beauty "$DATA/amazon-s3rec/Beauty.txt" \
     --format sasrec --sessions "$OUT/sessions/beauty" --samples "$OUT/samples/beauty" --quiet
 

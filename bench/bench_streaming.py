@@ -20,6 +20,10 @@ wrapping those functions, and samples its RSS every 0.2 s by pass (a sampled pea
 spike shorter than that: /usr/bin/time's figure is the true peak); the disk the run uses at its peak
 (output + scratch, the files under `--dir` outside the raw folder) is sampled every 0.5 s.
 Prints Markdown tables and writes results-<dataset>-x<scale>.json into `--dir`.
+
+Folders under `--dir` are replaced and removed, so `--dir` is never inside the repository and is either
+absent or made by an earlier run of this script (its .bench_streaming mark); any other existing folder
+is refused before anything is written (a folder of a run from before the mark: touch DIR/.bench_streaming).
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ from pathlib import Path
 import polars as pl
 
 ROOT = Path(__file__).resolve().parent
+MARK = ".bench_streaming"   # in --dir: this script made it, so what it holds may be replaced
 sys.path.insert(0, str(ROOT))
 from bench_sessions import make_yoochoose  # noqa: E402
 
@@ -159,7 +164,17 @@ def main() -> None:
     paths = [p for p in args.paths.split(",") if p]
     if not set(paths) <= {"memory", "streaming"}:
         raise SystemExit("--paths takes memory and/or streaming")
-    work = args.dir
+    if args.scale < 1:
+        raise SystemExit(f"--scale must be 1 or more, got {args.scale}")
+    work, repo = args.dir.resolve(), ROOT.parent
+    if work == repo or repo in work.parents:
+        raise SystemExit(f"--dir {work} lies inside the repository {repo}: name a folder outside it "
+                         "(default /tmp/seqpe-bench-streaming)")
+    if work.exists() and not (work / MARK).is_file():
+        raise SystemExit(f"--dir {work} exists and was not made by bench_streaming.py: name another folder "
+                         f"(an earlier run's from before the mark: touch {work / MARK})")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / MARK).touch()
     raw = work / f"raw-x{args.scale}"
     raw.mkdir(parents=True, exist_ok=True)
     print(machine())

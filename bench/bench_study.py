@@ -9,6 +9,11 @@ Per round, in one run (so both sides see the same machine load):
          same order (its "> cmd" lines), with the same arguments
 Reports both wall times and their ratio (dvc / hand): the cost of DVC's hashing, locking and
 checkout on top of seqpe's own work. The seqpe used is the one on PATH (this venv).
+
+--work's dvc/ and hand/ are replaced every round, so --work is never inside the repository and is
+either absent or made by an earlier run of this script (its .bench_study mark); any other existing
+folder is refused before anything is written (a folder of a run from before the mark: touch
+WORK/.bench_study).
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+MARK = ".bench_study"       # in --work: this script made it, so its dvc/ and hand/ may be replaced
 
 
 def env() -> dict:
@@ -52,13 +58,31 @@ def stage_commands(repro_stdout: str) -> list[str]:
     return [line[2:].strip() for line in repro_stdout.splitlines() if line.startswith("> ")]
 
 
+def check(args) -> None:
+    """Every input before anything is written: one line and exit 1 on the first bad one."""
+    args.repo, args.work = args.repo.resolve(), args.work.resolve()
+    if not (args.repo / ".git").exists() or not (args.repo / "dvc.yaml").is_file():
+        raise SystemExit(f"--repo {args.repo} is not a git checkout of seqpe (no .git or dvc.yaml): "
+                         "name the repository")
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds must be 1 or more, got {args.rounds}")
+    if args.work == args.repo or args.repo in args.work.parents:
+        raise SystemExit(f"--work {args.work} lies inside the repository {args.repo}: name a folder outside it "
+                         "(default /tmp/seqpe-study-bench)")
+    if args.work.exists() and not (args.work / MARK).is_file():
+        raise SystemExit(f"--work {args.work} exists and was not made by bench_study.py: name another folder "
+                         f"(an earlier run's from before the mark: touch {args.work / MARK})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
     ap.add_argument("--work", type=Path, default=Path("/tmp/seqpe-study-bench"))
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
+    check(args)
     args.work.mkdir(parents=True, exist_ok=True)
+    (args.work / MARK).touch()
     rows = []
     for r in range(args.rounds):
         clone = fresh(args.repo, args.work / "dvc")

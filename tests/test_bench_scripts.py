@@ -235,3 +235,129 @@ def test_train_bench_counts_ops_and_profiles_a_posrec_step(canonical, tmp_path):
                        r"([\d.]+) without the early exit \(the GPU path\), ([\d.]+) with it", proc.stdout)
     assert graphs and float(graphs[3]) >= float(graphs[4]) > 0, proc.stdout[-3000:]
     assert "profile (2 steps): wall" in proc.stdout and "| posrec-ldpe |" in proc.stdout
+
+
+def _one_line(proc: subprocess.CompletedProcess) -> bool:
+    return proc.stderr.strip() != "" and len(proc.stderr.strip().splitlines()) == 1
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """{relative path: text} of every file under root: what a refused script must leave as it was."""
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _beauty(root: Path, text: str = "1 2 3 4\n2 3 4 5\n") -> Path:
+    """A DATA folder holding only amazon-s3rec/Beauty.txt (`text`)."""
+    (root / "amazon-s3rec").mkdir(parents=True)
+    (root / "amazon-s3rec" / "Beauty.txt").write_text(text)
+    return root
+
+
+@pytest.mark.parametrize("data", ["missing", "there"])
+def test_grid_never_touches_a_users_out(tmp_path, data):
+    """bench_grid.sh replaces OUT whole: a DATA without Beauty.txt stops it before OUT is touched, and an
+    existing folder it did not make (no .bench_grid mark) is refused even with good inputs."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    src = tmp_path / "nonexistent" if data == "missing" else _beauty(tmp_path / "data")
+    proc = bench("bench_grid.sh", cwd=tmp_path, DATA=str(src), OUT=str(mine), EPOCHS_OVERRIDE="1")
+    assert proc.returncode == 2 and _one_line(proc), proc.stderr
+    words = "amazon-s3rec/Beauty.txt" if data == "missing" else "was not made by bench_grid.sh"
+    assert words in proc.stderr
+    assert _tree(mine) == {"thesis.tex": "years of work"}
+
+
+def test_grid_refuses_an_out_inside_the_repo(tmp_path):
+    out = ROOT / "data" / ".." / "bench-grid-test-out"          # the repo, reached through `..`
+    src = _beauty(tmp_path / "data", "not a sasrec line\n")     # should the check go, the import fails fast
+    try:
+        proc = bench("bench_grid.sh", cwd=tmp_path, DATA=str(src), OUT=str(out), EPOCHS_OVERRIDE="1")
+        assert proc.returncode == 2 and _one_line(proc), proc.stderr
+        assert "lies inside the repository" in proc.stderr and not out.exists()
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_grid_replaces_an_out_it_made_earlier(tmp_path):
+    """An OUT with the .bench_grid mark is an earlier run's: replaced whole (the mark kept for the next
+    run). Beauty.txt's content is only read by the import stage inside `dvc repro`, so a malformed file
+    stops the script right after the replacement."""
+    out = tmp_path / "grid"
+    out.mkdir()
+    (out / ".bench_grid").touch()
+    (out / "stale.txt").write_text("from the last run")
+    src = _beauty(tmp_path / "data", "1 2 3\n7\n")             # user 7 has no items
+    proc = bench("bench_grid.sh", cwd=tmp_path, DATA=str(src), OUT=str(out), EPOCHS_OVERRIDE="1")
+    assert proc.returncode != 0 and "has a user but no items" in proc.stderr, proc.stderr[-2000:]
+    assert not (out / "stale.txt").exists() and (out / ".bench_grid").is_file()
+    assert (out / "dvc.yaml").is_file() and (out / "data" / "inbox" / "Beauty.txt").read_text() == "1 2 3\n7\n"
+    assert "/.bench_grid" in (out / ".git" / "info" / "exclude").read_text().splitlines()   # not in git's commits
+
+
+@pytest.mark.parametrize("script, env, words", [
+    ("bench_reproduction.sh", {"PROFILE": "CPU"}, "PROFILE must be cpu, gpu or paper"),
+    ("bench_reproduction.sh", {"ONLY": "beauty:sasrec beauty:bert4rec"}, "ONLY takes DATASET:MODEL pairs"),
+    ("bench_posrec_000.sh", {"DATASETS": "yoochoose"}, "DATASETS takes yoochoose_1_64 and diginetica"),
+    ("bench_stability.sh", {"MODEL": "bert4rec"}, "MODEL must be sasrec or carca"),
+    ("bench_cape.sh", {"TABLE": "4", "GENERATED": "1"}, "TABLE must be 2 or 3"),
+    ("bench_cape.sh", {"GENERATED": "yes"}, "GENERATED must be 1"),
+    ("bench_grid.sh", {"PROFILE": "CPU"}, "PROFILE must be cpu or gpu"),
+    ("bench_grid.sh", {"JOBS": "two"}, "JOBS must be a whole number"),
+])
+def test_unknown_setting_is_one_line_before_any_work(tmp_path, script, env, words):
+    """An unknown value is refused, never read as some default profile (PROFILE=CPU once ran `paper`)."""
+    out = tmp_path / "out"
+    proc = bench(script, cwd=tmp_path, DATA=str(_beauty(tmp_path / "data")), OUT=str(out), **env)
+    assert proc.returncode == 2 and _one_line(proc), proc.stderr
+    assert words in proc.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("script, env", [("bench_stability.sh", {}), ("bench_posrec_000.sh", {}),
+                                         ("bench_reproduction.sh", {"ONLY": "beauty:sasrec"}),
+                                         ("bench_cape.sh", {"TABLE": "3"})])
+def test_reproduction_scripts_add_only_to_an_out_they_made(tmp_path, script, env):
+    """OUT is outside the repo and absent or marked by the script (.bench_NAME): a user's folder is left
+    as it was; once marked (an earlier run's), the script goes on to check DATA, still writing nothing."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    src = tmp_path / "nonexistent"
+    proc = bench(script, cwd=tmp_path, DATA=str(src), OUT=str(mine), **env)
+    assert proc.returncode == 2 and _one_line(proc), proc.stderr
+    assert f"was not made by {script}" in proc.stderr and _tree(mine) == {"thesis.tex": "years of work"}
+    mark = f".{script.removesuffix('.sh')}"
+    (mine / mark).touch()
+    proc = bench(script, cwd=tmp_path, DATA=str(src), OUT=str(mine), **env)
+    assert proc.returncode == 2 and _one_line(proc) and f"no {src}/" in proc.stderr, proc.stderr
+    assert _tree(mine) == {"thesis.tex": "years of work", mark: ""}
+    inside = ROOT / "data" / ".." / "bench-test-out"
+    proc = bench(script, cwd=tmp_path, DATA=str(src), OUT=str(inside), **env)
+    assert proc.returncode == 2 and _one_line(proc) and "lies inside the repository" in proc.stderr, proc.stderr
+    assert not inside.exists()
+
+
+def test_gpu_kit_repro_refuses_a_runs_folder_it_did_not_make(tmp_path):
+    (runs := tmp_path / "runs").mkdir()
+    (runs / "notes.txt").write_text("mine")
+    proc = bench("bench_gpu.sh", "repro", "bench_posrec_000.sh", cwd=tmp_path, KIT=str(tmp_path / "kit"),
+                 OUT=str(tmp_path / "out"), RUNS=str(runs), DEVICE="cpu")
+    assert proc.returncode == 2 and _one_line(proc) and "was not made by bench_gpu.sh" in proc.stderr, proc.stderr
+    assert _tree(runs) == {"notes.txt": "mine"} and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("script, flag", [("bench_study.py", "--work"), ("bench_streaming.py", "--dir")])
+def test_python_benches_never_replace_a_folder_they_did_not_make(tmp_path, script, flag):
+    """bench_study.py replaces --work's dvc/ and hand/, bench_streaming.py folders under --dir: a user's
+    folder holding such names is refused before anything is written, as is one inside the repo."""
+    mine = tmp_path / "mine"
+    for name in ("dvc", "hand", "raw-x1", "yoochoose-x1-memory"):
+        (mine / name).mkdir(parents=True)
+        (mine / name / "notes.txt").write_text("mine")
+    proc = bench(script, flag, str(mine), cwd=tmp_path)
+    assert proc.returncode == 1 and _one_line(proc) and f"was not made by {script}" in proc.stderr, proc.stderr
+    assert set(_tree(mine).values()) == {"mine"} and len(_tree(mine)) == 4
+    inside = ROOT / "data" / ".." / "bench-test-out"
+    proc = bench(script, flag, str(inside), cwd=tmp_path)
+    assert proc.returncode == 1 and _one_line(proc) and "lies inside the repository" in proc.stderr, proc.stderr
+    assert not inside.exists()
