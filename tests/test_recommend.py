@@ -21,12 +21,12 @@ from pipeline.errors import DataError, ParamsError
 from pipeline.io import read_json, write_json
 from pipeline.params import Params, SampleParams
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """(root, run folder, sessions folder) of a 2-epoch SASRec (dim 16) on a 400-session sample."""
+    """(root, run folder, sessions folder) of a 2-epoch SASRec (dim 16) on a 400-session sample. The CLI runs
+    from root: from the repo it would find a `dvc repro`'s data/sessions/sample and map ids through it."""
     root = tmp_path_factory.mktemp("rec")
     sample = SampleParams(sessions=400, items=120)
     p = Params()
@@ -59,12 +59,12 @@ def test_top_k_is_the_model_ranking_and_the_cli_agrees(trained):
     assert top.items[0].tolist() == [i for i, _ in expected]
     np.testing.assert_allclose(top.scores[0], [s for _, s in expected], rtol=1e-6)
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items", "3,5,9", "-k", "10",
-                           "--json"], cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, COLUMNS="80"))
+                           "--json"], cwd=trained[0], capture_output=True, text=True, env=dict(os.environ, COLUMNS="80"))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [r["rank"] for r in out] == list(range(1, 11)) and [r["item"] for r in out] == top.items[0].tolist()
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items", "3 5 9", "-k", "3"],
-                          cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, COLUMNS="80"))
+                          cwd=trained[0], capture_output=True, text=True, env=dict(os.environ, COLUMNS="80"))
     assert proc.returncode == 0 and str(top.items[0][0]) in proc.stdout and "score" in proc.stdout
 
 
@@ -148,13 +148,13 @@ def test_refusals_are_one_line_errors(trained, tmp_path):
     write_json(ctr / "run.json", {**read_json(run / "run.json"), "task": "ctr", "protocol": "ctr", "model": "din"})
     with pytest.raises(DataError, match="is a CTR run .* recommend ranks items"):
         recommend.load_run(ctr)
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(ctr), "--items", "1"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(ctr), "--items", "1"], cwd=trained[0],
                           capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 1 and len(lines) == 1 and "recommend ranks items" in lines[0]
     for typo in ("3,,9", "3,5,", " "):                            # a gap is a left-out item, not a separator
         proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items", typo],
-                              cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
+                              cwd=trained[0], capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 1 and len(lines) == 1 and f"--items {typo!r}" in lines[0], proc.stderr
     assert recommend.parse_ids(" 3 , 5;9  12") == ["3", "5", "9", "12"]
@@ -177,7 +177,7 @@ def test_the_output_file_is_checked_before_any_scoring(trained, tmp_path):
              (["--items", "1,2", "--drop-unknown"], "--drop-unknown applies to raw ids"),     # was ignored
              (["--items", "1,2", "--batch-size", "0"], "--batch-size 0 is not positive"))    # was accepted
     for args, *fragments in cases:
-        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), *args], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), *args], cwd=trained[0],
                               capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 1 and len(lines) == 1, proc.stderr
@@ -205,7 +205,7 @@ def test_a_damaged_checkpoint_is_a_one_line_error(trained, tmp_path, damage):
         recommend.load_run(bad)
     for args in (["recommend", str(bad), "--items", "1,2"],
                  ["encodings", "inspect", "lpe", "--lengths", "5", "--run", str(bad), "--out", str(tmp_path / "f")]):
-        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=ROOT, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=trained[0], capture_output=True, text=True,
                               env=dict(os.environ, COLUMNS="200"))
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 1 and len(lines) == 1 and fragment in lines[0], proc.stderr
@@ -226,7 +226,7 @@ def test_ids_that_are_not_integers_are_refused_not_truncated(trained, tmp_path):
     assert model.recommend([[1.0, 2.0]], k=3).items.tolist() == base.items.tolist()
     pl.DataFrame({"items": [[1.9, 2.7]], "session_id": [10]}).write_parquet(tmp_path / "f.parquet")
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--input",
-                           str(tmp_path / "f.parquet"), "--out", str(tmp_path / "o.parquet")], cwd=ROOT,
+                           str(tmp_path / "f.parquet"), "--out", str(tmp_path / "o.parquet")], cwd=trained[0],
                           capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 1 and len(lines) == 1 and "item id '1.9' is not an integer" in lines[0], proc.stderr
