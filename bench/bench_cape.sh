@@ -62,11 +62,9 @@ case $GENERATED in
 esac
 [ -n "$GENERATED" ] || [ -n "${DATA:-}" ] || die "set DATA to the folder of the real files (see the header), or GENERATED=1"
 [ -x "$SEQPE" ] && [ -x "$PY" ] || die "no seqpe and python at $(dirname "$SEQPE"): create the repo's .venv (README) or set SEQPE"
-OUT=$(realpath -m -- "$OUT")
-case $OUT/ in "$REPO"/*) die "OUT=$OUT lies inside the repository $REPO: name a folder outside it (default /tmp/cape)" ;; esac
 # OUT: absent or this script's (its .bench_cape mark): runs are added to a folder only this script made
-[ ! -e "$OUT" ] || [ -f "$OUT/.bench_cape" ] || die "$OUT exists and was not made by bench_cape.sh: \
-name another OUT (an earlier run's folder from before the mark: touch $OUT/.bench_cape)"
+# shellcheck source=bench/claim_out.sh
+. "$REPO/bench/claim_out.sh"; claim_out cape /tmp/cape
 # need DATASET PATH...: the real file behind DATASET is there (one of PATHs), unless OUT has its samples
 need() {
   local ds=$1 f; shift

@@ -49,11 +49,9 @@ for ds in $DATASETS; do
   case $ds in yoochoose_1_64|diginetica) ;; *) die "DATASETS takes yoochoose_1_64 and diginetica, got '$ds'" ;; esac
 done
 [ -x "$SEQPE" ] || die "no seqpe at $SEQPE: create the repo's .venv (README) or set SEQPE"
-OUT=$(realpath -m -- "$OUT")
-case $OUT/ in "$REPO"/*) die "OUT=$OUT lies inside the repository $REPO: name a folder outside it (default /tmp/repro000)" ;; esac
 # OUT: absent or this script's (its .bench_posrec_000 mark): runs are added to a folder only this script made
-[ ! -e "$OUT" ] || [ -f "$OUT/.bench_posrec_000" ] || die "$OUT exists and was not made by bench_posrec_000.sh: \
-name another OUT (an earlier run's folder from before the mark: touch $OUT/.bench_posrec_000)"
+# shellcheck source=bench/claim_out.sh
+. "$REPO/bench/claim_out.sh"; claim_out posrec_000 /tmp/repro000
 srgnn() { if [ "$1" = yoochoose_1_64 ]; then echo yoochoose1_64-srgnn; else echo "$1-srgnn"; fi; }   # DATA's folder
 for ds in $DATASETS; do
   [ -f "$OUT/samples/$ds/manifest.json" ] || [ -d "$DATA/$(srgnn "$ds")" ] \

@@ -53,11 +53,9 @@ for p in $ONLY; do
   [[ " $PAIRS " == *" $p "* ]] || die "ONLY takes DATASET:MODEL pairs of $PAIRS; got '$p'"
 done
 [ -x "$SEQPE" ] || die "no seqpe at $SEQPE: create the repo's .venv (README) or set SEQPE"
-OUT=$(realpath -m -- "$OUT")
-case $OUT/ in "$REPO"/*) die "OUT=$OUT lies inside the repository $REPO: name a folder outside it (default /tmp/repro)" ;; esac
 # OUT: absent or this script's (its .bench_reproduction mark): runs are added to a folder only this script made
-[ ! -e "$OUT" ] || [ -f "$OUT/.bench_reproduction" ] || die "$OUT exists and was not made by bench_reproduction.sh: \
-name another OUT (an earlier run's folder from before the mark: touch $OUT/.bench_reproduction)"
+# shellcheck source=bench/claim_out.sh
+. "$REPO/bench/claim_out.sh"; claim_out reproduction /tmp/repro
 
 wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1:"* ]]; }   # wanted DATASET: ONLY names it (or is empty)
 

@@ -65,11 +65,9 @@ read -r -a extra <<< "${EXTRA:-}"
 args+=(${extra[@]+"${extra[@]}"})
 seeds=(); for s in $SEEDS; do seeds+=(--seed "$s"); done
 [ -x "$SEQPE" ] || die "no seqpe at $SEQPE: create the repo's .venv (README) or set SEQPE"
-OUT=$(realpath -m -- "$OUT")
-case $OUT/ in "$REPO"/*) die "OUT=$OUT lies inside the repository $REPO: name a folder outside it (default /tmp/stability)" ;; esac
 # OUT: absent or this script's (its .bench_stability mark): runs are added to a folder only this script made
-[ ! -e "$OUT" ] || [ -f "$OUT/.bench_stability" ] || die "$OUT exists and was not made by bench_stability.sh: \
-name another OUT (an earlier run's folder from before the mark: touch $OUT/.bench_stability)"
+# shellcheck source=bench/claim_out.sh
+. "$REPO/bench/claim_out.sh"; claim_out stability /tmp/stability
 [ -f "$OUT/samples/beauty/manifest.json" ] || [ -f "$DATA/amazon-s3rec/Beauty.txt" ] \
   || die "no $DATA/amazon-s3rec/Beauty.txt: set DATA to the folder holding amazon-s3rec/Beauty.txt (pipeline/REFERENCE.md §8)"
 
