@@ -144,23 +144,15 @@ def count_ops(it, train_step_phases, steps: int, graph: bool) -> None:
           + ", ".join(f"{k} {c['_local_scalar_dense'] / len(batches):.1f}" for k, c in phases.items()))
     every = sum(phases.values(), collections.Counter())
     print("top ops per step: " + ", ".join(f"{k} {v / len(batches):.1f}" for k, v in every.most_common(15)))
-    if graph:
-        from models.graph import build_graph
+    if graph:                           # models/graph's own search, its boolean products counted
+        from models.graph import build_graph, hop_distances
         ns, hops = [], []
         for seqs, _ in batches:
             g = build_graph(seqs.cpu())
-            n = g.items.shape[1]
-            eye = torch.eye(n, dtype=torch.bool)
-            und = ((g.adj + g.adj.transpose(1, 2)) > 0) & ~eye & g.mask[:, :, None] & g.mask[:, None, :]
-            reached = frontier = eye & g.mask[:, :, None]
-            k = 0
-            for k in range(1, n):
-                nxt = (frontier.float() @ und.float() > 0) & ~reached
-                if not bool(nxt.any()):
-                    break
-                reached, frontier = reached | nxt, nxt
-            ns.append(n)
-            hops.append(k if n > 1 else 0)
+            with Count() as c:
+                hop_distances(g.adj, g.mask, early_exit=True)
+            ns.append(g.items.shape[1])
+            hops.append(c.ops["bmm"])
         print(f"session graphs: node slots n mean {sum(ns) / len(ns):.2f} (max {max(ns)}); boolean products the hop search runs: "
               f"{sum(n - 1 for n in ns) / len(ns):.2f} without the early exit (the GPU path), "
               f"{sum(hops) / len(hops):.2f} with it (the CPU path)")
@@ -238,8 +230,10 @@ def main() -> None:
     opt = make_optimizer(net, tp) if args.adam == "trainer" else torch.optim.Adam(net.parameters(), lr=tp.lr)
     gen = torch.Generator().manual_seed(1)
     net.train()
-    it = batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim,
-                 bucket=0 if args.no_trim else args.bucket)
+    def epoch():                        # the trainer's shuffled, bucketed, trimmed batch order
+        return batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim,
+                       bucket=0 if args.no_trim else args.bucket)
+    it = epoch()
     def train_step(seqs, targets):
         opt.zero_grad(set_to_none=True)
         with autocast(tp, device):
@@ -261,8 +255,7 @@ def main() -> None:
         torch.cuda.synchronize()
     train_s, train_cpu = time.perf_counter() - t0, time.process_time() - c0
     if args.profile:
-        profile(lambda: batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim,
-                                bucket=0 if args.no_trim else args.bucket), train_step, args.profile, device)
+        profile(epoch, train_step, args.profile, device)
     if args.ops:
         def phases(seqs, targets):
             box = {}
@@ -272,9 +265,7 @@ def main() -> None:
                 with autocast(tp, device):
                     box["loss"] = stage.loss_fn(net, seqs, targets, tp, n_items, gen)
             return forward, lambda: box["loss"].backward(), opt.step
-        count_ops(lambda: batches(train, tp.batch_size, shuffle=True, generator=gen, device=device,
-                                  trim=not args.no_trim, bucket=0 if args.no_trim else args.bucket),
-                  phases, args.ops, graph=tp.model == "posrec")
+        count_ops(epoch, phases, args.ops, graph=tp.model == "posrec")
     train_sps = args.batches * tp.batch_size / train_s
     epoch_min = len(train) / train_sps / 60
 

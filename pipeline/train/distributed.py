@@ -25,7 +25,7 @@ on a file system every node sees for a multi-node restart.
 A run's process count W is one of its inputs (runs.fingerprint; W batches a step is another
 training than one): a seed trained by W processes is not reused or resumed by another W, and report
 does not pool seeds of different W. An epoch with fewer batches than processes would run no step
-and is refused (loop.train_epoch).
+and is refused (Dist.shard).
 
 Running a stage that is not distributed (download, preprocess, augment, evaluate, fitted baselines)
 under torchrun with W > 1 is an error: it would only repeat the same work W times.
@@ -36,7 +36,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from ..errors import ParamsError
+from ..errors import ParamsError, TrainingError
 
 ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 
@@ -77,17 +77,25 @@ class Dist:
     def main(self) -> bool:
         return self.rank == 0
 
-    def shard(self, batches: Iterable) -> Iterator:
-        """Every W-th batch of the shared order, starting at this rank; the last incomplete round dropped."""
+    def shard(self, batches: Iterable, what: str = "an epoch") -> Iterator:
+        """Every W-th batch of the shared order, starting at this rank; the last incomplete round dropped.
+        An epoch of fewer than W batches has no round at all: a TrainingError (`what` names the epoch), not
+        an epoch of no step (it finished with loss 0 and wrote the untrained model's metrics)."""
         if not self.active:
             yield from batches
             return
-        pending = []
+        pending, rounds = [], 0
         for batch in batches:
             pending.append(batch)
             if len(pending) == self.world:
                 yield pending[self.rank]
-                pending = []
+                pending, rounds = [], rounds + 1
+        if not rounds:
+            raise TrainingError(f"{what} has no training step: its {len(pending)} batch(es) are fewer than the "
+                                f"{self.world} processes torchrun started, and a step takes one batch per process; "
+                                "nothing was written for this seed",
+                                f"lower train.batch_size so that an epoch has at least {self.world} batches, or "
+                                "start fewer processes (torchrun --nproc_per_node)")
 
     def rows(self, n: int):
         """This rank's rows of a split of n rows (r, r + W, ...) as a LongTensor, or None for all."""

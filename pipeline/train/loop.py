@@ -107,15 +107,7 @@ def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: D
                 bar.advance(n, total / count)
         pending.clear()
 
-    seen = [0]                          # the epoch's batches, before sharding
-
-    def counted(batches):
-        for batch in batches:
-            seen[0] += 1
-            yield batch
-
-    b = 0
-    for b, batch in enumerate(dist.shard(counted(task.batches(generator))), start=1):
+    for b, batch in enumerate(dist.shard(task.batches(generator), f"{label}: epoch {epoch}"), start=1):
         opt.zero_grad(set_to_none=True)
         with amp():
             loss, n = step(batch, generator)
@@ -126,12 +118,6 @@ def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: D
         opt.step()
     if pending:
         read()
-    if b == 0:                          # torchrun: fewer batches than processes, so no round of W to share
-        raise TrainingError(f"{label}: epoch {epoch} has no training step: its {seen[0]} batch(es) are fewer than "
-                            f"the {dist.world} processes torchrun started, and a step takes one batch per process; "
-                            "nothing was written for this seed",
-                            f"lower train.batch_size so that an epoch has at least {dist.world} batches, or start "
-                            "fewer processes (torchrun --nproc_per_node)")
     return total / max(count, 1)
 
 
