@@ -110,14 +110,16 @@ def profile(it, train_step, steps: int, device) -> None:
         print(events.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=60))
 
 
-def count_ops(it, train_step_phases, steps: int, graph: bool) -> None:
+def count_ops(it, train_step_phases, steps: int, graph: bool, static: bool = False) -> None:
     """The host's share of a step, counted without timing it: the aten operators each phase dispatches
     (forward with the loss, backward, the optimiser; a view is counted like a kernel) and the points
     where the host reads a tensor's value (`_local_scalar_dense`: `.item()`, `bool()`, `int()`),
     which on a GPU wait for every queued kernel. On a GPU each non-view op costs the host about as
     much as its launch, so at small batches these counts, not the arithmetic, set the step's time.
     For graph models (`graph`), also the node slots n of each batch's session graph and the hops the
-    breadth-first search needs before its frontier is empty (models/graph.hop_distances)."""
+    breadth-first search needs before its frontier is empty (models/graph.hop_distances). With `static`
+    (train.compile: reduce-overhead's batches and graphs), also how many distinct batch shapes one epoch
+    serves: the CUDA graphs that mode records."""
     import collections
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -148,14 +150,18 @@ def count_ops(it, train_step_phases, steps: int, graph: bool) -> None:
         from models.graph import build_graph, hop_distances
         ns, hops = [], []
         for seqs, _ in batches:
-            g = build_graph(seqs.cpu())
+            g = build_graph(seqs.cpu(), static=static)
             with Count() as c:
-                hop_distances(g.adj, g.mask, early_exit=True)
+                hop_distances(g.adj, g.mask, early_exit=not static)
             ns.append(g.items.shape[1])
             hops.append(c.ops["bmm"])
         print(f"session graphs: node slots n mean {sum(ns) / len(ns):.2f} (max {max(ns)}); boolean products the hop search runs: "
               f"{sum(n - 1 for n in ns) / len(ns):.2f} without the early exit (the GPU path), "
-              f"{sum(hops) / len(hops):.2f} with it (the CPU path)")
+              f"{sum(hops) / len(hops):.2f} {'as run (static)' if static else 'with it (the CPU path)'}")
+    if static:
+        shapes = collections.Counter(tuple(seqs.shape) for seqs, _ in it())
+        print(f"batch shapes in one epoch: {len(shapes)} distinct (the CUDA graphs train.compile: reduce-overhead "
+              f"records), widths {sorted({w for _, w in shapes})}")
 
 
 def main() -> None:
@@ -186,6 +192,9 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=0,
                     help="after the timing, count the aten ops and host reads of a value per step over this many "
                          "steps (forward, backward, optimiser; the host's share of a small-batch GPU step)")
+    ap.add_argument("--static", action="store_true",
+                    help="the batches and session graphs of train.compile: reduce-overhead (widths in multiples of "
+                         "8, L node slots, no host reads), run eagerly: the extra work its capture costs")
     ap.add_argument("--chunk", type=int, default=0,
                     help="chunked loss: items per block (0 = the trainer's rule, models.losses.default_chunk)")
     args = ap.parse_args()
@@ -197,6 +206,7 @@ def main() -> None:
     from pipeline.io import read_json
     from pipeline.params import TrainParams
     from pipeline.train.loop import make_optimizer
+    from pipeline.train.tasks import GRAPH_WIDTHS
     from pipeline.train.setup import autocast
     if args.chunk:
         import models.losses
@@ -227,12 +237,13 @@ def main() -> None:
     torch.manual_seed(1)
     encoding = stage.build_encoding(tp.encoding, tp, {})
     net = build_model(tp.model, n_items=n_items, max_len=tp.max_len, train=tp, options={}, encoding=encoding).to(device)
+    net.static_shapes = args.static
     opt = make_optimizer(net, tp) if args.adam == "trainer" else torch.optim.Adam(net.parameters(), lr=tp.lr)
     gen = torch.Generator().manual_seed(1)
     net.train()
     def epoch():                        # the trainer's shuffled, bucketed, trimmed batch order
         return batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim,
-                       bucket=0 if args.no_trim else args.bucket)
+                       bucket=0 if args.no_trim else args.bucket, pad_to=GRAPH_WIDTHS if args.static else 1)
     it = epoch()
     def train_step(seqs, targets):
         opt.zero_grad(set_to_none=True)
@@ -265,7 +276,7 @@ def main() -> None:
                 with autocast(tp, device):
                     box["loss"] = stage.loss_fn(net, seqs, targets, tp, n_items, gen)
             return forward, lambda: box["loss"].backward(), opt.step
-        count_ops(epoch, phases, args.ops, graph=tp.model == "posrec")
+        count_ops(epoch, phases, args.ops, graph=tp.model == "posrec", static=args.static)
     train_sps = args.batches * tp.batch_size / train_s
     epoch_min = len(train) / train_sps / 60
 

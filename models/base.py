@@ -39,6 +39,15 @@ def item_table(n_items: int, dim: int) -> nn.Embedding:
 
 class Recommender(nn.Module):
     n_items: int           # real items are 1..n_items
+    static_shapes = False  # True: while training, every tensor's shape follows from the input's and nothing
+                           # is read back to the host (session-graph models: models/graph.py); the trainer
+                           # sets it for train.compile: reduce-overhead, whose CUDA graphs hold no host read
+
+    @property
+    def static_step(self) -> bool:
+        """Whether this forward must keep static shapes (`static_shapes`, in training mode only: scoring
+        is not captured, and its graphs keep the batch's own node count)."""
+        return self.static_shapes and self.training
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, D)
         raise NotImplementedError

@@ -12,6 +12,13 @@ sequences (node slots are left-padded), so the node list reads like a de-duplica
 session and any positional encoding can consume it. Everything is tensor ops:
 sorting / scatter for the unique items, scatter_add for the adjacency, boolean
 matrix powers for the shortest paths; no Python loop over sessions.
+
+Static shapes (`static=True`, what `train.compile: reduce-overhead` runs): the node slot count is the
+sequence width L instead of the batch's largest node count, and nothing reads a value back to the host
+(no input check, no early exit in the hop search), so a step's shapes follow from its input's shape
+alone and the whole step can be captured as one CUDA graph. Extra node slots are empty, left-padded
+slots like any other: models are invariant to them (tests/test_graph_models.py), at the cost of computing
+over L slots, and L - 1 hops, rather than the batch's own count.
 """
 from __future__ import annotations
 
@@ -36,13 +43,15 @@ class SessionGraph:
     last: torch.Tensor       # (B,) long, node slot of the last item v_{l-1}
     positions: Positions     # node-level positions: forward of the first appearance,
                              # backward of the last appearance (000 §4.3.3), lengths = session length
+    static: bool = False     # built with static shapes: n = L, and no host reads downstream either
 
 
-def build_graph(seqs: torch.Tensor) -> SessionGraph:
-    """Session graph of every row of `seqs` (B, L), left-padded with 0; each row has >= 1 item."""
+def build_graph(seqs: torch.Tensor, static: bool = False) -> SessionGraph:
+    """Session graph of every row of `seqs` (B, L), left-padded with 0; each row has >= 1 item.
+    `static`: L node slots and no host reads (module docstring)."""
     B, L = seqs.shape
     mask = seqs != 0                                                    # (B, L)
-    if seqs.device.type == "cpu":                                       # (on a GPU the check would wait for it)
+    if seqs.device.type == "cpu" and not static:                        # (on a GPU the check would wait for it)
         assert bool(mask[:, -1].all()), "every session needs at least one item (left padding, 0 = pad)"
     seq_pos = Positions.from_mask(mask)
     col = torch.arange(L, device=seqs.device).expand(B, L)              # (B, L)
@@ -56,7 +65,7 @@ def build_graph(seqs: torch.Tensor) -> SessionGraph:
     group = torch.empty_like(group_sorted).scatter_(1, order, group_sorted)  # (B, L) group per position
     group = group.masked_fill(~mask, L)                                 # padding -> dump group L
     n_nodes = new.sum(1)                                                # (B,)
-    n = int(n_nodes.max())
+    n = L if static else int(n_nodes.max())                             # static: no wait for the count
 
     # order groups by first appearance, then right-align them in n slots
     first_col = torch.full((B, L + 1), L, dtype=torch.long, device=seqs.device)
@@ -84,7 +93,7 @@ def build_graph(seqs: torch.Tensor) -> SessionGraph:
     adj = adj.scatter_add_(1, src * (n + 1) + dst, pair).view(B, n + 1, n + 1)[:, :n, :n]  # (B, n, n)
 
     return SessionGraph(items=items, mask=node_mask, alias=alias, adj=adj, counts=counts,
-                        first=n - n_nodes, last=alias[:, -1], positions=positions)
+                        first=n - n_nodes, last=alias[:, -1], positions=positions, static=static)
 
 
 def hop_distances(adj: torch.Tensor, mask: torch.Tensor, early_exit: Optional[bool] = None) -> torch.Tensor:
@@ -129,7 +138,7 @@ def anchor_weights(g: SessionGraph) -> tuple[torch.Tensor, torch.Tensor]:
     """
     B, n = g.items.shape
     slots = torch.arange(n, device=g.items.device)
-    dist = hop_distances(g.adj, g.mask).float()                         # (B, n, n)
+    dist = hop_distances(g.adj, g.mask, early_exit=False if g.static else None).float()  # (B, n, n)
     repeated = g.counts > 1                                             # (B, n)
     in_anchor = repeated | (slots[None, :] == g.first[:, None])         # (B, n)
     out_anchor = repeated | (slots[None, :] == g.last[:, None])         # (B, n)

@@ -310,7 +310,7 @@ def batch_order(lengths: np.ndarray, batch_size: int, *, shuffle: bool = False, 
 
 def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generator=None,
             device=None, trim: bool = True, bucket: int = 0, by_length: bool = False,
-            with_index: bool = False, context: bool = False) -> Iterator[tuple]:
+            with_index: bool = False, context: bool = False, pad_to: int = 1) -> Iterator[tuple]:
     """Yield (seqs (B, L') long, targets (B,) or (B, L') long) on `device`, in `batch_order`'s order
     (with `context`, then the side information (context (B, L', C), target_context (B, C)) float32,
     for samples that hold it; with `with_index`, last the rows' indices (B,) long on the CPU, to put
@@ -320,7 +320,9 @@ def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generat
     batch's longest kept prefix): session prefixes are short (Diginetica: 4 items on average
     for max_len 50), so attention and feed-forward layers do a fraction of the work. Backbones
     are padding-invariant (models/base.py contract), so predictions do not change. `bucket`
-    and `by_length` group similar lengths into a batch so that trimming removes more.
+    and `by_length` group similar lengths into a batch so that trimming removes more. `pad_to` rounds
+    a trimmed width up to a multiple of it (at most the matrix's width): fewer distinct shapes, for
+    train.compile: reduce-overhead, which captures one CUDA graph per shape.
     """
     import torch
 
@@ -337,7 +339,8 @@ def batches(samples: Samples, batch_size: int, *, shuffle: bool = False, generat
                            by_length=by_length):
         s, t, ln = seqs[idx], targets[idx], lengths[idx]             # (B, L), (B,) or (B, L), (B,)
         if trim:
-            s = s[:, width - max(int(ln.max()), 1):]                 # (B, L') most recent columns
+            keep = max(int(ln.max()), 1)
+            s = s[:, width - min(-(-keep // pad_to) * pad_to, width):]  # (B, L') most recent columns
             if t.dim() == 2:
                 t = t[:, -s.size(1):]                                # (B, L') next item per column
         if pin:

@@ -142,7 +142,9 @@ class TrainParams:
                                       # test the best epoch so far (0 = none; such a run depends on the machine)
     precision: str = "auto"           # auto (fp32: bf16 measured slower at these sizes, train/setup.py) | fp32 |
                                       # bf16 (autocast; the metrics are always computed in fp32 or better)
-    compile: bool = False             # torch.compile the training step (dynamic shapes; pays off on long GPU runs)
+    compile: bool | str = False       # torch.compile the training step: false | true (dynamic shapes) |
+                                      # reduce-overhead (CUDA only: each step replayed as captured CUDA graphs,
+                                      # session graphs built with static shapes; pipeline/train/loop.py)
     memory_budget: float = 0.0        # MB of sample matrices a split may hold in RAM; a larger split is built slice
                                       # by slice into memory-mapped files under .seqpe/spill/ (same batches); 0 = no limit
 
@@ -166,6 +168,10 @@ class TrainParams:
         _choice(f"{key}.lr_schedule", self.lr_schedule, SCHEDULES)
         _choice(f"{key}.objective", self.objective, OBJECTIVES)
         _choice(f"{key}.precision", self.precision, PRECISIONS)
+        if isinstance(self.compile, str) and self.compile not in COMPILE_MODES:
+            close = did_you_mean(self.compile, COMPILE_MODES)
+            raise _bad(f"{key}.compile", self.compile, "true, false or " + " or ".join(COMPILE_MODES),
+                       f"did you mean '{close}'?" if close else None)
         if self.ce_impl != "auto" and self.loss != "ce":     # it would be ignored and recorded as if it applied
             raise ParamsError(f"params key '{key}.ce_impl' is {self.ce_impl}, which sets how train.loss ce is "
                               f"computed, but '{key}.loss' is {self.loss}: it would be ignored",
@@ -417,6 +423,7 @@ CE_IMPLS = ("auto", "plain", "chunked", "cce", "liger")
 SCHEDULES = ("none", "step", "plateau")
 OBJECTIVES = ("prefixes", "sequence")
 PRECISIONS = ("auto", "fp32", "bf16")
+COMPILE_MODES = ("reduce-overhead",)     # train.compile besides true / false
 CANDIDATE_SAMPLINGS = ("uniform", "popularity")   # evaluate.candidate_sampling (pipeline/train/candidates.py)
 
 

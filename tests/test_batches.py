@@ -50,6 +50,16 @@ def test_trim_drops_only_columns_that_are_padding_in_the_whole_batch():
     assert [tuple(x.shape) for x, _ in batches(s, 2, trim=False)] == [(2, 5), (2, 5)]
 
 
+def test_pad_to_rounds_trimmed_widths_up_to_its_multiple_within_the_matrix():
+    """pad_to (train.compile: reduce-overhead, one CUDA graph per shape): widths 3 -> 4, 1 -> 4, 5 -> 5 (the
+    matrix's own width caps it); the rows are the trimmed ones with padding columns on the left."""
+    df = pl.DataFrame({"prefix": [[1, 2, 3], [4], [5], [1, 2, 3, 4, 5]], "target": [1, 2, 3, 4]},
+                      schema={"prefix": pl.List(pl.Int32), "target": pl.Int32})
+    s = frame_to_samples(df, 5)
+    got = [seqs.tolist() for seqs, _ in batches(s, 1, pad_to=4)]
+    assert got == [[[0, 1, 2, 3]], [[0, 0, 0, 4]], [[0, 0, 0, 5]], [[1, 2, 3, 4, 5]]]
+
+
 def test_bucketed_shuffle_serves_every_row_once_in_length_sorted_batches():
     """bucket=k: chunks of k batches of a seeded permutation, each sorted by length, batches shuffled."""
     rng = np.random.default_rng(0)

@@ -235,6 +235,16 @@ def test_train_bench_counts_ops_and_profiles_a_posrec_step(canonical, tmp_path):
                        r"([\d.]+) without the early exit \(the GPU path\), ([\d.]+) with it", proc.stdout)
     assert graphs and float(graphs[3]) >= float(graphs[4]) > 0, proc.stdout[-3000:]
     assert "profile (2 steps): wall" in proc.stdout and "| posrec-ldpe |" in proc.stdout
+    static = bench("bench_train.py", "--samples", str(samples), "--model", "posrec", "--encoding", "ldpe",
+                   "--layers", "1", "--dim", "16", "--batch-size", "20", "--max-len", "50", "--batches", "3",
+                   "--ops", "4", "--static", "--ce-impl", "plain", "--threads", "1", "--eval-samples", "40",
+                   "--device", "cpu", cwd=tmp_path)
+    assert static.returncode == 0, static.stderr[-2000:]
+    reads = re.search(r"host reads of a value \(_local_scalar_dense\) forward ([\d.]+), backward ([\d.]+)",
+                      static.stdout)
+    assert reads and reads.groups() == ("0.0", "0.0"), static.stdout[-3000:]    # nothing waits: capturable
+    shapes = re.search(r"batch shapes in one epoch: (\d+) distinct .* widths \[([\d, ]+)\]", static.stdout)
+    assert shapes and all(int(w) % 8 == 0 or int(w) == 50 for w in shapes[2].split(", ")), static.stdout[-3000:]
 
 
 def _one_line(proc: subprocess.CompletedProcess) -> bool:

@@ -117,3 +117,18 @@ def test_every_loss_implementation_trains_at_every_precision(tmp_path, impl, pac
     record = json.loads((tmp_path / "runs" / res["name"] / "run.json").read_text())
     assert record["train"]["ce_impl"] == impl and record["train"]["precision"] == precision
     assert record["test"]["hr@5"] > 0.9
+
+
+def test_reduce_overhead_trains_posrec_as_eager_does(tmp_path):
+    """train.compile: reduce-overhead (captured CUDA graphs, static session graphs, widths in multiples of
+    8) follows the eager run's losses and metrics up to float summation order."""
+    samples = make_samples(tmp_path / "samples", n_items=30)
+    out = {}
+    for mode in (False, "reduce-overhead"):
+        p = params(model="posrec", encoding="ldpe", device="cuda", epochs=3, patience=0, max_len=12, compile=mode)
+        [res] = stage.run("toyset", samples, tmp_path / str(mode), p, progress=False)
+        out[mode] = json.loads((tmp_path / str(mode) / res["name"] / "run.json").read_text())
+    eager, graphs = out[False], out["reduce-overhead"]
+    assert graphs["train"]["compile"] == "reduce-overhead" and graphs["test"]["hr@5"] > 0.5
+    assert [h["loss"] for h in graphs["history"]] == pytest.approx([h["loss"] for h in eager["history"]], rel=1e-3)
+    assert graphs["test"]["hr@5"] == pytest.approx(eager["test"]["hr@5"], abs=0.02)

@@ -106,3 +106,22 @@ def test_gated_graph_layer_shapes_and_isolation():
     assert out.shape == (2, 3, 4)
     expected = layer.gru(torch.zeros(6, 8), x.reshape(6, 4)).view(2, 3, 4)
     assert torch.allclose(out, expected)
+
+
+def test_static_graph_has_one_slot_per_column_and_the_same_graph_on_the_right():
+    """static=True (train.compile: reduce-overhead): L node slots whatever the batch holds, the nodes
+    right-aligned as before, so the last n slots are the dynamic graph's and the rest are empty."""
+    dyn, st = build_graph(SEQS), build_graph(SEQS, static=True)
+    L, n = SEQS.shape[1], dyn.items.shape[1]
+    assert st.items.shape == (2, L) and st.adj.shape == (2, L, L) and st.static and not dyn.static
+    assert torch.equal(st.items[:, L - n:], dyn.items) and not st.items[:, :L - n].any()
+    assert not st.mask[:, :L - n].any() and not st.adj[:, :L - n].any() and not st.adj[:, :, :L - n].any()
+    assert torch.equal(st.adj[:, L - n:, L - n:], dyn.adj)
+    assert torch.equal(st.counts[:, L - n:], dyn.counts)
+    for a, b in [(st.positions.forward, dyn.positions.forward), (st.positions.backward, dyn.positions.backward)]:
+        assert torch.equal(a[:, L - n:], b) and not a[:, :L - n].any()
+    real = SEQS != 0
+    assert torch.equal(st.alias[real], dyn.alias[real] + (L - n)) and (st.alias[~real] == L).all()
+    assert torch.equal(st.first, dyn.first + (L - n)) and torch.equal(st.last, dyn.last + (L - n))
+    d_st = hop_distances(st.adj, st.mask, early_exit=False)
+    assert torch.equal(d_st[:, L - n:, L - n:], hop_distances(dyn.adj, dyn.mask)) and not d_st[:, :L - n].any()

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from models import MODELS, build_model
+from models.encodings import ENCODINGS
 from models.encodings.base import Positions
 from models.fgnn import WGAT
 from models.gcsan import SelfAttentionLayer
@@ -148,3 +149,69 @@ def test_learns_through_the_trainer(tmp_path, name, options):
     assert res["config"] == f"{name}-none" and res["test"]["hr@1"] > 0.9, res
     record = json.loads((tmp_path / "runs" / f"{name}-none" / "seed-1" / "run.json").read_text())
     assert record["options"] == options
+
+
+def _static_pair(name, options, encoding="ldpe"):
+    """The same weights twice: as built, and with static shapes (models/graph.py)."""
+    from pipeline.train import setup
+    tp = dataclasses.replace(TP, model=name, encoding=encoding)
+    enc = setup.build_encoding(encoding, tp, {}) if MODELS[name].uses_encoding else None
+    torch.manual_seed(0)
+    net = build_model(name, n_items=9, max_len=8, train=tp, options=options, encoding=enc)
+    static = build_model(name, n_items=9, max_len=8, train=tp, options=options, encoding=enc)
+    static.load_state_dict(net.state_dict())
+    static.static_shapes = True
+    return net, static
+
+
+STATIC_CASES = [("posrec", {}), ("posrec", {"normalise": True}), ("posrec", {"anchors": False}),
+                ("srgnn", {}), ("srgnn", {"anchors": True}), ("fgnn", {}), ("gcsan", {})]
+
+
+@pytest.mark.parametrize("name, options", STATIC_CASES)
+def test_static_shapes_give_the_same_scores_and_gradients(name, options):
+    """What train.compile: reduce-overhead runs (one node slot per column, L - 1 hops, no host reads)
+    scores and trains as the model does: the extra node slots are empty, left-padded slots."""
+    net, static = _static_pair(name, options)
+    seqs = torch.nn.functional.pad(SESSION, (3, 0))                    # more columns than any session's nodes
+    targets = torch.tensor([2, 5])
+    losses = []
+    for model in (net, static):
+        model.train()
+        loss = torch.nn.functional.cross_entropy(model(seqs)[:, 1:], targets - 1)
+        loss.backward()
+        losses.append(loss.detach())
+    assert torch.allclose(losses[0], losses[1], atol=1e-6)
+    for (pname, a), b in zip(net.named_parameters(), static.parameters()):
+        assert (a.grad is None) == (b.grad is None), pname
+        if a.grad is not None:
+            assert torch.allclose(a.grad, b.grad, atol=1e-6), pname
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+def test_static_posrec_scores_the_same_with_every_encoding(encoding):
+    net, static = _static_pair("posrec", {}, encoding)
+    seqs = torch.nn.functional.pad(SESSION, (1, 0))
+    with torch.no_grad():
+        assert torch.allclose(net.eval()(seqs)[:, 1:], static.eval()(seqs)[:, 1:], atol=1e-5)
+
+
+@pytest.mark.parametrize("name, options", [("posrec", {}), ("srgnn", {"anchors": True}), ("fgnn", {}),
+                                           ("gcsan", {})])
+def test_static_shapes_trace_as_one_graph(name, options):
+    """No host read in a static step: torch.compile traces the whole training loss as one graph (a read,
+    such as the node count or the hop search's early exit, is a graph break, and a CUDA graph cannot
+    hold one). Traced only (dynamo's explain), nothing is compiled."""
+    import torch._dynamo as dynamo
+    from pipeline.train.tasks import loss_fn
+    _, static = _static_pair(name, options)
+    tp = dataclasses.replace(TP, ce_impl="plain")
+    seqs, targets = torch.nn.functional.pad(SESSION, (3, 0)), torch.tensor([2, 5])
+    dynamo.reset()
+    explained = dynamo.explain(lambda s, t: loss_fn(static.train(), s, t, tp, 9, None))(seqs, targets)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    dynamo.reset()
+    net = _static_pair(name, options)[0]
+    explained = dynamo.explain(lambda s, t: loss_fn(net.train(), s, t, tp, 9, None))(seqs, targets)
+    assert explained.graph_break_count > 0          # the dynamic build reads the node count
+    dynamo.reset()

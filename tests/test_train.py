@@ -776,6 +776,75 @@ def test_compile_wraps_the_training_step(tmp_path, toy_registry, monkeypatch):
     assert seen == [("LossModule", {"dynamic": True})]
 
 
+def test_reduce_overhead_captures_static_steps(tmp_path, monkeypatch):
+    """train.compile: reduce-overhead: the loss module is compiled in torch's CUDA-graph mode, each step is
+    announced to the graph trees, the session graphs are built with static shapes while training (and
+    only then), trimmed widths are multiples of 8, and the kept losses are copies (a replay overwrites
+    its outputs). The compiler and the CUDA check are replaced here (the GPU test runs the real ones:
+    tests/test_cuda.py); the loop, the batches and PosRec are the real ones, on the CPU."""
+    from pipeline.train import loop, stage as train_stage
+    seen, marks, steps = [], [], []
+
+    def compile_(module, **kw):
+        seen.append((type(module).__name__, kw))
+        def step(batch, generator):
+            steps.append((tuple(batch[0].shape), module.net.static_step))
+            return module(batch, generator)
+        return step
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    monkeypatch.setattr(train_stage, "_check_graphs", lambda tp: None)
+    samples = make_samples(tmp_path / "samples", n_items=30)
+    p = params(model="posrec", encoding="ldpe", epochs=2, patience=0, max_len=12, compile="reduce-overhead")
+    [res] = stage.run("toyset", samples, tmp_path / "runs", p, progress=False)
+    assert seen == [("LossModule", {"dynamic": True, "mode": "reduce-overhead"})]
+    assert len(marks) == len(steps) == 2 * -(-300 // 32)
+    assert all(static for _, static in steps)
+    assert {w for (_, w), _ in steps} <= {8, 12} and 8 in {w for (_, w), _ in steps}   # multiples of 8, capped
+    record = json.loads((tmp_path / "runs" / res["name"] / "run.json").read_text())
+    assert record["train"]["compile"] == "reduce-overhead" and record["test"]["hr@5"] > 0.5
+
+
+@pytest.mark.slow
+def test_reduce_overhead_compiles_posrecs_step_as_one_graph_that_trains_as_eager(tmp_path, monkeypatch):
+    """The real compiler on the CPU (inductor; CUDA graphs are the GPU's part, tests/test_cuda.py): the
+    static PosRec step traces as one graph, with no break and no recompile across batch widths and
+    sizes, and trains as the eager step does (same losses and metrics, to float rounding)."""
+    from torch._dynamo.utils import counters
+    from pipeline.train import stage as train_stage
+    monkeypatch.setattr(train_stage, "_check_graphs", lambda tp: None)
+    samples = make_samples(tmp_path / "samples", n_items=30)
+    out = {}
+    torch._dynamo.reset()
+    counters.clear()
+    for mode in (False, "reduce-overhead"):
+        p = params(model="posrec", encoding="ldpe", epochs=2, patience=0, max_len=12, compile=mode)
+        [res] = stage.run("toyset", samples, tmp_path / str(mode), p, progress=False)
+        out[mode] = json.loads((tmp_path / str(mode) / res["name"] / "run.json").read_text())
+    assert counters["stats"]["unique_graphs"] == 1          # a graph break or a recompile adds one
+    torch._dynamo.reset()
+    eager, graphs = out[False], out["reduce-overhead"]
+    assert [h["loss"] for h in graphs["history"]] == pytest.approx([h["loss"] for h in eager["history"]], rel=1e-5)
+    assert graphs["test"] == pytest.approx(eager["test"], abs=1e-6)
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("reduce_overhead", "did you mean 'reduce-overhead'"),
+    ("max-autotune", "must be true, false or reduce-overhead")])
+def test_unknown_compile_modes_are_refused(setting, message):
+    with pytest.raises(ParamsError, match=message):
+        params(compile=setting).train.validate("train")
+
+
+def test_reduce_overhead_is_refused_on_the_cpu_before_anything_is_written(tmp_path):
+    samples = make_samples(tmp_path / "samples")
+    with pytest.raises(ParamsError, match="replays each step as captured CUDA graphs, and this run trains on the CPU"):
+        stage.run("toyset", samples, tmp_path / "runs", params(model="posrec", encoding="ldpe",
+                                                               compile="reduce-overhead"), progress=False)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_trainers_adam_is_fused_and_takes_the_loops_steps():
     """make_optimizer: torch's fused Adam on the CPU (one kernel per tensor), with the paper's L2 in the
     gradient; five steps land where the single-tensor loop's do, to float32 rounding."""

@@ -81,10 +81,14 @@ SYNC_EVERY = {"cuda": 32}
 
 
 def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: Dist, amp, bar=None,
-                first: Optional[list] = None) -> float:
+                first: Optional[list] = None, graphs: bool = False) -> float:
     """One pass over this process's share of the task's shuffled train batches (`step`: the loss
     module, DDP-wrapped and/or compiled); returns the mean loss per prediction. `first`: an empty list
-    gets the first batch's loss, the untrained model's (`diverged` measures against it)."""
+    gets the first batch's loss, the untrained model's (`diverged` measures against it).
+
+    `graphs` (train.compile: reduce-overhead): `step` replays captured CUDA graphs, whose outputs live in
+    memory the next replay overwrites, so each step is announced to torch's CUDA-graph trees and the
+    losses kept for a later read are copies."""
     import torch
     net.train()
     total, count = 0.0, 0
@@ -109,9 +113,14 @@ def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: D
 
     for b, batch in enumerate(dist.shard(task.batches(generator), f"{label}: epoch {epoch}"), start=1):
         opt.zero_grad(set_to_none=True)
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with amp():
             loss, n = step(batch, generator)
-        pending.append((b, loss.detach(), n))
+        kept = loss.detach()
+        if graphs:
+            kept, n = kept.clone(), (n.clone() if isinstance(n, torch.Tensor) else n)
+        pending.append((b, kept, n))
         if len(pending) >= SYNC_EVERY.get(loss.device.type, 1):
             read()                                                  # on the CPU: before this batch's backward
         loss.backward()
@@ -151,8 +160,11 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
     dist = dist or Dist()
     maximise = task.higher_is_better(select)
     step = dist.wrap(loss_module(net, task))
+    graphs = tp.compile == "reduce-overhead"
+    if graphs:
+        net.static_shapes = True                # session graphs with L node slots and no host reads
     if tp.compile:
-        step = torch.compile(step, dynamic=True)
+        step = torch.compile(step, dynamic=True, **({"mode": "reduce-overhead"} if graphs else {}))
     amp = lambda: autocast(tp, device)  # noqa: E731
     opt = make_optimizer(net, tp)
     sched = _make_scheduler(opt, tp, maximise)
@@ -201,7 +213,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
             t0 = time.perf_counter()
             first: list = []
             loss = train_epoch(net, step, opt, task, generator, epoch, label, dist, amp, prog,
-                               first if loop.get("start_loss") is None else None)
+                               first if loop.get("start_loss") is None else None, graphs=graphs)
             if first:
                 loop["start_loss"] = first[0]
             if dist.broadcast_object(diverged(loss, loop.get("start_loss"))):       # rank 0's numbers decide

@@ -66,6 +66,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
                           f"sequences), and {samples_dir} holds {manifest.get('protocol')} (prefix, target) samples",
                           "add --set train.objective=prefixes (each prefix its own sample), or train on a "
                           "leave-one-out dataset")
+    if tp.compile == "reduce-overhead":
+        _check_graphs(tp)
     check_seeds(seeds or [])
     seeds = list(dict.fromkeys(seeds or params.study.seeds))    # --seed 1 --seed 1 trains and reports seed 1 once
     config = config_name(spec.name, enc_name, tag)
@@ -96,6 +98,18 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         raise
     distributed.teardown(dist)
     return results
+
+
+def _check_graphs(tp) -> None:
+    """train.compile: reduce-overhead captures each training step as CUDA graphs: one process on a CUDA device."""
+    if distributed.world_size() > 1:
+        raise ParamsError(f"train.compile is reduce-overhead, which captures each step as CUDA graphs in one "
+                          f"process, and this run has {distributed.world_size()} (torchrun)",
+                          "use train.compile: true under torchrun, or run one process")
+    if setup.pick_device(tp.device).type != "cuda":
+        raise ParamsError("train.compile is reduce-overhead, which replays each step as captured CUDA graphs, "
+                          "and this run trains on the CPU", "use train.compile: true (or false) on the CPU, or "
+                          "train on a CUDA device")
 
 
 _CTR_TRAIN = {"loss": "ce", "objective": "prefixes", "memory_budget": 0.0,   # what CTR training does

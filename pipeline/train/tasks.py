@@ -38,6 +38,11 @@ from ..errors import DataError
 from ..io import SPLITS
 from ..params import Params, TrainParams
 
+# train.compile: reduce-overhead records one CUDA graph per batch shape: trimmed widths are rounded up to a
+# multiple of this (Diginetica PosRec at max_len 200: at most 25 widths instead of up to 200). Models are
+# padding-invariant, so only the work changes.
+GRAPH_WIDTHS = 8
+
 
 # --------------------------------------------------------------------------- next-item pieces
 
@@ -253,7 +258,8 @@ class NextItemTask:
     def batches(self, generator):
         tp = self.tp
         return batches(self.data["train"], tp.batch_size, shuffle=True, generator=generator, device=self.device,
-                       trim=tp.trim_padding, bucket=tp.bucket if tp.trim_padding else 0, context=self._context)
+                       trim=tp.trim_padding, bucket=tp.bucket if tp.trim_padding else 0, context=self._context,
+                       pad_to=GRAPH_WIDTHS if tp.compile == "reduce-overhead" else 1)
 
     def loss(self, net, batch, generator):
         seqs, targets, *side = batch
