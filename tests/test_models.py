@@ -315,3 +315,19 @@ def test_initial_loss_is_near_uniform(name):
     with torch.no_grad():
         loss = F.cross_entropy(model(seqs), targets).item()
     assert abs(loss - math.log(n_items + 1)) < 2.0, loss
+
+
+@pytest.mark.parametrize("name", ["sasrec", "stamp", "linear_attention", "token_mixing"])
+def test_attention_and_mixing_steps_trace_as_one_graph(name):
+    """What train.compile: reduce-overhead can capture whole: the training loss of these backbones traces
+    as one graph (no host read, nothing dynamo cannot follow); the session-graph models do with static
+    shapes (tests/test_graph_models.py). Traced only, nothing compiled."""
+    import dataclasses
+    import torch._dynamo as dynamo
+    from pipeline.train.tasks import loss_fn
+    net = make(name).train()
+    tp = dataclasses.replace(TP, ce_impl="plain")
+    dynamo.reset()
+    explained = dynamo.explain(lambda s, t: loss_fn(net, s, t, tp, N_ITEMS, None))(SEQS, torch.tensor([1, 2, 3, 4]))
+    dynamo.reset()
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
