@@ -194,6 +194,38 @@ def state_files(kind: str) -> list[str]:
     return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
 
 
+def test_a_seed_another_process_is_training_is_refused_and_reused_once_it_finishes(tmp_path, toy_registry,
+                                                                                   monkeypatch):
+    """Two `seqpe train` of the same seed from one folder: the second stops at once, in one line, writing
+    nothing (it used to train the seed again beside the first, both on one resume file and run folder).
+    The lock is a real flock, held here by another process; once that process is gone the seed trains,
+    and the finished configuration leaves no lock behind."""
+    import subprocess
+    import textwrap
+    samples = make_samples(tmp_path / "samples")
+    monkeypatch.setattr(run_files, "fingerprint", lambda *a, **k: "f" * 20)
+    lock = run_files.state_root() / "locks" / ("f" * 20)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, sys, time
+        handle = open({str(lock)!r}, "a")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(120)""")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DataError, match="toyset toy-toy_lpe seed 1 is being trained right now by another "
+                                            "seqpe process") as err:
+            stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+        assert len(str(err.value).splitlines()) == 1 and "run this command again" in str(err.value)
+        assert not (tmp_path / "runs").exists() and state_files("resume") == []
+    finally:
+        holder.kill()
+        holder.wait()
+    [res] = stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+    assert res["stopped"] == "epochs" and state_files("locks") == []
+
+
 def test_failed_run_leaves_no_partial_folder(tmp_path, toy_registry, monkeypatch):
     samples = make_samples(tmp_path / "samples")
     monkeypatch.setattr(run_files, "write_json", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))

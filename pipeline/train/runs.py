@@ -16,6 +16,13 @@ and DVC:
     .seqpe/resume/<fingerprint>.pt   the loop state after the last finished epoch of an unfinished seed
     .seqpe/done/<fingerprint>/       a finished seed's run folder, until every seed of its configuration
                                      is finished (a crash in seed 2 does not retrain seed 1)
+    .seqpe/locks/<fingerprint>       held (flock) while a process trains that seed, so a second `seqpe
+                                     train` of the same seed from the same folder stops at once instead of
+                                     training it again beside the first, both writing one resume file and
+                                     one run folder. The kernel releases it when its process ends, however
+                                     it ends: a killed run leaves no stale lock. The empty files go with
+                                     the configuration's other state once every seed is finished (a seed
+                                     locked after that finds its finished run and reuses it).
 
 The fingerprint hashes everything a seed's result depends on (train params but time_limit, the
 model's and encoding's options, evaluate params, the samples' dataset name and shard hashes, the seed, the libraries'
@@ -59,6 +66,27 @@ def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int, worl
     if world > 1:
         key["world_size"] = world
     return hashlib.sha256(dumps_json(key).encode("utf-8")).hexdigest()[:20]
+
+
+def lock_seed(fp: str, label: str):
+    """Hold the fingerprint's lock (module docstring) and return its open file (close it to release);
+    a DataError naming the seed if another process holds it. None where the platform has no flock."""
+    try:
+        import fcntl
+    except ImportError:                                  # pragma: no cover (not POSIX)
+        return None
+    path = state_root() / "locks" / fp
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise DataError(f"{label} is being trained right now by another seqpe process started from this folder "
+                        f"(it holds {path}); training it twice would race on its resume file and run folder",
+                        "wait for that run to finish, then run this command again: it reuses the finished seed") \
+            from None
+    return handle
 
 
 def resume_path(fp: str) -> Path:
@@ -120,11 +148,12 @@ def finished(run_dir: Path, fp: str) -> Optional[dict]:
 
 
 def forget(fps: list[str]) -> None:
-    """Drop the state of a finished configuration (its seeds' resume files and finished copies)."""
+    """Drop the state of a finished configuration (its seeds' resume files, finished copies and locks)."""
     for fp in fps:
         resume_path(fp).unlink(missing_ok=True)
         shutil.rmtree(done_path(fp), ignore_errors=True)
-    for folder in (state_root() / "resume", state_root() / "done", state_root()):
+        (state_root() / "locks" / fp).unlink(missing_ok=True)
+    for folder in (state_root() / "resume", state_root() / "done", state_root() / "locks", state_root()):
         try:
             folder.rmdir()                       # only when empty: another configuration's state stays
         except OSError:

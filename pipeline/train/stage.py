@@ -151,19 +151,25 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
     for seed in seeds:
         fp = runs.fingerprint(tp, params, manifest, seed, world=dist.world)
         fps.append(fp)
-        record = dist.broadcast_object(runs.finished(run_dirs[seed], fp) if dist.main else None)
-        if record is None:
-            label = f"{dataset} {config} seed {seed}"
-            curves = (lambda h, s=seed: runs.write_curves(live_dir, s, h)) if live_dir is not None else None
-            net, record, timing, per_sample = train_one(spec, task, tp, params, manifest, select, seed, device,
-                                                        progress, runs.resume_path(fp), label, curves, dist)
-            record.update(name=config, tag=tag, preset=applied.record(), fingerprint=fp)
-            if dist.main:
-                runs.save_run(run_dirs[seed], net, record, timing, per_sample)
-                if record["stopped"] != "time_limit":    # kept: the same command with a longer limit goes on
-                    runs.resume_path(fp).unlink(missing_ok=True)
-            dist.barrier()
-        elif live_dir is not None and dist.main:
+        label = f"{dataset} {config} seed {seed}"
+        lock = _lock(fp, label, dist)
+        try:
+            record = dist.broadcast_object(runs.finished(run_dirs[seed], fp) if dist.main else None)
+            reused = record is not None
+            if not reused:
+                curves = (lambda h, s=seed: runs.write_curves(live_dir, s, h)) if live_dir is not None else None
+                net, record, timing, per_sample = train_one(spec, task, tp, params, manifest, select, seed, device,
+                                                            progress, runs.resume_path(fp), label, curves, dist)
+                record.update(name=config, tag=tag, preset=applied.record(), fingerprint=fp)
+                if dist.main:
+                    runs.save_run(run_dirs[seed], net, record, timing, per_sample)
+                    if record["stopped"] != "time_limit":    # kept: the same command with a longer limit goes on
+                        runs.resume_path(fp).unlink(missing_ok=True)
+                dist.barrier()
+        finally:
+            if lock is not None:
+                lock.close()
+        if reused and live_dir is not None and dist.main:
             runs.write_curves(live_dir, seed, record["history"])
         records.append(record)
         results.append({"name": f"{config}/seed-{seed}", "config": config, "seed": seed,
@@ -183,6 +189,20 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                             "run the same command with --set train.time_limit=0: it resumes where they stopped")
         runs.write_config_metrics(Path(metrics_path), records)
     return results
+
+
+def _lock(fp: str, label: str, dist):
+    """The seed's lock (runs.lock_seed), taken by rank 0 alone; every rank raises if it is held elsewhere."""
+    lock, refused = None, None
+    if dist.main:
+        try:
+            lock = runs.lock_seed(fp, label)
+        except DataError as e:
+            refused = (e.problem, e.fix)
+    refused = dist.broadcast_object(refused)
+    if refused is not None:
+        raise DataError(*refused)
+    return lock
 
 
 def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed: int, device, progress: bool,
