@@ -468,6 +468,47 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
 
 # --------------------------------------------------------------------------- encodings
 
+@app.command()
+def state(prune: Annotated[bool, typer.Option("--prune", help="delete every resume file and finished copy that "
+                                               "no running training holds")] = False,
+          as_json: JsonOpt = False):
+    """List what `seqpe train` keeps in .seqpe/ (resume files, finished seeds), or prune it."""
+    from .train import runs
+    root = runs.state_root()
+    if prune:
+        deleted, kept = runs.prune_state()
+        freed = sum(e["bytes"] for e in deleted)
+        if as_json:
+            from .tables import to_json
+            to_json({"deleted": deleted, "kept": kept, "bytes_freed": freed})
+            return
+        console.print(f"deleted {len(deleted)} entr{'y' if len(deleted) == 1 else 'ies'} of {root} "
+                      f"({freed / 1e6:,.1f} MB)" + (f"; kept {len(kept)} that a running training holds"
+                                                     if kept else ""), highlight=False)
+        return
+    entries = runs.state_entries()
+    if as_json:
+        from .tables import to_json
+        to_json(entries)
+        return
+    if not entries:
+        console.print(f"{root} holds no training state", highlight=False)
+        return
+    t = Table(title=f"training state in {root}")
+    for name, justify in (("kind", "left"), ("seed", "left"), ("epoch", "right"), ("MB", "right"),
+                          ("modified", "left"), ("status", "left")):
+        t.add_column(name, justify=justify, overflow="fold")
+    for e in entries:
+        epoch = "" if e["epoch"] is None else f"{e['epoch']}" + (f" of {e['epochs']}" if e["epochs"] else "")
+        status = {None: "", True: "training now", False: "resumable" if e["kind"] == "resume"
+                  else "kept until its configuration finishes"}[e["training"]]
+        t.add_row(e["kind"], e["what"] or f"? ({e['fingerprint']})", epoch, f"{e['bytes'] / 1e6:,.1f}",
+                  e["modified"], status)
+    console.print(t)
+    console.print("`seqpe state --prune` deletes what no running training holds (a resumable seed then starts "
+                  "afresh); the spill maps go by hand, when no training runs", highlight=False)
+
+
 encodings_app = typer.Typer(help="Positional encodings: list them, or draw one (PosRec Figs. 7-12).",
                             invoke_without_command=True, no_args_is_help=False)
 app.add_typer(encodings_app, name="encodings")
@@ -542,6 +583,7 @@ INTERRUPTED = {
               "is saved, so the same command continues from there"),
     "evaluate": _UNCHANGED, "report": "nothing was written" + " (--out keeps its previous content)",
     "recommend": "nothing was written (--out keeps its previous content)",
+    "state": "each seed's state is whole or gone, never half-deleted",
     "encodings": "figures finished before it are complete; none was left half-written",
 }
 

@@ -200,20 +200,12 @@ def test_a_seed_another_process_is_training_is_refused_and_reused_once_it_finish
     nothing (it used to train the seed again beside the first, both on one resume file and run folder).
     The lock is a real flock, held here by another process; once that process is gone the seed trains,
     and the finished configuration leaves no lock behind."""
-    import subprocess
-    import textwrap
     samples = make_samples(tmp_path / "samples")
     monkeypatch.setattr(run_files, "fingerprint", lambda *a, **k: "f" * 20)
     lock = run_files.state_root() / "locks" / ("f" * 20)
     lock.parent.mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import fcntl, sys, time
-        handle = open({str(lock)!r}, "a")
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        print("held", flush=True)
-        time.sleep(120)""")], stdout=subprocess.PIPE, text=True)
+    holder = _hold_lock(lock)
     try:
-        assert holder.stdout.readline().strip() == "held"
         with pytest.raises(DataError, match="toyset toy-toy_lpe seed 1 is being trained right now by another "
                                             "seqpe process") as err:
             stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
@@ -224,6 +216,58 @@ def test_a_seed_another_process_is_training_is_refused_and_reused_once_it_finish
         holder.wait()
     [res] = stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
     assert res["stopped"] == "epochs" and state_files("locks") == []
+
+
+def _hold_lock(path: Path):
+    """Another process holding a real flock on `path` until killed."""
+    import subprocess
+    import textwrap
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, time
+        handle = open({str(path)!r}, "a")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(120)""")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_state_lists_what_train_keeps_and_prune_spares_a_seed_being_trained(tmp_path, toy_registry):
+    """`seqpe state` names each resume file and finished copy (dataset, configuration, seed, epoch); --prune
+    deletes them, but not those of a seed whose lock a running process holds, and never a run folder."""
+    import subprocess
+    samples = make_samples(tmp_path / "samples")
+    stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1, 2), epochs=4, patience=0, time_limit=1e-9),
+              progress=False)                                   # stopped after epoch 1: resumable, kept
+
+    def cli(*args):
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "state", *args], capture_output=True, text=True,
+                              env=dict(os.environ, COLUMNS="200"))
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    listed = json.loads(cli("--json"))
+    assert sorted((e["kind"], e["what"], e["epoch"], e["training"]) for e in listed) == [
+        ("finished", "toyset toy-toy_lpe seed 1", 1, False), ("finished", "toyset toy-toy_lpe seed 2", 1, False),
+        ("resume", "toyset toy-toy_lpe seed 1", 1, False), ("resume", "toyset toy-toy_lpe seed 2", 1, False)]
+    assert {e["epochs"] for e in listed if e["kind"] == "resume"} == {4}
+    table = cli()
+    assert "toyset toy-toy_lpe seed 2" in table and "1 of 4" in table and "resumable" in table
+    seed1 = next(e["fingerprint"] for e in listed if e["what"].endswith("seed 1"))
+    holder = _hold_lock(run_files.state_root() / "locks" / seed1)
+    try:
+        assert {e["training"] for e in json.loads(cli("--json")) if e["fingerprint"] == seed1} == {True}
+        pruned = json.loads(cli("--prune", "--json"))
+        assert sorted(e["what"] for e in pruned["deleted"]) == ["toyset toy-toy_lpe seed 2"] * 2
+        assert sorted(e["what"] for e in pruned["kept"]) == ["toyset toy-toy_lpe seed 1"] * 2
+        assert pruned["bytes_freed"] > 0
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "deleted 2 entries" in cli("--prune")
+    assert state_files("resume") == state_files("done") == state_files("locks") == []
+    assert "holds no training state" in cli()
+    assert (tmp_path / "runs" / "toy-toy_lpe" / "seed-2" / "run.json").is_file()     # runs are not state
 
 
 def test_failed_run_leaves_no_partial_folder(tmp_path, toy_registry, monkeypatch):

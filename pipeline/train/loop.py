@@ -246,7 +246,8 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                     "scheduler": sched.state_dict() if sched is not None else None,
                     "torch_rng": rngs if dist.active else rngs[0], "generator": generator.get_state(),
                     "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
-                    "loop": loop, "history": history, "timing": timing})
+                    "loop": loop, "history": history, "timing": timing,
+                    "label": label, "epochs": tp.epochs})                 # for `seqpe state`
             if on_epoch is not None and dist.main:
                 on_epoch(history)
             if (why := decide()) is not None:
