@@ -193,8 +193,9 @@ def main() -> None:
                     help="after the timing, count the aten ops and host reads of a value per step over this many "
                          "steps (forward, backward, optimiser; the host's share of a small-batch GPU step)")
     ap.add_argument("--static", action="store_true",
-                    help="the batches and session graphs of train.compile: reduce-overhead (widths in multiples of "
-                         "8, L node slots, no host reads), run eagerly: the extra work its capture costs")
+                    help="the batches and session graphs of train.compile: reduce-overhead (widths rounded up to "
+                         "multiples of 8, at most max_len; L node slots; no host reads), run eagerly: the extra "
+                         "work its capture costs")
     ap.add_argument("--chunk", type=int, default=0,
                     help="chunked loss: items per block (0 = the trainer's rule, models.losses.default_chunk)")
     args = ap.parse_args()

@@ -470,43 +470,46 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
 
 @app.command()
 def state(prune: Annotated[bool, typer.Option("--prune", help="delete every resume file and finished copy that "
-                                               "no running training holds")] = False,
+                                               "no running training holds or needs")] = False,
           as_json: JsonOpt = False):
-    """List what `seqpe train` keeps in .seqpe/ (resume files, finished seeds), or prune it."""
-    from .train import runs
-    root = runs.state_root()
+    """List what `seqpe train` keeps in .seqpe/ (or $SEQPE_STATE): resume files, finished seeds; or prune it."""
+    from .train import state as train_state
+    root = train_state.check_root()
+    train_state.note_state_above()
+    where = root.absolute()
     if prune:
-        deleted, kept = runs.prune_state()
+        deleted, kept = train_state.prune()
         freed = sum(e["bytes"] for e in deleted)
         if as_json:
             from .tables import to_json
             to_json({"deleted": deleted, "kept": kept, "bytes_freed": freed})
             return
-        console.print(f"deleted {len(deleted)} entr{'y' if len(deleted) == 1 else 'ies'} of {root} "
-                      f"({freed / 1e6:,.1f} MB)" + (f"; kept {len(kept)} that a running training holds"
+        console.print(f"deleted {len(deleted)} entr{'y' if len(deleted) == 1 else 'ies'} of {where} "
+                      f"({freed / 1e6:,.1f} MB)" + (f"; kept {len(kept)} that a running training holds or needs"
                                                      if kept else ""), highlight=False)
         return
-    entries = runs.state_entries()
+    entries = train_state.entries()
     if as_json:
         from .tables import to_json
         to_json(entries)
         return
     if not entries:
-        console.print(f"{root} holds no training state", highlight=False)
+        console.print(f"{where} holds no training state", highlight=False)
         return
-    t = Table(title=f"training state in {root}")
+    t = Table(title=f"training state in {where}")
     for name, justify in (("kind", "left"), ("seed", "left"), ("epoch", "right"), ("MB", "right"),
                           ("modified", "left"), ("status", "left")):
         t.add_column(name, justify=justify, overflow="fold")
     for e in entries:
         epoch = "" if e["epoch"] is None else f"{e['epoch']}" + (f" of {e['epochs']}" if e["epochs"] else "")
-        status = {None: "", True: "training now", False: "resumable" if e["kind"] == "resume"
-                  else "kept until its configuration finishes"}[e["training"]]
-        t.add_row(e["kind"], e["what"] or f"? ({e['fingerprint']})", epoch, f"{e['bytes'] / 1e6:,.1f}",
-                  e["modified"], status)
+        what = e["what"] or f"? ({e['fingerprint']})"
+        if (e["processes"] or 1) > 1:
+            what += f" ({e['processes']} processes)"
+        t.add_row(e["kind"], what, epoch, f"{e['bytes'] / 1e6:,.1f}", e["modified"], e["status"])
     console.print(t)
-    console.print("`seqpe state --prune` deletes what no running training holds (a resumable seed then starts "
-                  "afresh); the spill maps go by hand, when no training runs", highlight=False)
+    console.print("`seqpe state --prune` deletes the resume files and finished copies no running training holds "
+                  "or needs (a resumable seed then starts afresh); the spill maps go by hand, when no training "
+                  "runs", highlight=False)
 
 
 encodings_app = typer.Typer(help="Positional encodings: list them, or draw one (PosRec Figs. 7-12).",

@@ -142,7 +142,8 @@ class TrainParams:
                                       # test the best epoch so far (0 = none; such a run depends on the machine)
     precision: str = "auto"           # auto (fp32: bf16 measured slower at these sizes, train/setup.py) | fp32 |
                                       # bf16 (autocast; the metrics are always computed in fp32 or better)
-    compile: bool | str = False       # torch.compile the training step: false | true (dynamic shapes) |
+    compile: bool | str = field(default=False, metadata={"values": "true, false or reduce-overhead"})
+                                      # torch.compile the training step: false | true (dynamic shapes) |
                                       # reduce-overhead (CUDA only: each step replayed as captured CUDA graphs,
                                       # session graphs built with static shapes; pipeline/train/loop.py)
     memory_budget: float = 0.0        # MB of sample matrices a split may hold in RAM; a larger split is built slice
@@ -511,7 +512,12 @@ def from_dict(cls: type, data: dict, prefix: str = "", strict: bool = False, run
     for name, f in fields.items():
         dotted = f"{prefix}.{name}" if prefix else name
         if name in data:
-            kwargs[name] = _coerce(data[name], hints[name], dotted, strict)
+            try:
+                kwargs[name] = _coerce(data[name], hints[name], dotted, strict)
+            except ParamsError:
+                if "values" not in f.metadata:
+                    raise
+                raise _bad(dotted, data[name], f.metadata["values"]) from None
         elif f.metadata.get("run_only"):
             continue
         elif strict or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):

@@ -232,42 +232,170 @@ def _hold_lock(path: Path):
     return holder
 
 
-def test_state_lists_what_train_keeps_and_prune_spares_a_seed_being_trained(tmp_path, toy_registry):
-    """`seqpe state` names each resume file and finished copy (dataset, configuration, seed, epoch); --prune
-    deletes them, but not those of a seed whose lock a running process holds, and never a run folder."""
+def _state_cli(*args):
     import subprocess
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "state", *args], capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS="200"))
+    return proc
+
+
+def _state(*args):
+    proc = _state_cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_state_lists_what_train_keeps_and_prune_spares_a_seed_being_trained(tmp_path, toy_registry):
+    """`seqpe state` names each resume file and finished copy (dataset, configuration, seed, epoch, status);
+    --prune deletes them, but not those of a seed whose lock a running process holds, nor anything under
+    the root that seqpe did not write, and never a run folder."""
     samples = make_samples(tmp_path / "samples")
     stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1, 2), epochs=4, patience=0, time_limit=1e-9),
               progress=False)                                   # stopped after epoch 1: resumable, kept
-
-    def cli(*args):
-        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "state", *args], capture_output=True, text=True,
-                              env=dict(os.environ, COLUMNS="200"))
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout
-
-    listed = json.loads(cli("--json"))
-    assert sorted((e["kind"], e["what"], e["epoch"], e["training"]) for e in listed) == [
-        ("finished", "toyset toy-toy_lpe seed 1", 1, False), ("finished", "toyset toy-toy_lpe seed 2", 1, False),
-        ("resume", "toyset toy-toy_lpe seed 1", 1, False), ("resume", "toyset toy-toy_lpe seed 2", 1, False)]
-    assert {e["epochs"] for e in listed if e["kind"] == "resume"} == {4}
-    table = cli()
-    assert "toyset toy-toy_lpe seed 2" in table and "1 of 4" in table and "resumable" in table
-    seed1 = next(e["fingerprint"] for e in listed if e["what"].endswith("seed 1"))
-    holder = _hold_lock(run_files.state_root() / "locks" / seed1)
+    stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1,), epochs=4, patience=0, time_limit=1e-9,
+                                                           lr=0.03), progress=False, tag="b")   # another configuration
+    root = run_files.state_root()
+    (root / "done" / "thesis").mkdir()
+    (root / "done" / "thesis" / "chapter1.tex").write_text("years of work")
+    (root / "resume" / "my-model.pt").write_bytes(b"mine")
+    listed = json.loads(_state("--json"))
+    a, b = "toyset toy-toy_lpe seed", "toyset toy-toy_lpe-b seed 1"
+    assert sorted((e["kind"], e["what"], e["epoch"], e["status"]) for e in listed) == [
+        ("finished", f"{a} 1", 1, "stopped by train.time_limit"), ("finished", f"{a} 2", 1, "stopped by train.time_limit"),
+        ("finished", b, 1, "stopped by train.time_limit"),
+        ("resume", f"{a} 1", 1, "resumable"), ("resume", f"{a} 2", 1, "resumable"), ("resume", b, 1, "resumable")]
+    assert {(e["epochs"], e["processes"]) for e in listed} == {(4, 1)}
+    table = _state()
+    assert f"{a} 2" in table and "1 of 4" in table and "resumable" in table
+    seed1 = next(e["fingerprint"] for e in listed if e["what"] == f"{a} 1")
+    holder = _hold_lock(root / "locks" / seed1)            # seed 1 of the first configuration is training
     try:
-        assert {e["training"] for e in json.loads(cli("--json")) if e["fingerprint"] == seed1} == {True}
-        pruned = json.loads(cli("--prune", "--json"))
-        assert sorted(e["what"] for e in pruned["deleted"]) == ["toyset toy-toy_lpe seed 2"] * 2
-        assert sorted(e["what"] for e in pruned["kept"]) == ["toyset toy-toy_lpe seed 1"] * 2
+        status = {(e["kind"], e["what"]): e["status"] for e in json.loads(_state("--json"))}
+        assert status[("resume", f"{a} 1")] == status[("finished", f"{a} 1")] == "training now"
+        assert status[("resume", f"{a} 2")] == status[("finished", f"{a} 2")] == "kept: its configuration is training"
+        pruned = json.loads(_state("--prune", "--json"))
+        assert sorted(e["what"] for e in pruned["deleted"]) == [b, b], pruned
+        assert sorted(e["what"] for e in pruned["kept"]) == [f"{a} 1", f"{a} 1", f"{a} 2", f"{a} 2"]
         assert pruned["bytes_freed"] > 0
     finally:
         holder.kill()
         holder.wait()
-    assert "deleted 2 entries" in cli("--prune")
-    assert state_files("resume") == state_files("done") == state_files("locks") == []
-    assert "holds no training state" in cli()
+    assert "deleted 4 entries" in _state("--prune")
+    assert state_files("resume") == ["my-model.pt"] and state_files("done") == ["thesis"]   # not seqpe's: kept
+    assert (root / "done" / "thesis" / "chapter1.tex").read_text() == "years of work"
+    assert "holds no training state" in _state()
     assert (tmp_path / "runs" / "toy-toy_lpe" / "seed-2" / "run.json").is_file()     # runs are not state
+
+
+def test_prune_keeps_the_finished_seeds_of_a_configuration_still_training(tmp_path, toy_registry):
+    """Seed 1 finished, seed 2 of the same configuration training (its lock held, naming the configuration):
+    seed 1's copy is what a crashed seed 2 reruns without retraining seed 1, so prune keeps it (and the
+    configuration's resume files, which its running command goes on to)."""
+    samples = make_samples(tmp_path / "samples")
+    stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1,), epochs=1), progress=False)
+    assert state_files("done") == []                    # a finished configuration leaves no state
+    stage.run("toyset", samples, tmp_path / "runs2", params(seeds=(1,), epochs=4, patience=0, time_limit=1e-9),
+              progress=False)
+    [copy] = state_files("done")
+    record = json.loads((run_files.state_root() / "done" / copy / "run.json").read_text())
+    record["stopped"] = "epochs"                        # as a finished seed's copy reads
+    (run_files.state_root() / "done" / copy / "run.json").write_text(json.dumps(record))
+    lock = run_files.state_root() / "locks" / ("a" * 20)
+    lock.write_text(json.dumps({"dataset": "toyset", "config": "toy-toy_lpe", "seed": 2}))
+    holder = _hold_lock(lock)
+    try:
+        [entry] = [e for e in json.loads(_state("--json")) if e["kind"] == "finished"]
+        assert entry["status"] == "kept: its configuration is training"
+        pruned = json.loads(_state("--prune", "--json"))
+        assert sorted(e["kind"] for e in pruned["kept"]) == ["finished", "resume"] and copy in state_files("done")
+        assert pruned["deleted"] == []
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_state_shows_a_damaged_resume_file_and_train_says_it_starts_afresh(tmp_path, toy_registry, capfd):
+    samples = make_samples(tmp_path / "samples")
+    p = params(seeds=(1,), epochs=3, patience=0, time_limit=1e-9)
+    stage.run("toyset", samples, tmp_path / "runs", p, progress=False)
+    [name] = state_files("resume")
+    path = run_files.state_root() / "resume" / name
+    path.write_bytes(path.read_bytes()[:1000])          # truncated
+    [entry] = [e for e in json.loads(_state("--json")) if e["kind"] == "resume"]
+    assert entry["status"] == "damaged" and entry["epoch"] is None
+    capfd.readouterr()
+    stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1,), epochs=3, patience=0), progress=False)
+    err = capfd.readouterr().err
+    assert f"note: toyset toy-toy_lpe seed 1: its resume file {path} was damaged (unreadable)" in err
+    assert "starts afresh from epoch 1" in err
+
+
+def test_state_skips_an_entry_that_goes_while_it_is_listed(tmp_path, toy_registry, monkeypatch):
+    """A seed that finishes while `seqpe state` lists drops its resume file between the listing and the read:
+    the entry is skipped (it used to end the command with "No such file or directory")."""
+    from pipeline.train import state as train_state
+    samples = make_samples(tmp_path / "samples")
+    stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1,), epochs=4, patience=0, time_limit=1e-9),
+              progress=False)
+
+    def gone(path):
+        path.unlink()
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(train_state, "_resume_info", gone)
+    assert [e["kind"] for e in train_state.entries()] == ["finished"]
+    deleted, kept = train_state.prune()
+    assert [e["kind"] for e in deleted] == ["finished"] and kept == []
+
+
+def test_state_below_a_project_points_at_its_state(tmp_path):
+    (tmp_path / ".seqpe" / "resume").mkdir(parents=True)
+    (tmp_path / "data").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "SEQPE_STATE"}
+    import subprocess
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "state"], cwd=tmp_path / "data", env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and f"{tmp_path / '.seqpe'} holds the state of the project above" in proc.stderr
+    assert "holds no training state" in proc.stdout and not (tmp_path / "data" / ".seqpe").exists()
+
+
+def test_a_run_folder_another_command_is_writing_is_refused(tmp_path, toy_registry):
+    """Another `seqpe train` of the same seed with other settings (another fingerprint) writes the same run
+    folder: its lock is held, so this one stops in one line and writes nothing."""
+    from pipeline.train import state as train_state
+    samples = make_samples(tmp_path / "samples")
+    run_dir = tmp_path / "runs" / "toy-toy_lpe" / "seed-1"
+    lock = run_files.state_root() / "locks" / train_state.dir_lock(run_dir)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = _hold_lock(lock)
+    try:
+        with pytest.raises(DataError, match=r"seed-1 is being written right now by another seqpe train \(of toyset "
+                                            r"toy-toy_lpe seed 1, with other settings\)"):
+            stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+        assert not (tmp_path / "runs").exists() and state_files("resume") == []
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("where, message", [
+    ("afile", "is a file, not a folder"),
+    ("samples/state", "holds toyset's samples"),
+    ("runs", "is a runs folder"),
+    ("runs/toy-toy_lpe", "is a configuration's runs folder"),
+    ("runs/toy-toy_lpe/state", "is inside a configuration's runs folder")])
+def test_a_state_root_that_is_not_a_folder_of_its_own_is_refused_naming_seqpe_state(tmp_path, toy_registry,
+                                                                                    monkeypatch, where, message):
+    samples = make_samples(tmp_path / "samples")
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+    (tmp_path / "afile").write_text("mine")
+    monkeypatch.setenv("SEQPE_STATE", str(tmp_path / where))
+    with pytest.raises(DataError, match=message) as err:
+        stage.run("toyset", samples, tmp_path / "runs", params(seeds=(2,), epochs=1), progress=False)
+    assert "SEQPE_STATE" in str(err.value)
+    assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-2").exists()
+    proc = _state_cli()
+    assert proc.returncode == 1 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_failed_run_leaves_no_partial_folder(tmp_path, toy_registry, monkeypatch):
@@ -907,7 +1035,8 @@ def test_reduce_overhead_compiles_posrecs_step_as_one_graph_that_trains_as_eager
 
 @pytest.mark.parametrize("setting, message", [
     ("reduce_overhead", "did you mean 'reduce-overhead'"),
-    ("max-autotune", "must be true, false or reduce-overhead")])
+    ("max-autotune", "must be true, false or reduce-overhead"),
+    (1, "must be true, false or reduce-overhead, got 1"), (None, "must be true, false or reduce-overhead, got None")])
 def test_unknown_compile_modes_are_refused(setting, message):
     with pytest.raises(ParamsError, match=message):
         params(compile=setting).train.validate("train")

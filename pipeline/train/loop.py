@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -172,7 +173,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
     loop = {"epoch": 0, "best_epoch": 0, "best_value": float("-inf"), "best_state": None, "stale": 0,
             "start_loss": None}
     resumed = 0
-    saved = _load_resume(resume_path)
+    saved = _load_resume(resume_path, label if dist.main else None)
     if saved is not None:
         net.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
@@ -247,7 +248,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                     "torch_rng": rngs if dist.active else rngs[0], "generator": generator.get_state(),
                     "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
                     "loop": loop, "history": history, "timing": timing,
-                    "label": label, "epochs": tp.epochs})                 # for `seqpe state`
+                    "label": label, "epochs": tp.epochs, "world": dist.world})    # for `seqpe state`
             if on_epoch is not None and dist.main:
                 on_epoch(history)
             if (why := decide()) is not None:
@@ -263,14 +264,19 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
     return loop["best_epoch"], stopped, resumed
 
 
-def _load_resume(path: Optional[Path]) -> Optional[dict]:
+def _load_resume(path: Optional[Path], label: Optional[str] = None) -> Optional[dict]:
+    """The resume state at `path`, or None. A damaged one (the disk filled up, a truncated copy) is deleted
+    and the seed starts afresh, saying so on stderr when `label` is given (rank 0)."""
     import torch
     if path is None or not path.is_file():
         return None
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:            # a damaged resume file (the disk filled up): start the seed afresh
+    except Exception:
         path.unlink(missing_ok=True)
+        if label is not None:
+            sys.stderr.write(f"note: {label}: its resume file {path} was damaged (unreadable) and is deleted; the "
+                             "seed starts afresh from epoch 1\n")
         return None
 
 

@@ -16,13 +16,8 @@ and DVC:
     .seqpe/resume/<fingerprint>.pt   the loop state after the last finished epoch of an unfinished seed
     .seqpe/done/<fingerprint>/       a finished seed's run folder, until every seed of its configuration
                                      is finished (a crash in seed 2 does not retrain seed 1)
-    .seqpe/locks/<fingerprint>       held (flock) while a process trains that seed, so a second `seqpe
-                                     train` of the same seed from the same folder stops at once instead of
-                                     training it again beside the first, both writing one resume file and
-                                     one run folder. The kernel releases it when its process ends, however
-                                     it ends: a killed run leaves no stale lock. The empty files go with
-                                     the configuration's other state once every seed is finished (a seed
-                                     locked after that finds its finished run and reuses it).
+    .seqpe/locks/                    per-seed locks held while a seed trains (pipeline/train/state.py,
+                                     which also lists and prunes this state: `seqpe state`)
 
 The fingerprint hashes everything a seed's result depends on (train params but time_limit, the
 model's and encoding's options, evaluate params, the samples' dataset name and shard hashes, the seed, the libraries'
@@ -66,117 +61,6 @@ def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int, worl
     if world > 1:
         key["world_size"] = world
     return hashlib.sha256(dumps_json(key).encode("utf-8")).hexdigest()[:20]
-
-
-def lock_seed(fp: str, label: str):
-    """Hold the fingerprint's lock (module docstring) and return its open file (close it to release);
-    a DataError naming the seed if another process holds it. None where the platform has no flock."""
-    try:
-        import fcntl  # noqa: F401
-    except ImportError:                                  # pragma: no cover (not POSIX)
-        return None
-    handle = _try_lock(fp)
-    if handle is None:
-        raise DataError(f"{label} is being trained right now by another seqpe process started from this folder "
-                        f"(it holds {state_root() / 'locks' / fp}); training it twice would race on its resume file "
-                        "and run folder", "wait for that run to finish, then run this command again: it reuses the "
-                        "finished seed")
-    return handle
-
-
-def _try_lock(fp: str):
-    """The fingerprint's lock if no process holds it (an open file: close it to release), else None.
-    A fingerprint without a lock file is free: it is returned locked all the same."""
-    import fcntl
-    path = state_root() / "locks" / fp
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        return None
-    return handle
-
-
-def _tree_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
-
-
-def state_entries() -> list[dict]:
-    """What the state root holds, for `seqpe state`: one entry per resume file (an unfinished seed) and per
-    finished copy, with what it is (dataset, configuration, seed), the last finished epoch, its size and age,
-    and whether a process is training that seed now (its lock is held); then the spill maps, if any."""
-    import datetime
-    root = state_root()
-    entries = []
-    for path in sorted((root / "resume").glob("*.pt")):
-        fp, info = path.stem, _resume_info(path)
-        entries.append({"kind": "resume", "fingerprint": fp, "what": info.get("label"), "epoch": info.get("epoch"),
-                        "epochs": info.get("epochs"), "path": str(path), "bytes": path.stat().st_size,
-                        "modified": path.stat().st_mtime})
-    for path in sorted(p for p in (root / "done").glob("*") if p.is_dir()):
-        rec = _record(path) or {}
-        what = (f"{rec.get('dataset')} {rec.get('name')} seed {rec.get('seed')}" if rec else None)
-        entries.append({"kind": "finished", "fingerprint": path.name, "what": what, "epoch": rec.get("best_epoch"),
-                        "epochs": None, "path": str(path), "bytes": _tree_bytes(path),
-                        "modified": path.stat().st_mtime})
-    for entry in entries:                # a training holds its lock file; none there: nothing trains that seed
-        if (root / "locks" / entry["fingerprint"]).is_file():
-            lock = _try_lock(entry["fingerprint"])
-            entry["training"] = lock is None
-            if lock is not None:
-                lock.close()
-        else:
-            entry["training"] = False
-    if (root / "spill").is_dir():
-        spill = root / "spill"
-        entries.append({"kind": "spill", "fingerprint": None, "what": "memory-mapped sample matrices "
-                        "(train.memory_budget)", "epoch": None, "epochs": None, "path": str(spill),
-                        "bytes": _tree_bytes(spill), "modified": spill.stat().st_mtime, "training": None})
-    for entry in entries:
-        entry["modified"] = datetime.datetime.fromtimestamp(entry["modified"], datetime.timezone.utc) \
-            .strftime("%Y-%m-%d %H:%M UTC")
-    return entries
-
-
-def _resume_info(path: Path) -> dict:
-    """The label, last finished epoch and planned epochs a resume file records ({} for one that does not
-    say, written before seqpe recorded them, or damaged). Memory-mapped: the weights are not read."""
-    import torch
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        return {"label": state.get("label"), "epoch": state["loop"]["epoch"], "epochs": state.get("epochs")}
-    except Exception:               # damaged or foreign: listed all the same, with nothing known about it
-        return {}
-
-
-def prune_state() -> tuple[list[dict], list[dict]]:
-    """Delete every resume file and finished copy no process is training now (each under its seed's lock, so
-    a `seqpe train` cannot start on state being deleted); returns (deleted, kept because in use). The
-    spill maps are left alone: a training may map them at any moment (README: delete them by hand)."""
-    deleted, kept = [], []
-    for entry in state_entries():
-        if entry["kind"] == "spill":
-            continue
-        lock = _try_lock(entry["fingerprint"])
-        if lock is None:
-            kept.append(entry)
-            continue
-        try:
-            path = Path(entry["path"])
-            if path.is_dir():                # renamed first: an interrupted prune leaves no half copy to reuse
-                doomed = path.with_name(path.name + ".deleting")
-                path.rename(doomed)
-                shutil.rmtree(doomed)
-            else:
-                path.unlink(missing_ok=True)
-            deleted.append(entry)
-        finally:
-            lock.close()
-    finished = {e["fingerprint"] for e in deleted}
-    forget(sorted(finished - {e["fingerprint"] for e in kept}))   # their locks and empty folders too
-    return deleted, kept
 
 
 def resume_path(fp: str) -> Path:
@@ -237,12 +121,14 @@ def finished(run_dir: Path, fp: str) -> Optional[dict]:
     return None
 
 
-def forget(fps: list[str]) -> None:
-    """Drop the state of a finished configuration (its seeds' resume files, finished copies and locks)."""
+def forget(fps: list[str], locks: tuple[str, ...] = ()) -> None:
+    """Drop the state of a finished configuration (its seeds' resume files, finished copies and locks, and
+    the lock files named in `locks`)."""
     for fp in fps:
         resume_path(fp).unlink(missing_ok=True)
         shutil.rmtree(done_path(fp), ignore_errors=True)
-        (state_root() / "locks" / fp).unlink(missing_ok=True)
+    for name in (*fps, *locks):
+        (state_root() / "locks" / name).unlink(missing_ok=True)
     for folder in (state_root() / "resume", state_root() / "done", state_root() / "locks", state_root()):
         try:
             folder.rmdir()                       # only when empty: another configuration's state stays

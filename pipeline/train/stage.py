@@ -12,7 +12,7 @@ from ..io import claim_dir, claim_file, refuse_nested, require_kind, verify_shar
 from ..params import EvaluateParams, Params, check_seeds, to_dict
 from ..report import config_name
 from ..versions import versions
-from . import distributed, heap, runs, setup, threads
+from . import distributed, heap, runs, setup, state, threads
 from .loop import checked, fit_epochs
 from .tasks import make_task
 
@@ -73,6 +73,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     config = config_name(spec.name, enc_name, tag)
     refuse_nested(runs_dir, "runs", f"e.g. data/runs/{dataset}", itself=True)
     runs.check_runs_dir(runs_dir, dataset)
+    state.check_root()                                  # SEQPE_STATE: a folder of its own, writable
     for path, what, instead in ((metrics_path, "metrics file", f"e.g. data/metrics/{dataset}/CONFIG.json"),
                                 (live_dir, "curves", f"e.g. data/live/{dataset}/CONFIG")):
         if path is not None:
@@ -152,7 +153,7 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
         fp = runs.fingerprint(tp, params, manifest, seed, world=dist.world)
         fps.append(fp)
         label = f"{dataset} {config} seed {seed}"
-        lock = _lock(fp, label, dist)
+        lock = _lock(fp, run_dirs[seed], {"dataset": dataset, "config": config, "seed": seed}, dist)
         try:
             record = dist.broadcast_object(runs.finished(run_dirs[seed], fp) if dist.main else None)
             reused = record is not None
@@ -168,7 +169,7 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                 dist.barrier()
         finally:
             if lock is not None:
-                lock.close()
+                lock.release()
         if reused and live_dir is not None and dist.main:
             runs.write_curves(live_dir, seed, record["history"])
         records.append(record)
@@ -180,7 +181,7 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
         return []
     unfinished = [seed for seed, r in zip(seeds, records) if r["stopped"] == "time_limit"]
     if not unfinished:
-        runs.forget(fps)
+        runs.forget(fps, tuple(state.dir_lock(d) for d in run_dirs.values()))
     if metrics_path is not None:
         if unfinished:      # `report` never pools these with finished seeds; DVC's metric must not either
             raise DataError(f"seed{'s' if len(unfinished) > 1 else ''} {', '.join(map(str, unfinished))} stopped at "
@@ -191,12 +192,12 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
     return results
 
 
-def _lock(fp: str, label: str, dist):
-    """The seed's lock (runs.lock_seed), taken by rank 0 alone; every rank raises if it is held elsewhere."""
+def _lock(fp: str, run_dir: Path, what: dict, dist):
+    """The seed's locks (state.lock_seed), taken by rank 0 alone; every rank raises if one is held elsewhere."""
     lock, refused = None, None
     if dist.main:
         try:
-            lock = runs.lock_seed(fp, label)
+            lock = state.lock_seed(fp, run_dir, what)
         except DataError as e:
             refused = (e.problem, e.fix)
     refused = dist.broadcast_object(refused)

@@ -1,0 +1,271 @@
+"""The training state's guards and housekeeping: per-seed locks, the state root's checks, `seqpe state`.
+
+Locks (`<state root>/locks/`, flock): while a seed trains its process holds two, one on the seed's
+fingerprint (its resume file and finished copy are keyed by it) and one on its run folder (two commands
+with different settings write the same MODEL-ENCODING[-TAG]/seed-N). A second `seqpe train` that needs
+either stops at once, in one line, writing nothing. The kernel drops a lock when its process ends,
+however it ends, so a killed run leaves no stale lock. The fingerprint lock file holds what is being
+trained (dataset, configuration, seed, pid), so `seqpe state` can say which finished copies belong to a
+configuration still training. Lock files are empty or tiny; they go with the configuration's other
+state once every seed is finished (a seed locked after that finds its finished run and reuses it).
+
+`seqpe state` lists the resume files and finished copies (only entries named by a fingerprint, 20 hex
+digits, and for a copy a run.json that says so: anything else under the root is not seqpe's and is
+neither listed nor ever deleted), and `--prune` deletes those no running training holds, each under its
+seed's lock, a copy renamed before it goes, so that no `seqpe train` can start on half-deleted state.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Optional
+
+from ..errors import DataError
+from ..io import refuse_nested
+from . import runs
+
+_FP = re.compile(r"[0-9a-f]{20}")
+
+
+def _named() -> str:
+    """How the user set the state root, for messages."""
+    value = os.environ.get(runs.STATE_ENV)
+    return f"{runs.STATE_ENV}={value}" if value else f"{runs.state_root()} (the state root; {runs.STATE_ENV} moves it)"
+
+
+def check_root() -> Path:
+    """The state root, or a DataError naming SEQPE_STATE: a file; a folder another stage writes or one inside
+    it (a samples, sessions, raw or report folder, a run, a configuration's folder of seeds: each is replaced
+    whole, and the state with it); a runs folder; or a place that cannot be written."""
+    root = runs.state_root()
+    fix = f"point {runs.STATE_ENV} at a folder of its own (or unset it: .seqpe in the working folder)"
+    if root.exists() and not root.is_dir():
+        raise DataError(f"{_named()} is a file, not a folder", fix)
+    try:
+        refuse_nested(root, f"training state ({runs.STATE_ENV})", "a folder of its own", itself=True)
+    except DataError as e:
+        raise DataError(e.problem, fix) from None
+    here = root.absolute()
+    if here.is_dir() and any(here.glob("*/seed-*/run.json")):
+        raise DataError(f"{_named()} is a runs folder: the state would sit among its configurations", fix)
+    for folder in (here, here.parent):                 # a configuration folder is a DVC output, replaced whole
+        if folder.is_dir() and any(folder.glob("seed-*/run.json")):
+            raise DataError(f"{_named()} is {'inside ' if folder != here else ''}a configuration's runs folder "
+                            f"({folder}), which DVC replaces whole, and the state with it", fix)
+    here = root.absolute()
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    if here.is_dir() and not os.access(here, os.W_OK | os.X_OK):
+        raise DataError(f"{_named()} cannot be written ({here} is not writable)", fix)
+    return root
+
+
+def _lock_file(name: str, create: bool = True):
+    """The lock file `name` opened and flocked, or None if another process holds it (or, with `create`
+    false, if it does not exist: then nothing holds it)."""
+    import fcntl
+    path = runs.state_root() / "locks" / name
+    if not create and not path.is_file():
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def dir_lock(run_dir: Path) -> str:
+    """The lock file name of a run folder (its absolute path hashed)."""
+    return "dir-" + hashlib.sha256(str(Path(run_dir).absolute()).encode()).hexdigest()[:20]
+
+
+class SeedLock:
+    """Both locks of one seed (module docstring); `release()` drops them."""
+
+    def __init__(self, handles: list):
+        self.handles = handles
+
+    def release(self) -> None:
+        for handle in self.handles:
+            handle.close()
+        self.handles = []
+
+
+def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
+    """Take the seed's locks, or raise a DataError naming the seed (None where the platform has no flock).
+    `what` (dataset, config, seed) goes into the fingerprint's lock file, for `seqpe state`."""
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:                                  # pragma: no cover (not POSIX)
+        return None
+    label = f"{what['dataset']} {what['config']} seed {what['seed']}"
+    fix = "wait for that run to finish, then run this command again (a finished seed with the same settings is reused)"
+    handles = []
+    for name, problem in ((fp, f"{label} is being trained right now by another seqpe process started from this "
+                                f"folder (it holds {runs.state_root() / 'locks' / fp})"),
+                          (dir_lock(run_dir), f"{run_dir} is being written right now by another seqpe train (of "
+                                              f"{label}, with other settings)")):
+        handle = _lock_file(name)
+        if handle is None:
+            for h in handles:
+                h.close()
+            raise DataError(f"{problem}; training it twice would race on its state and run folder", fix)
+        handles.append(handle)
+    handles[0].seek(0)
+    handles[0].truncate()
+    handles[0].write(json.dumps({**what, "pid": os.getpid()}))
+    handles[0].flush()
+    return SeedLock(handles)
+
+
+def _held(name: str) -> Optional[dict]:
+    """What a held fingerprint lock says is training ({} if it does not say), or None if nothing holds it."""
+    handle = _lock_file(name, create=False)
+    if handle is not None:
+        handle.close()
+        return None
+    path = runs.state_root() / "locks" / name
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text()) or {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _size(path: Path) -> int:
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size
+
+
+def _resume_info(path: Path) -> Optional[dict]:
+    """Label, last finished epoch, planned epochs and process count of a resume file, memory-mapped (the
+    weights are not read); {} for one written before seqpe recorded them; None if it cannot be read."""
+    import torch
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return {"what": state.get("label"), "epoch": state["loop"]["epoch"], "epochs": state.get("epochs"),
+                "world": state.get("world")}
+    except FileNotFoundError:
+        raise
+    except Exception:
+        return None
+
+
+def entries() -> list[dict]:
+    """What the state root holds (module docstring), each entry with a `status`:
+    resume     "training now" | "kept: its configuration is training" (the running command goes on to it) |
+               "resumable" | "damaged" (unreadable: train starts that seed afresh)
+    finished   "training now" (a rerun is copying it) | "kept: its configuration is training" (a crash there
+               would otherwise retrain it) | "stopped by train.time_limit" | "kept until its configuration finishes"
+    spill      the memory-mapped sample matrices (train.memory_budget), listed, never pruned."""
+    root = runs.state_root()
+    found = []
+    if not root.is_dir():
+        return found
+    training = {}                                       # fingerprint -> what its lock says, for held locks
+    for lock in sorted((root / "locks").glob("*")) if (root / "locks").is_dir() else []:
+        if _FP.fullmatch(lock.name) and (said := _held(lock.name)) is not None:
+            training[lock.name] = said
+    configs = {(w.get("dataset"), w.get("config")) for w in training.values()}
+    prefixes = tuple(f"{d} {c} seed " for d, c in configs)
+    for path in sorted((root / "resume").glob("*.pt")) if (root / "resume").is_dir() else []:
+        if not _FP.fullmatch(path.stem):
+            continue
+        try:
+            info, stat = _resume_info(path), path.stat()
+        except FileNotFoundError:                      # finished and dropped while being listed
+            continue
+        what = (info or {}).get("what")
+        status = ("training now" if path.stem in training else
+                  "kept: its configuration is training" if what and prefixes and what.startswith(prefixes) else
+                  "resumable" if info is not None else "damaged")
+        found.append({"kind": "resume", "fingerprint": path.stem, "what": what,
+                      "epoch": (info or {}).get("epoch"), "epochs": (info or {}).get("epochs"),
+                      "processes": (info or {}).get("world"), "status": status, "path": str(path),
+                      "bytes": stat.st_size, "modified": stat.st_mtime})
+    for path in sorted((root / "done").glob("*")) if (root / "done").is_dir() else []:
+        rec = runs._record(path) if _FP.fullmatch(path.name) else None
+        if rec is None or rec.get("fingerprint") != path.name:
+            continue                                   # not a finished copy seqpe wrote: not listed, never pruned
+        try:
+            size, stat = _size(path), path.stat()
+        except FileNotFoundError:
+            continue
+        status = ("training now" if path.name in training else
+                  "kept: its configuration is training" if (rec.get("dataset"), rec.get("name")) in configs else
+                  "stopped by train.time_limit" if rec.get("stopped") == "time_limit" else
+                  "kept until its configuration finishes")
+        found.append({"kind": "finished", "fingerprint": path.name,
+                      "what": f"{rec.get('dataset')} {rec.get('name')} seed {rec.get('seed')}",
+                      "epoch": rec.get("epochs_run"), "epochs": (rec.get("train") or {}).get("epochs"),
+                      "processes": rec.get("world_size"), "status": status, "path": str(path), "bytes": size,
+                      "modified": stat.st_mtime})
+    spill = root / "spill"
+    if spill.is_dir():
+        found.append({"kind": "spill", "fingerprint": None, "what": "memory-mapped sample matrices "
+                      "(train.memory_budget)", "epoch": None, "epochs": None, "processes": None,
+                      "status": "delete by hand when no training runs", "path": str(spill), "bytes": _size(spill),
+                      "modified": spill.stat().st_mtime})
+    for entry in found:
+        entry["modified"] = datetime.datetime.fromtimestamp(entry["modified"], datetime.timezone.utc) \
+            .strftime("%Y-%m-%d %H:%M UTC")
+    return found
+
+
+_PRUNABLE = ("resumable", "damaged", "stopped by train.time_limit", "kept until its configuration finishes")
+
+
+def prune() -> tuple[list[dict], list[dict]]:
+    """Delete every listed resume file and finished copy that no running training holds or needs (the entries
+    of a configuration that is training stay: its command goes on to them); returns (deleted,
+    kept). Each goes under its seed's lock; a copy is renamed first, so an interrupted prune leaves
+    nothing a rerun could take for a finished seed."""
+    deleted, kept = [], []
+    for entry in entries():
+        if entry["kind"] == "spill":
+            continue
+        if entry["status"] not in _PRUNABLE:
+            kept.append(entry)
+            continue
+        handle = _lock_file(entry["fingerprint"])
+        if handle is None:                             # a training took it since the listing
+            kept.append(entry)
+            continue
+        try:
+            path = Path(entry["path"])
+            if path.is_dir():
+                doomed = path.with_name(path.name + ".deleting")
+                path.rename(doomed)
+                shutil.rmtree(doomed)
+                deleted.append(entry)
+            elif path.exists():
+                path.unlink()
+                deleted.append(entry)
+        except FileNotFoundError:                      # gone meanwhile (its training finished)
+            pass
+        finally:
+            handle.close()
+    runs.forget(sorted({e["fingerprint"] for e in deleted} - {e["fingerprint"] for e in kept}))
+    return deleted, kept
+
+
+def note_state_above(out=sys.stderr) -> None:
+    """For `seqpe state` run below a project: where the project's state is (nothing here)."""
+    if os.environ.get(runs.STATE_ENV) or runs.state_root().exists():
+        return
+    for folder in Path.cwd().parents:
+        if (folder / ".seqpe").is_dir():
+            out.write(f"note: nothing here; {folder / '.seqpe'} holds the state of the project above: run "
+                      f"`seqpe state` from {folder}\n")
+            return
