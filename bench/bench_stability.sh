@@ -87,7 +87,11 @@ if [ "$PROFILE" = cpu ]; then            # two queues side by side, alternating 
 else
   for e in "${encs[@]}"; do one "$e" & done; wait
 fi
-"$SEQPE" report "$OUT/runs" --baseline "$MODEL-none" --out "$OUT/report_vs_none.md" --quiet
+if compgen -G "$OUT/runs/*/$MODEL-none/seed-*/run.json" > /dev/null; then
+  "$SEQPE" report "$OUT/runs" --baseline "$MODEL-none" --out "$OUT/report_vs_none.md" --quiet
+else      # ENCODINGS without none (a follow-up into another OUT): its runs are elsewhere; compare by hand
+  echo "no $MODEL-none runs in $OUT/runs: report_vs_none.md skipped (seqpe report THOSE_RUNS $OUT/runs --baseline $MODEL-none)" >&2
+fi
 "$SEQPE" report "$OUT/runs" --out "$OUT/report.md"
 
 # 004's columns (Tables 5-7): mean and sample sd of HIT@10 and NDCG@10 (x100) over seeds, and the
