@@ -233,10 +233,8 @@ def _hold_lock(path: Path):
 
 
 def _state_cli(*args):
-    import subprocess
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "state", *args], capture_output=True, text=True,
-                          env=dict(os.environ, COLUMNS="200"))
-    return proc
+    from test_cli import seqpe
+    return seqpe("state", *args)
 
 
 def _state(*args):

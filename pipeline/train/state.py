@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DataError
-from ..io import refuse_nested
+from ..io import _require_writable, refuse_nested
 from . import runs
 
 _FP = re.compile(r"[0-9a-f]{20}")
@@ -58,11 +58,10 @@ def check_root() -> Path:
         if folder.is_dir() and any(folder.glob("seed-*/run.json")):
             raise DataError(f"{_named()} is {'inside ' if folder != here else ''}a configuration's runs folder "
                             f"({folder}), which DVC replaces whole, and the state with it", fix)
-    here = root.absolute()
-    while not here.exists() and here != here.parent:
-        here = here.parent
-    if here.is_dir() and not os.access(here, os.W_OK | os.X_OK):
-        raise DataError(f"{_named()} cannot be written ({here} is not writable)", fix)
+    try:
+        _require_writable(root / "locks")            # probes the root, or the nearest folder above it
+    except DataError as e:
+        raise DataError(f"{_named()} cannot be written: {e.problem.split(': ', 1)[-1]}", fix) from None
     return root
 
 
