@@ -386,7 +386,7 @@ def report(runs: Annotated[Optional[list[Path]], typer.Argument(help="runs folde
     elif not quiet:
         stage.print_tables(console, rows)
         if out is not None:
-            console.print(f"wrote {out}", highlight=False)
+            console.print(f"wrote {out}", highlight=False, markup=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- using a trained run
@@ -486,7 +486,7 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete every resu
             return
         console.print(f"deleted {len(deleted)} entr{'y' if len(deleted) == 1 else 'ies'} of {where} "
                       f"({freed / 1e6:,.1f} MB)" + (f"; kept {len(kept)} that a running training holds or needs"
-                                                     if kept else ""), highlight=False)
+                                                     if kept else ""), highlight=False, markup=False, soft_wrap=True)
         return
     entries = train_state.entries()
     if as_json:
@@ -494,7 +494,7 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete every resu
         to_json(entries)
         return
     if not entries:
-        console.print(f"{where} holds no training state", highlight=False)
+        console.print(f"{where} holds no training state", highlight=False, markup=False, soft_wrap=True)
         return
     t = Table(title=f"training state in {where}")
     for name, justify in (("kind", "left"), ("seed", "left"), ("epoch", "right"), ("MB", "right"),
@@ -554,7 +554,7 @@ def encodings_inspect(ctx: typer.Context, name: str,
     if not quiet:
         console.print(_kv_table(f"encodings inspect {name}", {k: v for k, v in summary.items() if k != "files"}))
         for f in summary["files"]:
-            console.print(f"  {Path(out) / f}")
+            console.print(f"  {Path(out) / f}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _print_runs(results: list[dict]) -> None:
@@ -573,7 +573,8 @@ def _print_runs(results: list[dict]) -> None:
     for r in results:
         if r.get("stopped") == "time_limit":
             console.print(f"{r['name']}: stopped by train.time_limit after epoch {r['epochs_run']}; the same "
-                          "command with a longer limit (or 0) continues it from there", highlight=False)
+                          "command with a longer limit (or 0) continues it from there", highlight=False, markup=False,
+                          soft_wrap=True)
 
 
 # What a Ctrl-C leaves, per command: every output is built aside and swapped in whole (pipeline/io.py),

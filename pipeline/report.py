@@ -465,7 +465,7 @@ def print_tables(console, rows: list[dict]) -> None:
     from .tables import print_tables as show
     show(console, *summary_view(rows))
     for note in row_notes(rows):
-        console.print(note, highlight=False)
+        console.print(note, highlight=False, markup=False, soft_wrap=True)
     view = comparison_view(rows)
     if view is not None:
         show(console, *view)

@@ -347,6 +347,7 @@ def test_state_skips_an_entry_that_goes_while_it_is_listed(tmp_path, toy_registr
 
 
 def test_state_below_a_project_points_at_its_state(tmp_path):
+    tmp_path = tmp_path / ("long-" * 20)        # paths past the console's 80 columns are printed whole, unwrapped
     (tmp_path / ".seqpe" / "resume").mkdir(parents=True)
     (tmp_path / "data").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "SEQPE_STATE"}
@@ -394,6 +395,22 @@ def test_a_state_root_that_is_not_a_folder_of_its_own_is_refused_naming_seqpe_st
     assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-2").exists()
     proc = _state_cli()
     assert proc.returncode == 1 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_named_state_root_stays_empty_and_the_default_goes_when_a_configuration_is_finished(
+        tmp_path, toy_registry, monkeypatch):
+    """SEQPE_STATE whose parents did not exist: training made them, and removing the emptied root left them
+    behind, empty; a named root now stays (emptied), the default .seqpe is removed."""
+    samples = make_samples(tmp_path / "samples")
+    named = tmp_path / "new" / "deeper" / "state"
+    monkeypatch.setenv("SEQPE_STATE", str(named))
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+    assert named.is_dir() and list(named.iterdir()) == []
+    monkeypatch.delenv("SEQPE_STATE")
+    monkeypatch.chdir(tmp_path)
+    stage.run("toyset", samples, tmp_path / "runs2", params(epochs=1), progress=False)
+    assert (tmp_path / "runs2" / "toy-toy_lpe" / "seed-1" / "run.json").is_file()
+    assert not (tmp_path / ".seqpe").exists()
 
 
 def test_failed_run_leaves_no_partial_folder(tmp_path, toy_registry, monkeypatch):

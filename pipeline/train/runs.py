@@ -129,7 +129,11 @@ def forget(fps: list[str], locks: tuple[str, ...] = ()) -> None:
         shutil.rmtree(done_path(fp), ignore_errors=True)
     for name in (*fps, *locks):
         (state_root() / "locks" / name).unlink(missing_ok=True)
-    for folder in (state_root() / "resume", state_root() / "done", state_root() / "locks", state_root()):
+    # A root the user named (SEQPE_STATE) stays, empty: removing it would leave behind whatever parents
+    # `mkdir -p` made for it, or delete a folder the user made; the default .seqpe goes with its contents.
+    named = bool(os.environ.get(STATE_ENV))
+    for folder in (state_root() / "resume", state_root() / "done", state_root() / "locks",
+                   *(() if named else (state_root(),))):
         try:
             folder.rmdir()                       # only when empty: another configuration's state stays
         except OSError:
