@@ -478,15 +478,16 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete every resu
     train_state.note_state_above()
     where = root.absolute()
     if prune:
-        deleted, kept = train_state.prune()
+        deleted, kept, locks = train_state.prune()
         freed = sum(e["bytes"] for e in deleted)
         if as_json:
             from .tables import to_json
-            to_json({"deleted": deleted, "kept": kept, "bytes_freed": freed})
+            to_json({"deleted": deleted, "kept": kept, "bytes_freed": freed, "lock_files_removed": locks})
             return
         console.print(f"deleted {len(deleted)} entr{'y' if len(deleted) == 1 else 'ies'} of {where} "
-                      f"({freed / 1e6:,.1f} MB)" + (f"; kept {len(kept)} that a running training holds or needs"
-                                                     if kept else ""), highlight=False, markup=False, soft_wrap=True)
+                      f"({freed / 1e6:,.1f} MB)" + (f" and {locks} unheld lock file{'s' * (locks != 1)}" if locks else "")
+                      + (f"; kept {len(kept)} that a running training holds or needs" if kept else ""),
+                      highlight=False, markup=False, soft_wrap=True)
         return
     entries = train_state.entries()
     if as_json:

@@ -342,8 +342,28 @@ def test_state_skips_an_entry_that_goes_while_it_is_listed(tmp_path, toy_registr
 
     monkeypatch.setattr(train_state, "_resume_info", gone)
     assert [e["kind"] for e in train_state.entries()] == ["finished"]
-    deleted, kept = train_state.prune()
+    deleted, kept, _ = train_state.prune()
     assert [e["kind"] for e in deleted] == ["finished"] and kept == []
+
+
+def test_prune_removes_the_lock_files_no_process_holds(tmp_path):
+    """A seed killed before its first epoch leaves its two lock files and nothing else: --prune removes them
+    (they stayed until their configuration finished), not a held one nor a file seqpe did not write."""
+    from pipeline.train import state as train_state
+    root = run_files.state_root()
+    train_state.lock_seed("b" * 20, tmp_path / "runs" / "m-e" / "seed-1",
+                          {"dataset": "toyset", "config": "m-e", "seed": 1}).release()
+    (root / "locks" / "notes.txt").write_text("mine")
+    holder = _hold_lock(root / "locks" / ("c" * 20))
+    try:
+        assert len(state_files("locks")) == 4 and "holds no training state" in _state()
+        out = _state("--prune")
+        assert "deleted 0 entries" in out and "and 2 unheld lock files" in out, out
+        assert sorted(state_files("locks")) == ["c" * 20, "notes.txt"]
+        assert json.loads(_state("--prune", "--json"))["lock_files_removed"] == 0
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_state_below_a_project_points_at_its_state(tmp_path):

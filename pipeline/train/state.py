@@ -7,7 +7,8 @@ either stops at once, in one line, writing nothing. The kernel drops a lock when
 however it ends, so a killed run leaves no stale lock. The fingerprint lock file holds what is being
 trained (dataset, configuration, seed, pid), so `seqpe state` can say which finished copies belong to a
 configuration still training. Lock files are empty or tiny; they go with the configuration's other
-state once every seed is finished (a seed locked after that finds its finished run and reuses it).
+state once every seed is finished (a seed locked after that finds its finished run and reuses it), or
+with `seqpe state --prune` when no process holds them.
 
 `seqpe state` lists the resume files and finished copies (only entries named by a fingerprint, 20 hex
 digits, and for a copy a run.json that says so: anything else under the root is not seqpe's and is
@@ -31,6 +32,7 @@ from ..io import _require_writable, refuse_nested
 from . import runs
 
 _FP = re.compile(r"[0-9a-f]{20}")
+_DIR_LOCK = re.compile(r"dir-[0-9a-f]{20}")
 
 
 def _named() -> str:
@@ -225,10 +227,11 @@ def entries() -> list[dict]:
 _PRUNABLE = ("resumable", "damaged", "stopped by train.time_limit", "kept until its configuration finishes")
 
 
-def prune() -> tuple[list[dict], list[dict]]:
+def prune() -> tuple[list[dict], list[dict], int]:
     """Delete every listed resume file and finished copy that no running training holds or needs (the entries
-    of a configuration that is training stay: its command goes on to them); returns (deleted,
-    kept). Each goes under its seed's lock; a copy is renamed first, so an interrupted prune leaves
+    of a configuration that is training stay: its command goes on to them), then the lock files no process
+    holds (a seed killed before its first epoch leaves one and nothing else); returns (deleted, kept,
+    lock files removed). Each goes under its lock; a copy is renamed first, so an interrupted prune leaves
     nothing a rerun could take for a finished seed."""
     deleted, kept = [], []
     for entry in entries():
@@ -255,8 +258,21 @@ def prune() -> tuple[list[dict], list[dict]]:
             pass
         finally:
             handle.close()
+    stale = 0
+    locks = runs.state_root() / "locks"
+    for path in sorted(locks.glob("*")) if locks.is_dir() else []:
+        if not (_FP.fullmatch(path.name) or _DIR_LOCK.fullmatch(path.name)):
+            continue                                   # not seqpe's
+        handle = _lock_file(path.name, create=False)
+        if handle is None:                             # held: a training is on it (or it went meanwhile)
+            continue
+        try:
+            path.unlink(missing_ok=True)               # the next lock_seed makes it again
+            stale += 1
+        finally:
+            handle.close()
     runs.forget(sorted({e["fingerprint"] for e in deleted} - {e["fingerprint"] for e in kept}))
-    return deleted, kept
+    return deleted, kept, stale
 
 
 def note_state_above(out=sys.stderr) -> None:
