@@ -319,7 +319,8 @@ def train(dataset: str,
           seed: Annotated[Optional[list[int]], typer.Option(help="seed(s) (default study.seeds)")] = None,
           preset: Annotated[Optional[str], typer.Option(
               help="model's named settings, e.g. paper (train + model/encoding options, per-dataset "
-                   "variants; --set train.KEY and params.yaml models:/encodings: win over it)")] = None,
+                   "variants matched by a word of the dataset name, or named: paper_men; --set train.KEY "
+                   "and params.yaml models:/encodings: win over it)")] = None,
           tag: Annotated[Optional[str], typer.Option(
               help="name a variant (ablation, option sweep): runs go to MODEL-ENCODING-TAG/ and report "
                    "as their own row")] = None,

@@ -11,11 +11,15 @@ preset carries the paper's settings for the three parts of a run:
 Every key is optional. A preset with none of these four keys is the legacy flat form: the
 whole dict is TrainParams overrides (`{"epochs": 30, "lr": 1e-3}`).
 
-Dataset variants: a `datasets` entry applies when its fragment occurs in the dataset name
-(case-insensitive), so PosRec's `paper` means lambda2 = 0.5 for `yoochoose_1_64` and
-lambda2 = 1 for `diginetica` / `diginetica_srgnn` (000 §5.1.5). Two matching fragments are an
-error (ambiguous); no match keeps the preset's base settings. A model may also register the
-variants under their own names (`paper_yoochoose`) for datasets with other names.
+Dataset variants: a `datasets` entry applies when the dataset name, from the start of one of its
+words (split at anything but letters and digits), begins with the entry's name, separators
+ignored and case-insensitive: so PosRec's `paper` means lambda2 = 0.5 for `yoochoose_1_64` and
+lambda2 = 1 for `diginetica` / `diginetica_srgnn` (000 §5.1.5); SASRec's `ml_1m` matches
+`ml1m_sasrec`, `ML-1M` and `ml_1m`; CARCA's `men` matches `amazon_men` but not `amazon_women` or
+`experiment` (a plain substring test gave those CARCA-Men's settings, silently). Two matching
+entries are an error (ambiguous); no match keeps the preset's base settings. `--preset
+NAME_VARIANT` (`paper_men`, `paper_yoochoose`) picks a variant by name, whatever the dataset is
+called. The stage prints which variant applied, or that none matched (`variant_note`).
 
 Precedence, lowest first (the record of the run holds the resolved values):
     train:      params.yaml `train:`  <  preset  <  dataset variant  <  `--set train.KEY=...`
@@ -30,6 +34,7 @@ Torch-free: the train stage calls it before importing any model code it does not
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
@@ -76,21 +81,58 @@ def _merge_options(base: dict, over: dict, where: str) -> dict:
     return out
 
 
+def _squash(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def matches(variant: str, dataset: str) -> bool:
+    """Whether the dataset name, from the start of one of its words, begins with `variant` (module docstring)."""
+    words = [w for w in re.split(r"[^a-z0-9]+", dataset.lower()) if w]
+    key = _squash(variant)
+    return bool(key) and any("".join(words[i:]).startswith(key) for i in range(len(words)))
+
+
+def names(presets: Optional[dict]) -> list[str]:
+    """Every name --preset takes: the presets and, for those with dataset variants, NAME_VARIANT."""
+    out = []
+    for name, preset in (presets or {}).items():
+        out.append(name)
+        if isinstance(preset, dict):
+            out += [f"{name}_{_squash(v)}" for v in preset.get("datasets") or {}
+                    if f"{name}_{_squash(v)}" not in (presets or {})]
+    return out
+
+
+def _forced(presets: dict, preset: str) -> Optional[tuple[str, str]]:
+    """(preset, variant) for a NAME_VARIANT preset name, else None."""
+    for name, body in presets.items():
+        if isinstance(body, dict) and preset.startswith(name + "_"):
+            for variant in body.get("datasets") or {}:
+                if _squash(variant) == _squash(preset[len(name) + 1:]):
+                    return name, variant
+    return None
+
+
 def resolve(presets: Optional[dict], preset: Optional[str], model: str, dataset: str) -> Resolved:
-    """The preset `preset` of `model` with its variant for `dataset` applied on top."""
+    """The preset `preset` of `model` with its variant for `dataset` applied on top (or the variant that
+    `preset` names: NAME_VARIANT)."""
     if preset is None:
         return Resolved()
     presets = presets or {}
+    forced = None
     if preset not in presets:
-        err = unknown("preset", preset, presets, None if presets else "this model has none: drop --preset")
-        raise type(err)(f"{err.problem} for model '{model}'", err.fix)
-    where = f"preset '{preset}' of model '{model}'"
-    base = parts(presets[preset], where)
+        forced = _forced(presets, preset)
+        if forced is None:
+            err = unknown("preset", preset, names(presets), None if presets else "this model has none: drop --preset")
+            raise type(err)(f"{err.problem} for model '{model}'", err.fix)
+    name = forced[0] if forced else preset
+    where = f"preset '{name}' of model '{model}'"
+    base = parts(presets[name], where)
     variants = base.get("datasets") or {}
-    hits = sorted(f for f in variants if f.lower() in dataset.lower())
+    hits = [forced[1]] if forced else sorted(f for f in variants if matches(f, dataset))
     if len(hits) > 1:
         raise ParamsError(f"dataset '{dataset}' matches several variants of {where}: {', '.join(hits)}",
-                          "rename the dataset or pick a variant preset (e.g. paper_yoochoose)")
+                          f"name the variant: {' or '.join(f'--preset {name}_{_squash(h)}' for h in hits)}")
     layers = [base] + [parts(variants[hits[0]], f"{where}, dataset '{hits[0]}'")] if hits else [base]
     train: dict[str, Any] = {}
     models: dict = {}
@@ -99,7 +141,22 @@ def resolve(presets: Optional[dict], preset: Optional[str], model: str, dataset:
         train.update(layer.get("train") or {})
         models = _merge_options(models, layer.get("models"), f"{where} models")
         encodings = _merge_options(encodings, layer.get("encodings"), f"{where} encodings")
-    return Resolved(train, models, encodings, preset, hits[0] if hits else None)
+    return Resolved(train, models, encodings, name, hits[0] if hits else None)
+
+
+def variant_note(presets: Optional[dict], res: Resolved, model: str, dataset: str) -> Optional[str]:
+    """One line for a preset with dataset variants: which one applied to `dataset`, or that none did (the
+    base settings then apply, which for SASRec's `paper` are the Amazon sets', not ML-1M's)."""
+    if res.name is None:
+        return None
+    variants = list(((presets or {}).get(res.name) or {}).get("datasets") or {})
+    if not variants:
+        return None
+    if res.variant is not None:
+        return f"preset {res.name} of {model}: its {res.variant} variant for dataset '{dataset}'"
+    return (f"preset {res.name} of {model}: dataset '{dataset}' matches none of its variants ({', '.join(variants)}), "
+            f"so its base settings apply; to use one, --preset {res.name}_{_squash(variants[0])} (or name the "
+            f"dataset after it)")
 
 
 def merge_options(preset_opts: dict, explicit: dict) -> dict:

@@ -590,6 +590,41 @@ def test_preset_carries_model_and_encoding_options_per_dataset(tmp_path, toy_reg
     assert parts({"epochs": 3}, "preset 'x'") == {"train": {"epochs": 3}}   # legacy flat form
 
 
+def test_preset_variants_match_a_word_of_the_name_can_be_named_and_are_announced(tmp_path, toy_registry,
+                                                                                monkeypatch, capfd):
+    """A variant matched any substring: CARCA's `men` gave `amazon_women` and `experiment` CARCA-Men's
+    settings, and SASRec's ML-1M variant missed the README's own `ml1m_sasrec`, both silently. A variant now
+    matches from the start of a word of the name, separators ignored; NAME_VARIANT picks one by name; the
+    run says which applied, or that none did."""
+    import dataclasses
+    from pipeline import presets
+    from models import MODELS as REAL
+    carca, sasrec = REAL["carca"].presets, REAL["sasrec"].presets
+    assert [presets.resolve(carca, "paper", "carca", d).variant for d in
+            ("amazon_women", "experiment_1", "segments", "amazon_men", "Men", "beauty_experiment", "Video_Games")] \
+        == [None, None, None, "men", "men", "beauty", "games"]
+    assert [presets.resolve(sasrec, "paper", "sasrec", d).variant for d in ("ml1m_sasrec", "ML-1M", "ml_10m", "beauty")] \
+        == ["ml_1m", "ml_1m", None, None]
+    forced = presets.resolve(carca, "paper_men", "carca", "amazon_women")
+    assert (forced.record(), forced.train["dim"], forced.train["lr"]) == ({"name": "paper", "variant": "men"}, 390, 6e-6)
+    with pytest.raises(ParamsError, match=r"unknown preset 'paper_beuty' for model 'carca'.*did you mean 'paper_beauty'"):
+        presets.resolve(carca, "paper_beuty", "carca", "x")
+    monkeypatch.setitem(MODELS, "toy", dataclasses.replace(MODELS["toy"], presets={"paper": PAPER}))
+    samples = make_samples(tmp_path / "samples", dataset="toyset")
+    capfd.readouterr()
+    stage.run("toyset", samples, tmp_path / "runs", params(), preset="paper", progress=False)
+    assert capfd.readouterr().err.strip() == ("note: preset paper of toy: dataset 'toyset' matches none of its variants "
+                                              "(yoochoose, diginetica), so its base settings apply; to use one, "
+                                              "--preset paper_yoochoose (or name the dataset after it)")
+    stage.run("toyset", samples, tmp_path / "runs", params(), preset="paper_diginetica", progress=False, tag="d")
+    assert capfd.readouterr().err.strip() == "note: preset paper of toy: its diginetica variant for dataset 'toyset'"
+    r = json.loads((tmp_path / "runs" / "toy-toy_lpe-d" / "seed-1" / "run.json").read_text())
+    assert (r["preset"], r["options"]) == ({"name": "paper", "variant": "diginetica"}, {"alpha": 1.0, "beta": 3})
+    with pytest.raises(ParamsError, match="name the variant: --preset paper_diginetica or --preset paper_yoochoose"):
+        stage.run("yoochoose_vs_diginetica", make_samples(tmp_path / "s2", dataset="yoochoose_vs_diginetica"),
+                  tmp_path / "r2", params(), preset="paper", progress=False)
+
+
 def test_cli_preset_then_set_on_an_unregistered_dataset(tmp_path, toy_registry, monkeypatch):
     import dataclasses
     from pipeline import cli

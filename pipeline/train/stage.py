@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -87,6 +89,9 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         claim_dir(run_dir, None, "run")
     if spec.fitted:
         distributed.refuse(f"train --model {spec.name}")
+    note = presets.variant_note(spec.presets, res, spec.name, dataset)     # once the command is known to be good
+    if note and os.environ.get("RANK", "0") == "0":                       # torchrun: once, from rank 0
+        sys.stderr.write(f"note: {note}\n")
     threads.apply(tp.threads)                          # train.threads (pipeline/train/threads.py)
     dist, device = distributed.setup(tp.device)
     if device.type == "cpu":
