@@ -137,16 +137,28 @@ def _settings(rec: dict) -> dict:
             "samples": rec.get("samples"), "world_size": rec.get("world_size", 1)}  # torchrun processes: W x batch
 
 
-def _differs(a: dict, b: dict, prefix: str = "") -> str:
-    """The first key where two settings differ, as `key: a vs b`."""
+def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Every key where two settings differ, as `key: a vs b`."""
+    out = []
     for k in sorted(set(a) | set(b), key=str):
         x, y = a.get(k), b.get(k)
         if isinstance(x, dict) and isinstance(y, dict):
             if x != y:
-                return _differs(x, y, f"{prefix}{k}.")
+                out += _differences(x, y, f"{prefix}{k}.")
         elif x != y:
-            return f"{prefix}{k}: {x!r} vs {y!r}"
-    return ""
+            out.append(f"{prefix}{k}: {x!r} vs {y!r}")
+    return out
+
+
+def _differs(a: dict, b: dict) -> str:
+    """Where two settings differ: the first three keys, and how many more."""
+    found = _differences(a, b)
+    return "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+
+
+def settings_change(old: dict, new: dict) -> str:
+    """Where the settings of run record `new` differ from `old`'s ("" if they do not)."""
+    return _differs(_settings(old), _settings(new))
 
 
 def _check_pooled(name: str, recs: list[dict]) -> None:

@@ -308,14 +308,14 @@ def test_seeds_trained_differently_or_repeated_are_not_pooled(tmp_path):
         write_run(root, "sasrec", "none", seed, test)
         path = root / "sasrec-none" / f"seed-{seed}" / "run.json"
         rec = json.loads(path.read_text())
-        rec["train"] = {"loss": loss, "lr": 0.001, "threads": threads}
+        rec["train"] = {"loss": loss, "lr": 0.001 * threads, "threads": threads}
         write_json(path, rec)
     with pytest.raises(DataError, match=r"toyset sasrec-none: seed 1 and seed 2 were trained with different "
-                                         r"settings \(train.loss: 'ce' vs 'bce'\).*--tag"):
-        report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "b"]))
+                                         r"settings \(train.loss: 'ce' vs 'bce'; train.lr: 0.001 vs 0.002\).*--tag"):
+        report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "b"]))      # every key that differs
     path = tmp_path / "b" / "sasrec-none" / "seed-2" / "run.json"
     rec = json.loads(path.read_text())
-    rec["train"]["loss"] = "ce"
+    rec["train"].update(loss="ce", lr=0.001)
     write_json(path, rec)
     [row] = report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "b"]))
     assert row["seeds"] == [1, 2]

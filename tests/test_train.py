@@ -532,6 +532,20 @@ def test_tagged_variants_get_their_own_folders_and_report_rows(tmp_path, toy_reg
         stage.run("toyset", samples, runs, params(epochs=1), tag="../x", progress=False)
 
 
+def test_replacing_a_run_of_other_settings_is_announced_before_it_trains(tmp_path, toy_registry, capfd):
+    """The same seed trained again with other settings replaced the finished run without a word."""
+    samples = make_samples(tmp_path / "samples")
+    runs = tmp_path / "runs"
+    stage.run("toyset", samples, runs, params(epochs=1), progress=False)
+    stage.run("toyset", samples, runs, params(epochs=1), progress=False)            # reused: nothing to say
+    assert capfd.readouterr().err == ""
+    stage.run("toyset", samples, runs, params(epochs=1, lr=0.05, dropout=0.1), progress=False)
+    assert capfd.readouterr().err == (f"note: {runs / 'toy-toy_lpe' / 'seed-1'} holds a run trained with other "
+                                      "settings (train.dropout: 0.0 vs 0.1; train.lr: 0.02 vs 0.05); this run replaces "
+                                      "it when it ends (--tag NAME keeps both)\n")
+    assert json.loads((runs / "toy-toy_lpe" / "seed-1" / "run.json").read_text())["train"]["lr"] == 0.05
+
+
 def test_preset_overrides_and_unknown_names(tmp_path, toy_registry):
     samples = make_samples(tmp_path / "samples")
     [res] = stage.run("toyset", samples, tmp_path / "runs", params(), preset="quick", progress=False)

@@ -162,6 +162,12 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
         try:
             record = dist.broadcast_object(runs.finished(run_dirs[seed], fp) if dist.main else None)
             reused = record is not None
+            if not reused and dist.main:
+                _note_replacing(run_dirs[seed], fp, {
+                    "train": to_dict(tp), "options": params.models.get(tp.model, {}),
+                    "encoding_options": params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {},
+                    "evaluate": to_dict(params.evaluate), "preset": applied.record(), "samples": task.sizes,
+                    "world_size": dist.world})
             if not reused:
                 curves = (lambda h, s=seed: runs.write_curves(live_dir, s, h)) if live_dir is not None else None
                 net, record, timing, per_sample = train_one(spec, task, tp, params, manifest, select, seed, device,
@@ -195,6 +201,18 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                             "run the same command with --set train.time_limit=0: it resumes where they stopped")
         runs.write_config_metrics(Path(metrics_path), records)
     return results
+
+
+def _note_replacing(run_dir: Path, fp: str, settings: dict) -> None:
+    """A run folder holding a finished run of other settings is replaced when this seed ends: say so before
+    it trains (a finished 200-epoch seed is costly to redo; --tag keeps both)."""
+    from ..report import settings_change
+    old = runs._record(run_dir)
+    if old is None or old.get("fingerprint") == fp:          # nothing there, or this very run: reused / resumed
+        return
+    why = settings_change(old, settings) or "the same settings, from another code version or other samples"
+    sys.stderr.write(f"note: {run_dir} holds a run trained with other settings ({why}); this run replaces it when "
+                     f"it ends (--tag NAME keeps both)\n")
 
 
 def _lock(fp: str, run_dir: Path, what: dict, dist):
