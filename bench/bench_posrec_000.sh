@@ -23,8 +23,10 @@
 # (default "posrec stamp sasrec"; "stamp sasrec" runs Table 3 alone), EXTRA (more `seqpe train` options,
 # appended last to every run). Afterwards:
 #   seqpe report $OUT/runs/DS --baseline posrec-none --out $OUT/figs_DS.md
-# Every variable and input is checked before anything is written; a bad one stops the script with one
-# line (exit 2).
+# Every variable and input is checked before anything is written, and every run with `seqpe train --check`
+# once the datasets are imported into OUT, before the first trains; a bad one stops the script with one
+# line (exit 2). Each run's log (OUT/logs/DS_NAME.log) gains a section per call; a run that fails is listed
+# at the end with its error, and the script exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd -P)
@@ -33,13 +35,17 @@ SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
 [ -n "${DATA:-}" ] || die "set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)"
 OUT=${OUT:-/tmp/repro000}
 PROFILE=${PROFILE:-cpu}
+# shellcheck source=bench/queue.sh
+. "$REPO/bench/queue.sh"
 case $PROFILE in
-  cpu) SEEDS=${SEEDS:-1 2}; EPOCHS=${EPOCHS:-1}; DATASETS=${DATASETS:-yoochoose_1_64} ;;
-  gpu) SEEDS=${SEEDS:-1 2 3}; EPOCHS=${EPOCHS:-}; DATASETS=${DATASETS:-yoochoose_1_64 diginetica} ;;
+  cpu) words SEEDS "1 2"; EPOCHS=${EPOCHS-1}; words DATASETS yoochoose_1_64 ;;
+  gpu) words SEEDS "1 2 3"; EPOCHS=${EPOCHS-}; words DATASETS "yoochoose_1_64 diginetica" ;;
   *) die "PROFILE must be cpu or gpu, got '$PROFILE'" ;;
 esac
-ENCODINGS=${ENCODINGS:-none ldpe dpe lpe lrpe spe rspe aspe alpe 2dspe 2dlpe}
-MODELS=${MODELS:-posrec stamp sasrec}
+ints SEEDS; ints EPOCHS
+[[ $EPOCHS != *" "* ]] || die "EPOCHS takes one number, got '$EPOCHS'"
+words ENCODINGS "none ldpe dpe lpe lrpe spe rspe aspe alpe 2dspe 2dlpe"
+words MODELS "posrec stamp sasrec"
 read -r -a extra <<< "${EXTRA:-}"
 for m in $MODELS; do
   case $m in posrec|stamp|sasrec) ;; *) die "MODELS takes posrec, stamp and sasrec, got '$m'" ;; esac
@@ -64,16 +70,17 @@ for ds in $DATASETS; do
       --sessions "$OUT/sessions/$ds" --samples "$OUT/samples/$ds" --quiet
 done
 
+# what every run adds to its own arguments: threads, epochs, every seed, EXTRA last
+common=(--set train.threads=1)
+[ -z "$EPOCHS" ] || common+=(--set "train.epochs=$EPOCHS" --set train.patience=0)
+for s in $SEEDS; do common+=(--seed "$s"); done
+common+=(${extra[@]+"${extra[@]}"} --quiet)
+
 # one DATASET NAME seqpe-train-args...: one logged `seqpe train` process with every seed
 one() {
   local ds=$1 name=$2 rc=0; shift 2
-  local args=(--set train.threads=1)
-  [ -z "$EPOCHS" ] || args+=(--set "train.epochs=$EPOCHS" --set train.patience=0)
-  local s; for s in $SEEDS; do args+=(--seed "$s"); done
-  args+=(${extra[@]+"${extra[@]}"})
-  echo "$(date -u +%FT%TZ) start $ds $name" >> "$OUT/logs/queue.log"
-  /usr/bin/time -f "wall %e s, cpu %U+%S s, maxrss %M KB" "$SEQPE" train "$ds" "$OUT/samples/$ds" \
-      "$OUT/runs/$ds" "$@" "${args[@]}" --quiet > "$OUT/logs/${ds}_$name.log" 2>&1 || rc=$?
+  echo "$(date -u +%FT%TZ) start $ds $name $* ${common[*]}" >> "$OUT/logs/queue.log"
+  run_logged "$OUT/logs/${ds}_$name.log" "$ds" "$OUT/samples/$ds" "$OUT/runs/$ds" "$@" "${common[@]}" || rc=$?
   echo "$(date -u +%FT%TZ) end $ds $name rc=$rc" >> "$OUT/logs/queue.log"   # a failure does not stop the rest
 }
 
@@ -91,6 +98,9 @@ runs() {
   done
 }
 
+for ds in $DATASETS; do
+  while read -r name args; do echo "$ds $OUT/samples/$ds $OUT/runs/$ds $args ${common[*]}"; done < <(runs)
+done | check_runs
 if [ "$PROFILE" = gpu ]; then
   for ds in $DATASETS; do
     while read -r name args; do
@@ -100,7 +110,7 @@ if [ "$PROFILE" = gpu ]; then
   done
   wait
 else
-  rm -f "$OUT/logs/queue_0.txt" "$OUT/logs/queue_1.txt"
+  : > "$OUT/logs/queue_0.txt"; : > "$OUT/logs/queue_1.txt"     # both, even for a single run
   for ds in $DATASETS; do
     i=0
     while read -r name args; do
@@ -122,3 +132,4 @@ esac
 for ds in $DATASETS; do
   "$SEQPE" report "$OUT/runs/$ds" --baseline "$base" --out "$OUT/report_$ds.md" --quiet || true
 done
+failures

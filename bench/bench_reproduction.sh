@@ -29,8 +29,10 @@
 # touch OUT/.bench_reproduction), SEEDS (default "1"), ONLY ("beauty:sasrec diginetica:posrec ..." subset
 # of the DATASET:MODEL pairs above; only the datasets it names are imported, so only their files are
 # needed), EXTRA (more `seqpe train` options, appended last to every run).
-# Every variable and input is checked before anything is written; a bad one stops the script with one
-# line (exit 2).
+# Every variable and input is checked before anything is written, and every run with `seqpe train --check`
+# once the datasets are imported into OUT, before the first trains; a bad one stops the script with one
+# line (exit 2). Each run's log gains a section per call; a run that fails is listed at the end with its
+# error, and the script exits 1. The closing table lists every run under OUT, this call's and earlier ones'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd -P)
@@ -38,7 +40,9 @@ die() { echo "bench_reproduction.sh: $*" >&2; exit 2; }
 SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
 [ -n "${DATA:-}" ] || die "set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)"
 OUT=${OUT:-/tmp/repro}
-SEEDS=${SEEDS:-1}
+# shellcheck source=bench/queue.sh
+. "$REPO/bench/queue.sh"
+words SEEDS 1; ints SEEDS
 PROFILE=${PROFILE:-cpu}
 ONLY=${ONLY:-}
 read -r -a extra <<< "${EXTRA:-}"
@@ -86,13 +90,20 @@ import_all() {
 train() {
   local ds=$1 model=$2 epochs=$3 patience=$4 gpu_epochs=$5 gpu_patience=$6; shift 6
   if [ -n "$ONLY" ] && [[ " $ONLY " != *" $ds:$model "* ]]; then return; fi
-  local args=()
+  local args=() s
   case $PROFILE in
     cpu) args+=(--set train.threads=1); [ "$epochs" = - ] || args+=(--set "train.epochs=$epochs" --set "train.patience=$patience") ;;
     gpu) args+=(--set train.threads=1); [ "$gpu_epochs" = - ] || args+=(--set "train.epochs=$gpu_epochs" --set "train.patience=$gpu_patience")
-         [ -z "${TIME_LIMIT:-}" ] || args+=(--set "train.time_limit=$TIME_LIMIT")
-         local s; for s in $SEEDS; do one "$ds" "$model" "$s" "$@" "${args[@]}" --seed "$s" & done; return ;;
+         [ -z "${TIME_LIMIT:-}" ] || args+=(--set "train.time_limit=$TIME_LIMIT") ;;
   esac
+  if [ -n "${CHECKING:-}" ]; then       # the run as one check_runs line, every seed in it
+    for s in $SEEDS; do args+=(--seed "$s"); done
+    echo "$ds $OUT/samples/$ds $OUT/runs/$ds --model $model $* ${args[*]} ${extra[*]+${extra[*]}}"
+    return
+  fi
+  if [ "$PROFILE" = gpu ]; then
+    for s in $SEEDS; do one "$ds" "$model" "$s" "$@" "${args[@]}" --seed "$s" & done; return
+  fi
   for s in $SEEDS; do args+=(--seed "$s"); done
   one "$ds" "$model" all "$@" "${args[@]}"
 }
@@ -101,9 +112,8 @@ train() {
 one() {
   local ds=$1 model=$2 suffix=$3; shift 3
   local log="$OUT/logs/${ds}_${model}_${suffix}.log" rc=0
-  echo "$(date -u +%FT%TZ) start $ds $model $*" >> "$OUT/logs/queue.log"
-  /usr/bin/time -f "wall %e s, cpu %U+%S s, maxrss %M KB" "$SEQPE" train "$ds" "$OUT/samples/$ds" \
-      "$OUT/runs/$ds" --model "$model" "$@" ${extra[@]+"${extra[@]}"} > "$log" 2>&1 || rc=$?
+  echo "$(date -u +%FT%TZ) start $ds $model $* ${extra[*]+${extra[*]}}" >> "$OUT/logs/queue.log"
+  run_logged "$log" "$ds" "$OUT/samples/$ds" "$OUT/runs/$ds" --model "$model" "$@" ${extra[@]+"${extra[@]}"} || rc=$?
   echo "$(date -u +%FT%TZ) end $ds $model $suffix rc=$rc" >> "$OUT/logs/queue.log"   # a failure does not stop the rest
 }
 
@@ -129,6 +139,10 @@ queue_bce() {   # 003 Table 3 with SASRec's own objective (one sampled negative 
 }
 
 import_all
+case $PROFILE in                        # every run of this call, checked before the first trains
+  cpu) { CHECKING=1; queue_a; queue_b; } | check_runs ;;
+  *) { CHECKING=1; queue_a; queue_b; queue_bce; } | check_runs ;;
+esac
 case $PROFILE in
   cpu) queue_a & queue_b & wait ;;
   gpu) queue_a; queue_b; queue_bce; wait ;;      # every train call started its seeds in the background
@@ -146,3 +160,4 @@ for p in sorted(Path(sys.argv[1]).glob("*/*/seed-*/run.json")):
           f"train s/epoch {sum(per) / max(len(per), 1):7.0f}  test HR@10 {100 * r['test']['hr@10']:.2f} "
           f"MRR@10 {100 * r['test']['mrr@10']:.2f} NDCG@10 {100 * r['test']['ndcg@10']:.2f}")
 PY
+failures

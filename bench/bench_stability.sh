@@ -34,8 +34,10 @@
 # ENCODINGS (default: cpu none, abs, learnt, rotatory, rope, rope_one, rmha; gpu those and abs_con,
 # learnt_con, rotatory_con), EXTRA (more `seqpe train` options, appended last; e.g. the +Con start
 # ablation of session 18: EXTRA="--set encodings.none_con.init=identity --tag idinit").
-# Every variable and input is checked before anything is written; a bad one stops the script with one
-# line (exit 2).
+# Every variable and input is checked before anything is written, and every run with `seqpe train --check`
+# once Beauty is imported into OUT, before the first trains; a bad one stops the script with one line
+# (exit 2). Each run's log (OUT/logs/MODEL-ENCODING.log) gains a section per call; a run that fails is
+# listed at the end with its error, and the script exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd -P)
@@ -43,13 +45,15 @@ die() { echo "bench_stability.sh: $*" >&2; exit 2; }
 SEQPE=${SEQPE:-$PWD/.venv/bin/seqpe}
 [ -n "${DATA:-}" ] || die "set DATA to the folder of the canonical prepared files (pipeline/REFERENCE.md §8)"
 OUT=${OUT:-/tmp/stability}
-SEEDS=${SEEDS:-42 43 44 45 46}
+# shellcheck source=bench/queue.sh
+. "$REPO/bench/queue.sh"
+words SEEDS "42 43 44 45 46"; ints SEEDS
 PROFILE=${PROFILE:-cpu}
 MODEL=${MODEL:-sasrec}
 if [ "$PROFILE" = cpu ]; then           # what ran on CPU: the +Con variants did not fit the budget
-  ENCODINGS=${ENCODINGS:-none abs learnt rotatory rope rope_one rmha}
+  words ENCODINGS "none abs learnt rotatory rope rope_one rmha"
 else                                     # every study encoding of 004 Table 6 (and None)
-  ENCODINGS=${ENCODINGS:-none abs abs_con learnt learnt_con rotatory rotatory_con rope rope_one rmha}
+  words ENCODINGS "none abs abs_con learnt learnt_con rotatory rotatory_con rope rope_one rmha"
 fi
 args=(--model "$MODEL" --preset paper --set train.loss=bce --set train.threads=1
       --set evaluate.candidates=100 --set evaluate.mask_history=true --params "$PWD/params.yaml" --quiet)
@@ -75,11 +79,13 @@ mkdir -p "$OUT/logs"; touch "$OUT/.bench_stability"
 [ -f "$OUT/samples/beauty/manifest.json" ] || "$SEQPE" import beauty "$DATA/amazon-s3rec/Beauty.txt" \
     --format sasrec --sessions "$OUT/sessions/beauty" --samples "$OUT/samples/beauty" --quiet
 
-one() {   # one encoding, every seed, in one process
-  /usr/bin/time -f "wall %e s, cpu %U+%S s" "$SEQPE" train beauty "$OUT/samples/beauty" "$OUT/runs/beauty" \
-      --encoding "$1" "${seeds[@]}" "${args[@]}" > "$OUT/logs/$MODEL-$1.log" 2>&1 || echo "$1 failed" >&2
-}
 read -r -a encs <<< "$ENCODINGS"
+for e in "${encs[@]}"; do echo "beauty $OUT/samples/beauty $OUT/runs/beauty --encoding $e ${seeds[*]} ${args[*]}"; done \
+  | check_runs
+one() {   # one encoding, every seed, in one process
+  run_logged "$OUT/logs/$MODEL-$1.log" beauty "$OUT/samples/beauty" "$OUT/runs/beauty" --encoding "$1" "${seeds[@]}" \
+      "${args[@]}" || true
+}
 if [ "$PROFILE" = cpu ]; then            # two queues side by side, alternating encodings
   ( for i in "${!encs[@]}"; do [ $((i % 2)) = 0 ] && one "${encs[$i]}"; done ) &
   ( for i in "${!encs[@]}"; do [ $((i % 2)) = 1 ] && one "${encs[$i]}"; done ) &
@@ -87,6 +93,7 @@ if [ "$PROFILE" = cpu ]; then            # two queues side by side, alternating 
 else
   for e in "${encs[@]}"; do one "$e" & done; wait
 fi
+compgen -G "$OUT/runs/beauty/*/seed-*/run.json" > /dev/null || failures   # nothing trained: say why
 if compgen -G "$OUT/runs/*/$MODEL-none/seed-*/run.json" > /dev/null; then
   "$SEQPE" report "$OUT/runs" --baseline "$MODEL-none" --out "$OUT/report_vs_none.md" --quiet
 else      # ENCODINGS without none (a follow-up into another OUT): its runs are elsewhere; compare by hand
@@ -107,7 +114,12 @@ for conf in sorted(Path(sys.argv[1]).iterdir()):
     runs = [json.loads(p.read_text()) for p in sorted(conf.glob("seed-*/run.json"))]
     hit = [100 * r["test"]["hr@10"] for r in runs]
     ndcg = [100 * r["test"]["ndcg@10"] for r in runs]
-    n, sd = len(hit), st.stdev(hit)
+    n = len(hit)
+    if n < 2:                                            # one seed: the mean only, as `seqpe report`
+        print(f"| {conf.name} | {n} | {st.mean(hit):.2f} | | {st.mean(ndcg):.2f} | | | |")
+        continue
+    sd = st.stdev(hit)
     print(f"| {conf.name} | {n} | {st.mean(hit):.2f} | {sd:.2f} | {st.mean(ndcg):.2f} | {st.stdev(ndcg):.2f} "
           f"| {2 * 1.96 * sd / math.sqrt(n):.2f} | {2 * t.ppf(0.975, n - 1) * sd / math.sqrt(n):.2f} |")
 PY
+failures

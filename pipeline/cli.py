@@ -329,14 +329,23 @@ def train(dataset: str,
                                 "test.*/valid.*) to this JSON file (a DVC metrics file)")] = None,
           live: Annotated[Optional[Path], typer.Option(
               "--live", help="also log per-epoch curves with dvclive under this folder (DVC plots)")] = None,
+          check: Annotated[bool, typer.Option(
+              "--check", help="check the command (settings, preset, model and encoding, samples, output "
+                              "folders) and build the model once; train nothing, write nothing")] = False,
           params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Train a model (best epoch chosen on valid) and score it once on test, for every seed."""
     from . import train as stage
     results = stage.run(dataset, _default("samples", dataset, samples),
                         _default("runs", dataset, runs, check=False), _params(params, overrides), model=model,
                         encoding=encoding, seeds=seed, preset=preset, progress=not quiet, overrides=overrides, tag=tag,
-                        metrics_path=metrics, live_dir=live)
-    if not quiet:
+                        metrics_path=metrics, live_dir=live, check=check)
+    if check:
+        [ok] = results
+        built = (f", {ok['parameters']:,} parameters" if ok["parameters"] is not None
+                 else " (not built: train.memory_budget is set)")
+        console.print(f"ok: {dataset} {ok['name']} seed{'s' * (len(ok['seeds']) > 1)} {', '.join(map(str, ok['seeds']))} would train into "
+                      f"{Path(ok['runs'][0]).parent}{built}", highlight=False, markup=False, soft_wrap=True)
+    elif not quiet:
         _print_runs(results)
 
 

@@ -61,7 +61,7 @@ def canonical(tmp_path_factory) -> Path:
 def bench(script: str, *argv: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     """bench/SCRIPT ARGV... with this interpreter's seqpe and `env` (DATA, OUT, ...), run from `cwd`
     (a folder outside the repo)."""
-    full = dict(os.environ, SEQPE=str(SEQPE), PATH=f"{BIN}:{os.environ['PATH']}", **env)
+    full = {**os.environ, "SEQPE": str(SEQPE), "PATH": f"{BIN}:{os.environ['PATH']}", **env}
     cmd = [sys.executable] if script.endswith(".py") else ["bash"]
     return subprocess.run([*cmd, str(ROOT / "bench" / script), *argv], cwd=cwd, env=full, capture_output=True,
                           text=True, timeout=600)
@@ -123,6 +123,57 @@ def test_reproduction_gpu_profile_imports_and_trains_only_what_only_names(canoni
     printed = [line.split()[:2] for line in proc.stdout.splitlines() if "test HR@10" in line]
     assert sorted(printed) == [["beauty", "sasrec-lrpe"], ["beauty", "sasrec-lrpe-bce"],
                                ["diginetica", "posrec-ldpe"]], proc.stdout
+
+
+@pytest.mark.parametrize("script, env, words", [
+    ("bench_stability.sh", {"ENCODINGS": "none rop"}, "--encoding rop --seed 42 "),
+    ("bench_posrec_000.sh", {"DATASETS": "diginetica", "MODELS": "posrec", "ENCODINGS": "none ldpee"},
+     "--encoding ldpee "),
+    ("bench_reproduction.sh", {"ONLY": "beauty:sasrec", "EXTRA": "--set train.epoch=1"}, "train.epoch"),
+])
+def test_every_run_is_checked_before_the_first_trains(canonical, tmp_path, script, env, words):
+    """A misspelt encoding or EXTRA key failed its own run only, in its log, and the script exited 0 (beside
+    an older report); `seqpe train --check` now finds it before anything trains: one line, exit 2."""
+    out = tmp_path / "out"
+    proc = bench(script, cwd=tmp_path, DATA=str(canonical), OUT=str(out), PROFILE="gpu", **env)
+    assert proc.returncode == 2 and _one_line(proc), proc.stderr[-2000:]
+    assert "would fail: " in proc.stderr and "(nothing trained)" in proc.stderr and words in proc.stderr
+    assert not (out / "runs").exists() and not (out / "logs" / "check").exists()
+
+
+@pytest.mark.parametrize("env, words", [({"SEEDS": ""}, "SEEDS is set but empty"),
+                                        ({"SEEDS": "42 abc"}, "SEEDS takes whole numbers, got 'abc'"),
+                                        ({"ENCODINGS": " "}, "ENCODINGS is set but empty")])
+def test_a_blank_or_wrong_list_is_refused_not_read_as_the_default(tmp_path, env, words):
+    """SEEDS= (an unset shell variable) meant the whole default grid: 5 seeds x 7 encodings."""
+    out = tmp_path / "out"
+    proc = bench("bench_stability.sh", cwd=tmp_path, DATA=str(_beauty(tmp_path / "data")), OUT=str(out), **env)
+    assert proc.returncode == 2 and _one_line(proc) and words in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_a_run_that_fails_is_listed_and_the_script_exits_1(canonical, tmp_path):
+    """Runs that pass the check can still fail (a lost GPU, a full disk): each is named with its error at the
+    end and the exit code is 1; the other runs and the report still come; one seed's 004 table has no sd
+    (it ended in statistics.stdev's traceback)."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)         # the scripts' python is seqpe's neighbour
+    shim = tmp_path / "bin" / "seqpe"
+    shim.write_text(f"""#!/bin/bash
+for a; do [ "$a" = --check ] && exec {SEQPE} "$@"; done
+for a; do [ "$a" = rotatory ] && {{ echo "error: boom. Fix: none" >&2; exit 1; }}; done
+exec {SEQPE} "$@"
+""")
+    shim.chmod(0o755)
+    out = tmp_path / "stability"
+    proc = bench("bench_stability.sh", cwd=tmp_path, DATA=str(canonical), OUT=str(out), PROFILE="gpu",
+                 ENCODINGS="none rotatory", SEEDS="42", EXTRA=ONE_EPOCH, SEQPE=str(shim))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert f"1 run(s) failed:\n  {out}/logs/sasrec-rotatory.log: error: boom. Fix: none" in proc.stderr
+    assert sorted(_runs(out / "runs" / "beauty")) == ["sasrec-none/seed-42"]
+    assert re.search(r"^\| sasrec-none \| 1 \| [\d.]+ \| \| [\d.]+ \| \| \| \|$", proc.stdout, re.M), proc.stdout[-1500:]
+    log = (out / "logs" / "sasrec-rotatory.log").read_text()
+    assert log.startswith("=== ") and "seqpe train beauty" in log.splitlines()[0]
 
 
 @pytest.mark.parametrize("vs, dataset", [("recbole", "diginetica"), ("pmixer", "beauty")])

@@ -181,6 +181,26 @@ def test_names_get_a_did_you_mean(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_train_check_builds_the_model_and_writes_nothing(tmp_path):
+    """`seqpe train --check`: every check of a real run and the model built once, so that a script queueing
+    hours of runs finds a misspelt encoding or setting before the first starts; nothing is written."""
+    samples = tiny_samples(tmp_path / "samples")
+    state = Path(os.environ["SEQPE_STATE"])
+    before = sorted(state.rglob("*")) if state.exists() else []
+    proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "sasrec", "--encoding", "rope",
+                 "--seed", "1", "--seed", "2", "--set", "train.dim=8", "--check")
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(rf"ok: toyset sasrec-rope seeds 1, 2 would train into {re.escape(str(tmp_path / 'runs'))}"
+                        r"/sasrec-rope, [\d,]+ parameters\n", proc.stdout), proc.stdout
+    proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "sasrec", "--encoding", "rop",
+                 "--check")
+    assert_one_line_error(proc, "unknown encoding 'rop'. Fix: did you mean 'rope'?")
+    proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "sasrec", "--set",
+                 "train.epoch=1", "--check")
+    assert_one_line_error(proc, "unknown params key 'train.epoch'")
+    assert not (tmp_path / "runs").exists() and (sorted(state.rglob("*")) if state.exists() else []) == before
+
+
 def test_version_json_and_80_columns(tmp_path):
     proc = seqpe("--version")
     assert proc.returncode == 0 and re.fullmatch(r"seqpe \d+\.\d+\.\d+ \((git [0-9a-f]{12}(, modified)?|not a git "

@@ -34,7 +34,7 @@ def samples_manifest(dataset: str, samples_dir: Path) -> dict:
 def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, model: Optional[str] = None,
         encoding: Optional[str] = None, seeds: Optional[list[int]] = None, preset: Optional[str] = None,
         progress: bool = True, overrides: Optional[list[str]] = None, tag: Optional[str] = None,
-        metrics_path: Optional[Path] = None, live_dir: Optional[Path] = None) -> list[dict]:
+        metrics_path: Optional[Path] = None, live_dir: Optional[Path] = None, check: bool = False) -> list[dict]:
     """Train every seed of one configuration; return one summary per run.
 
     Only the samples manifest describes the data (task, n_items or the CTR schema): `dataset` need not
@@ -42,7 +42,9 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     it must be the one the samples carry (io.require_kind); it picks the preset's dataset variant.
     `overrides` are the command line's --set strings: their `train.*` keys win over the preset.
     `metrics_path` / `live_dir`: the configuration's DVC metrics file and dvclive curves (the study
-    grid's stages pass them)."""
+    grid's stages pass them). `check`: every check of a real run, then the model built once on the CPU
+    from the samples; nothing trained, nothing written (`seqpe train --check`: a script queueing hours of
+    runs checks each command first)."""
     from models import MODELS
 
     setup.check_tag(tag)
@@ -92,6 +94,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     note = presets.variant_note(spec.presets, res, spec.name, dataset)     # once the command is known to be good
     if note and os.environ.get("RANK", "0") == "0":                       # torchrun: once, from rank 0
         sys.stderr.write(f"note: {note}\n")
+    if check:
+        return [_check_build(dataset, samples_dir, params, spec, tp, manifest, kind, seeds, config, run_dirs)]
     threads.apply(tp.threads)                          # train.threads (pipeline/train/threads.py)
     dist, device = distributed.setup(tp.device)
     if device.type == "cpu":
@@ -104,6 +108,19 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         raise
     distributed.teardown(dist)
     return results
+
+
+def _check_build(dataset, samples_dir, params, spec, tp, manifest, kind, seeds, config, run_dirs) -> dict:
+    """`--check`: the samples loaded and the model built on the CPU, as a run would (an option the model
+    refuses, a width the heads do not divide), but nothing trained or written. Under train.memory_budget
+    loading would write the memory maps, so the model is not built."""
+    import torch
+    summary = {"name": config, "seeds": seeds, "runs": [str(d) for d in run_dirs.values()], "parameters": None}
+    if not tp.memory_budget:
+        task = make_task(kind, samples_dir, manifest, tp, params, spec, torch.device("cpu"))
+        torch.manual_seed(0)
+        summary["parameters"] = sum(p.numel() for p in task.build(params).parameters())
+    return summary
 
 
 def _check_graphs(tp) -> None:
