@@ -268,7 +268,8 @@ TIE_NOTE = ("Ranking metrics x100 (full ranking, pipeline/REFERENCE.md §5, unle
             "tied with it is credited the exact mean over ranks g+1..g+t+1 (HR@K = clamp((K-g)/(t+1), 0, 1)); "
             "NaN/inf scores are errors; AUC and gAUC count tied pairs one half. Cells: mean ± half-width of the "
             "95% confidence interval (Student t over seeds) (sd = sample std); one seed shows the mean only.")
-TESTS_NOTE = ("vs baseline: Δ = configuration − baseline (ranking metrics, RR and AUC x100, logloss raw). "
+TESTS_NOTE = ("vs baseline: Δ = configuration − baseline over the common seeds (ranking metrics, RR and AUC x100, "
+              "logloss raw; with other seeds on either side it differs from the difference of the means above). "
               "Seed test: paired t-test over the common seeds (scipy.stats.ttest_rel), d_z = mean Δ / sd of the "
               "Δs, [95% CI of the mean Δ] (Student t); with fewer than 3 common seeds it concludes nothing and is "
               "left blank. Per-sample tests on the test rows, each configuration's seeds averaged first (the "
@@ -278,7 +279,12 @@ TESTS_NOTE = ("vs baseline: Δ = configuration − baseline (ranking metrics, RR
               f"(scipy.stats.bootstrap, percentile, {significance.N_RESAMPLES} resamples, seed "
               f"{significance.BOOTSTRAP_SEED}, at most {significance.MAX_BOOTSTRAP_ROWS:,} rows) 95% CI of the "
               "mean RR difference (next-item) or the AUC difference (CTR). A test rejects equality when p < "
-              f"{significance.ALPHA} (bootstrap: CI excludes 0).")
+              f"{significance.ALPHA} (bootstrap: CI excludes 0), each on its own: no correction is made for the "
+              "several tests of a row or the several rows tested against one baseline (with 6 configurations and 4 "
+              "tests, some rejection at 0.05 is likely by chance alone; Holm: multiply the k-th smallest of m "
+              "p-values by m - k + 1). The verdict names every test that rejects, with its direction: Wilcoxon "
+              "follows the typical per-sample difference (its rank statistic) and the bootstrap the mean, so a "
+              "few large differences can point them opposite ways.")
 
 
 def _compared(rows: list[dict]) -> list[dict]:
@@ -305,16 +311,24 @@ def _common_seeds(comp: dict) -> str:
     return str(min(t["n"] for t in comp["seed_tests"].values())) if comp["seed_tests"] else "-"
 
 
+def _several_protocols(rows: list[dict]) -> bool:
+    """Whether the rows span evaluation protocols (full ranking and sampled candidates): their numbers are
+    not on one scale, so each row then names its protocol."""
+    return len({row["protocol"] for row in rows}) > 1
+
+
 def comparison_header(rows: list[dict]) -> list[str]:
-    head = ["dataset", "configuration", "baseline", "common seeds"]
+    head = ["dataset"] + (["protocol"] if _several_protocols(_compared(rows)) else []) + ["configuration",
+                                                                                       "baseline", "common seeds"]
     for m in _seed_metrics(rows):
         head += [f"Δ {m} [95% CI]", f"p t-test {m}", f"d_z {m}"]
     return head + ["per-sample", "Δ per-sample", "p Wilcoxon", "r rank-biserial", "bootstrap Δ [95% CI]", "verdict"]
 
 
-def comparison_cells(row: dict, metrics: list[str]) -> list[str]:
+def comparison_cells(row: dict, metrics: list[str], protocol: bool = False) -> list[str]:
     comp = row["comparison"]
-    cells = [row["dataset"], row["name"], comp["baseline"], _common_seeds(comp)]
+    cells = [row["dataset"]] + ([row["protocol"]] if protocol else []) + [row["name"], comp["baseline"],
+                                                                         _common_seeds(comp)]
     for m in metrics:
         t = comp["seed_tests"].get(m) or {"diff": None, "ci_lo": None, "ci_hi": None, "p": None, "dz": None}
         cells += [_delta(t["diff"], _scale(m), t["ci_lo"], t["ci_hi"]), _num(t["p"], ".3g"), _num(t["dz"], ".2f")]
@@ -384,7 +398,8 @@ def to_markdown(rows: list[dict]) -> str:
     if compared:
         head, metrics = comparison_header(rows), _seed_metrics(rows)
         lines += ["", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        lines += ["| " + " | ".join(comparison_cells(row, metrics)) + " |" for row in compared]
+        lines += ["| " + " | ".join(comparison_cells(row, metrics, _several_protocols(compared))) + " |"
+                  for row in compared]
         notes.append(TESTS_NOTE)
     return "\n".join(lines) + "\n\n" + "\n\n".join(notes) + "\n"
 
@@ -443,19 +458,24 @@ def summary_view(rows: list[dict], title: str = SUMMARY_TITLE) -> tuple[str, lis
     from .tables import Col
     keys = metric_keys(rows)
     datasets = sorted({row["dataset"] for row in rows})
-    several = len(datasets) > 1
+    several, protocols = len(datasets) > 1, _several_protocols(rows)
     if not several and datasets:
         title = f"{title} · {datasets[0]}"
-    cols = ([Col("dataset", key=True)] if several else []) + [Col("configuration", key=True), Col("seeds", "right")]
+    if rows and not protocols:                          # full ranking or N sampled candidates: never unsaid
+        title = f"{title} · {rows[0]['protocol']}"
+    cols = (([Col("dataset", key=True)] if several else []) + ([Col("protocol", key=True)] if protocols else [])
+            + [Col("configuration", key=True), Col("seeds", "right")])
     cols += [Col(k, "right", group=k.split("@")[0]) for k in keys]
     cells = []
     for row in rows:   # mean ± CI on the first line, the sample std under it
-        cells.append(([row["dataset"]] if several else []) + [row["name"], str(len(row["seeds"]))]
+        cells.append(([row["dataset"]] if several else []) + ([row["protocol"]] if protocols else [])
+                     + [row["name"], str(len(row["seeds"]))]
                      + [_cell(row["metrics"].get(k), _scale(k)).replace(" (sd ", "\nsd ").rstrip(")") for k in keys])
     return title, cols, cells
 
 
-COMPARISON_TITLE = "vs baseline (Δ = configuration − baseline, ×100 but logloss; tests at 0.05)"
+COMPARISON_TITLE = ("vs baseline (Δ = configuration − baseline over the common seeds, ×100 but logloss; each test at 0.05, "
+                    "uncorrected for multiple tests)")
 
 
 def comparison_view(rows: list[dict]) -> Optional[tuple[str, list, list[list[str]]]]:
@@ -465,10 +485,10 @@ def comparison_view(rows: list[dict]) -> Optional[tuple[str, list, list[list[str
     if not compared:
         return None
     head, metrics = comparison_header(rows), _seed_metrics(rows)
-    left = ("dataset", "configuration", "baseline", "verdict", "per-sample")
-    cols = [Col(h, "left" if h in left else "right", key=h in ("dataset", "configuration"), wrap=h == "verdict")
-            for h in head]
-    return COMPARISON_TITLE, cols, [comparison_cells(row, metrics) for row in compared]
+    left = ("dataset", "protocol", "configuration", "baseline", "verdict", "per-sample")
+    cols = [Col(h, "left" if h in left else "right", key=h in ("dataset", "protocol", "configuration"),
+                wrap=h == "verdict") for h in head]
+    return COMPARISON_TITLE, cols, [comparison_cells(row, metrics, "protocol" in head) for row in compared]
 
 
 def print_tables(console, rows: list[dict]) -> None:

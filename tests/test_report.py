@@ -389,3 +389,29 @@ def test_log_loss_keeps_four_decimals_in_the_tables():
     stat = {"mean": 0.6925, "ci95": 0.0102, "std": 0.0011}
     assert _cell(stat, _scale("logloss")) == "0.6925 ± 0.0102 (sd 0.0011)"
     assert _cell({"mean": 0.8123, "ci95": None, "std": None}, _scale("auc")) == "81.23"
+
+
+def test_terminal_tables_name_the_evaluation_protocol(tmp_path):
+    """Full-ranking and sampled-candidate rows stood side by side in the terminal with no protocol (HR@10 9.25
+    among 100 candidates next to 0.25 over every item); one protocol goes into the title, several get a column."""
+    import io
+    import json
+    from rich.console import Console
+    for enc, candidates in (("none", 0), ("abs", 100)):
+        for seed in (1, 2, 3):
+            write_run(tmp_path, "sasrec", enc, seed, {"hr@10": 0.1 * seed + (0.5 if candidates else 0)})
+            path = tmp_path / f"sasrec-{enc}" / f"seed-{seed}" / "run.json"
+            rec = json.loads(path.read_text())
+            rec["evaluate"] = {"candidates": candidates}
+            write_json(path, rec)
+
+    def shown(rows) -> str:
+        console = Console(file=io.StringIO(), width=200)
+        report.print_tables(console, rows)
+        return console.file.getvalue()
+
+    rows = report.aggregate(report.find_runs([tmp_path]))
+    out = shown(rows)
+    assert "protocol" in out and "srgnn, 100 sampled candidates (uniform)" in out
+    [one] = [r for r in rows if r["name"] == "sasrec-abs"]
+    assert "· toyset · srgnn, 100 sampled candidates (uniform)" in " ".join(shown([one]).split())   # the title wraps
