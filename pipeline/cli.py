@@ -357,8 +357,13 @@ def evaluate(dataset: str,
                                                                   "only the study grid's")] = False,
              samples: Annotated[Optional[Path], typer.Option(
                  "--samples", help="the dataset's samples folder (CTR: test labels for the per-sample tests)")] = None,
+             baseline: Annotated[Optional[str], typer.Option(
+                 "--baseline", help="configuration the others are tested against (default study.reference, "
+                                    "else the grid's first; outside the grid the first in sorted order)")] = None,
              params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
-    """Report the study grid's runs of DATASET: mean, std and 95% CI over seeds, tables and a figure."""
+    """Report the study grid's runs of DATASET: mean, std and 95% CI over seeds, tables and a figure.
+
+    A dataset outside the study grid reports every configuration under RUNS, as with --all."""
     from . import evaluate as stage
     from .report import print_tables
     for text in overrides or []:          # evaluate reads finished runs: a training setting would change nothing
@@ -368,8 +373,14 @@ def evaluate(dataset: str,
                               "already trained: it would be ignored",
                               "train with it first (`seqpe train ... --set ...`, or params.yaml and `dvc repro`), "
                               "then evaluate")
+    the_params = _params(params, overrides)
     summary = stage.run(dataset, _default("runs", dataset, runs), _default("reports", dataset, out, check=False),
-                        _params(params, overrides), all_runs=all_runs, samples_dir=samples)
+                        the_params, all_runs=all_runs, samples_dir=samples, baseline=baseline)
+    if not all_runs and stage.study_configs(the_params, dataset) is None:     # it used to say nothing of either
+        err_console.print(f"note: '{dataset}' is in no study grid, so every configuration under the runs folder is "
+                          f"reported (as with --all), tested against {summary['reference']}"
+                          + ("" if baseline else " (the first in sorted order; --baseline names another)"),
+                          highlight=False, markup=False, soft_wrap=True)
     if not quiet:
         _print_runs(summary.get("runs", []))
         print_tables(console, summary["configs"])

@@ -37,9 +37,11 @@ def study_configs(params: Params, dataset: str) -> Optional[tuple[str, list[str]
 
 
 def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_runs: bool = False,
-        samples_dir: Optional[Path] = None) -> dict:
+        samples_dir: Optional[Path] = None, baseline: Optional[str] = None) -> dict:
     """Report `dataset`'s runs; `samples_dir` (its samples folder) gives the CTR test labels that the
-    per-sample significance tests need."""
+    per-sample significance tests need; `baseline` is the configuration the others are tested against
+    (default study.reference when the dataset has it, else the first in grid order, or in sorted order
+    outside the grid)."""
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     claim_dir(reports_dir, dataset, "report")          # never write report files among a user's own
     if not runs_dir.is_dir():
@@ -79,7 +81,9 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
     rows.sort(key=lambda row: (order.get(row["name"], len(order)), row["name"]))
     # study.reference names a configuration of one grid (checked with the params); the other task's datasets
     # compare with their own grid's first (it made evaluate fail for every dataset of the other task)
-    reference = params.study.reference if params.study.reference in names else (rows[0]["name"] if rows else None)
+    report.check_baseline(baseline, names)
+    reference = baseline or (params.study.reference if params.study.reference in names
+                             else (rows[0]["name"] if rows else None))
     labels = None
     if task == "ctr" and samples_dir is not None:
         from .significance import read_test_labels

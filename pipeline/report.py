@@ -219,9 +219,7 @@ def compare(records: list[dict], rows: list[dict], baseline: Optional[str] = Non
     for (dataset, protocol, model, encoding, tag), recs in sorted(_by_config(records).items()):
         configs.setdefault((dataset, protocol), {})[config_name(model, encoding, tag or None)] = recs
     names = sorted({name for group in configs.values() for name in group})
-    if baseline is not None and baseline not in names:
-        raise ParamsError(f"baseline '{baseline}' is not a configuration of these runs",
-                          unknown("configuration", baseline, names).fix)
+    check_baseline(baseline, names)
     results: dict[tuple, dict] = {}
     for key, group in configs.items():
         base = baseline if baseline is not None else next(iter(group))   # the table's first row
@@ -233,6 +231,19 @@ def compare(records: list[dict], rows: list[dict], baseline: Optional[str] = Non
         row["comparison"] = results.get((row["dataset"], row["protocol"], row["name"]))
         row["no_baseline"] = baseline if (row["dataset"], row["protocol"]) in lacking else None
     return rows
+
+
+def check_baseline(baseline: Optional[str], names: list[str]) -> None:
+    """A ParamsError unless `baseline` (when given) is one of the configuration `names`; a model's name alone
+    (`pop`) is pointed at its configurations (`pop-none`)."""
+    if baseline is None or baseline in names:
+        return
+    fix = unknown("configuration", baseline, names).fix
+    own = sorted((n for n in names if n.startswith(f"{baseline}-")), key=lambda n: (not n.endswith("-none"), n))
+    if own:
+        fix = (f"did you mean {' or '.join(repr(n) for n in own[:3])}? (a configuration is MODEL-ENCODING[-TAG]; "
+               f"known: {', '.join(names)})")
+    raise ParamsError(f"baseline '{baseline}' is not a configuration of these runs", fix)
 
 
 def baseline_note(rows: list[dict]) -> Optional[str]:

@@ -201,6 +201,29 @@ def test_train_check_builds_the_model_and_writes_nothing(tmp_path):
     assert not (tmp_path / "runs").exists() and (sorted(state.rglob("*")) if state.exists() else []) == before
 
 
+def test_evaluate_outside_the_grid_says_so_and_takes_a_baseline(tmp_path):
+    """Outside the study grid evaluate reported every configuration against the first in sorted order
+    without a word, and had no --baseline; a model's bare name as a baseline got no did-you-mean."""
+    samples = tiny_samples(tmp_path / "samples")
+    runs = tmp_path / "runs"
+    for args in (("--model", "pop"), ("--model", "sasrec", "--encoding", "none", "--set", "train.epochs=1",
+                                      "--set", "train.dim=8")):
+        proc = seqpe("train", "toyset", str(samples), str(runs), *args, "--seed", "1", "--quiet")
+        assert proc.returncode == 0, proc.stderr
+    proc = seqpe("evaluate", "toyset", str(runs), str(tmp_path / "rep"), "--quiet")
+    assert proc.returncode == 0 and proc.stderr == (
+        "note: 'toyset' is in no study grid, so every configuration under the runs folder is reported (as with "
+        "--all), tested against pop-none (the first in sorted order; --baseline names another)\n"), proc.stderr
+    proc = seqpe("evaluate", "toyset", str(runs), str(tmp_path / "rep"), "--baseline", "sasrec")
+    assert_one_line_error(proc, "baseline 'sasrec' is not a configuration of these runs. Fix: did you mean "
+                                "'sasrec-none'?")
+    proc = seqpe("report", str(runs), "--baseline", "pop")
+    assert_one_line_error(proc, "Fix: did you mean 'pop-none'?")
+    proc = seqpe("evaluate", "toyset", str(runs), str(tmp_path / "rep"), "--baseline", "sasrec-none", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "rep" / "summary.json").read_text())["reference"] == "sasrec-none"
+
+
 def test_version_json_and_80_columns(tmp_path):
     proc = seqpe("--version")
     assert proc.returncode == 0 and re.fullmatch(r"seqpe \d+\.\d+\.\d+ \((git [0-9a-f]{12}(, modified)?|not a git "
