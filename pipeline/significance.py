@@ -280,8 +280,10 @@ def task_of(records: list[dict]) -> str:
     return "ctr" if any("auc" in r["test"] for r in records) else "next-item"
 
 
-def _per_sample(records: list[dict], task: str, notes: list[str], name: str) -> Optional[dict[int, dict]]:
-    """Each seed's test_samples.parquet by seed, or None (with a note) when no seed has one."""
+def _per_sample(records: list[dict], task: str, notes: list[str], name: str,
+                say_missing: bool = True) -> Optional[dict[int, dict]]:
+    """Each seed's test_samples.parquet by seed, or None (with a note) when no seed has one; `say_missing`:
+    note the seeds without one (the baseline's are noted per row, where they matter)."""
     found, missing = [], []
     for rec in sorted(records, key=lambda r: r["seed"]):
         path = Path(rec["_path"]).parent / SAMPLES_FILE
@@ -289,7 +291,7 @@ def _per_sample(records: list[dict], task: str, notes: list[str], name: str) -> 
     if not found:
         notes.append(f"{name}: no {SAMPLES_FILE}, per-sample tests skipped")
         return None
-    if missing:
+    if missing and say_missing:
         notes.append(f"{name}: seed(s) {', '.join(str(s) for s, _ in missing)} without {SAMPLES_FILE} left out "
                      "of the per-sample tests")
     out = {seed: read_test_samples(path) for seed, path in found}
@@ -368,7 +370,8 @@ def compare(configs: dict[str, list[dict]], baseline: str, labels: Optional[np.n
     base_recs = configs[baseline]
     task = task_of(base_recs)
     base_notes: list[str] = []
-    base_samples = _per_sample(base_recs, task, base_notes, baseline)
+    base_samples = _per_sample(base_recs, task, base_notes, baseline, say_missing=False)
+    base_missing = [] if base_samples is None else sorted(r["seed"] for r in base_recs if r["seed"] not in base_samples)
     loaded: dict[str, tuple] = {}                   # name -> (its per-sample files, their notes): read once
     if base_samples is not None:
         for name, recs in configs.items():
@@ -392,6 +395,10 @@ def compare(configs: dict[str, list[dict]], baseline: str, labels: Optional[np.n
         if not seed_tests:
             notes.append(f"no {' / '.join(SEED_METRICS[task])} (or another cut-off of both) in every run: "
                          "seed test skipped")
+        gone = [seed for seed in base_missing if seed in {r["seed"] for r in recs}]   # else no pair is lost
+        if gone:
+            notes.append(f"{baseline}: seed(s) {', '.join(map(str, gone))} without {SAMPLES_FILE} left out of "
+                         "the per-sample tests")
         samples, own = loaded.get(name, (None, []))
         notes += own
         sample = None

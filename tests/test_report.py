@@ -369,6 +369,19 @@ def test_per_sample_tests_pair_the_common_seeds_only(tmp_path):
     assert any("share no seed" in n for n in sas["comparison"]["notes"])
 
 
+def test_a_baseline_seed_without_per_sample_file_is_noted_only_where_it_pairs(tmp_path):
+    """The note that a baseline seed lacks its test_samples.parquet went on every row, also on rows that
+    share no such seed with the baseline (where it loses nothing)."""
+    write_ranked_runs(tmp_path)
+    (tmp_path / "pop-none" / "seed-3" / "test_samples.parquet").unlink()
+    note = "pop-none: seed(s) 3 without test_samples.parquet left out of the per-sample tests"
+    [_, sas] = report.run([tmp_path])
+    assert note in sas["comparison"]["notes"]
+    shutil.rmtree(tmp_path / "sasrec-lpe" / "seed-3")
+    [_, sas] = report.run([tmp_path])
+    assert note not in sas["comparison"]["notes"], sas["comparison"]["notes"]
+
+
 def test_a_run_whose_record_was_lost_is_an_error_not_a_missing_seed(tmp_path):
     """A seed folder with its checkpoint but no run.json (deleted by hand, a copy cut short) used to be
     left out of the report without a word, so the row said 2 seeds where the user trained 3."""
