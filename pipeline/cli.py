@@ -694,8 +694,8 @@ def _os_error(e: OSError) -> str:
 
 
 def main() -> None:
-    """Entry point: click/typer handle usage errors themselves (standalone mode);
-    domain errors become one line on stderr and exit code 1; Ctrl-C one line and exit code 130."""
+    """Entry point: usage errors (an unknown option, `--seed abc`) become one line on stderr and exit code 2,
+    as click's convention; domain errors one line and exit code 1; Ctrl-C one line and exit code 130."""
     import signal
 
     from rich.markup import escape
@@ -703,9 +703,35 @@ def main() -> None:
     from .errors import printable
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:    # not when SIGINT is ignored
         signal.signal(signal.SIGINT, _on_sigint)
+    # click's UsageError (NoSuchOption, BadParameter, ...): typer vendors click in some versions and not in
+    # others, and exports BadParameter alone, so the base class is found from it
+    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    click_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
     try:
         try:
-            app()
+            code = app(standalone_mode=False)         # usage errors come here, to be said in one line below
+            sys.exit(code if isinstance(code, int) else 0)   # click's Exit code (--help: 0), as standalone click
+        except usage_error as e:                      # typer drew a box of several lines around these
+            if type(e).__name__ == "NoArgsIsHelpError":   # `seqpe` alone: the help (typer's rich help has
+                if e.format_message():                      # printed it already; plain click's is the message)
+                    e.show()
+                sys.exit(e.exit_code)
+            names, ctx = [], e.ctx                  # `seqpe train`, however it was started (python -m ...)
+            while ctx is not None and ctx.parent is not None:
+                names.append(ctx.info_name)
+                ctx = ctx.parent
+            where = " ".join(["seqpe", *reversed(names)])
+            message = e.format_message().strip()
+            message += "" if message.endswith((".", "?", "!")) else "."
+            err_console.print(f"[bold red]error:[/] {escape(printable(message))} Fix: see `{escape(where)} --help`",
+                              highlight=False, soft_wrap=True)
+            sys.exit(e.exit_code)
+        except click_error as e:                      # click's others (standalone mode printed them)
+            err_console.print(f"[bold red]error:[/] {escape(printable(e.format_message()))}", highlight=False,
+                              soft_wrap=True)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            raise KeyboardInterrupt() from None
         except Exception:
             # A Ctrl-C landing inside an import (Polars, loaded lazily) can leave that module half made, and the
             # code after it fails with an AttributeError instead of the interrupt: report the interrupt.

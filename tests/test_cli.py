@@ -170,7 +170,14 @@ def test_names_get_a_did_you_mean(tmp_path):
     proc = seqpe("train", "sampel", cwd=tmp_path)
     assert_one_line_error(proc, "unknown dataset 'sampel'. Fix: did you mean 'sample'? (known: ", "diginetica")
     proc = seqpe("trian", "sample")
-    assert proc.returncode == 2 and "No such command 'trian'. Did you mean 'train'?" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr == ("error: No such command 'trian'. Did you mean 'train'? Fix: see "
+                                                    "`seqpe --help`\n"), proc.stderr
+    # usage errors: one line too, click's exit code 2 (typer drew a box of several lines around them)
+    for args, said in ((("--seed", "abc"), "error: Invalid value for '--seed': "),
+                       (("--bogus",), "error: No such option: --bogus.")):
+        proc = seqpe("train", "toyset", *args)
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith(said) and proc.stderr.endswith("Fix: see `seqpe train --help`\n"), proc.stderr
     samples = tiny_samples(tmp_path / "samples")
     proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "gru4rec", "--encoding", "rope")
     assert_one_line_error(proc, "model 'gru4rec' takes no positional encoding, so --encoding rope would be ignored")

@@ -146,7 +146,7 @@ def test_a_real_sigint_during_evaluate_writes_all_reports_or_none(prepared, tmp_
 def test_an_error_that_follows_a_ctrl_c_is_reported_as_the_interrupt(monkeypatch, capsys):
     """A Ctrl-C landing inside Polars' (lazy) import left the module half made; the stage then failed with
     `AttributeError: module 'polars' has no attribute 'Int32'` and a traceback instead of the interrupt line."""
-    def app():
+    def app(**kwargs):
         try:
             raise cli.Interrupted()
         except cli.Interrupted:            # swallowed by an import machinery, as it happened
