@@ -324,7 +324,9 @@ _PRESETS = {"paper": {
     "models": {"carca": {"residual": True, "l2_emb": 1e-4}},
     "datasets": {
         "beauty": {},
-        "games": {"train": {"heads": 3, "max_len": 50, "epochs": 801}, "models": {"carca": {"l2_emb": 0.0}}},
+        # Games: seqpe's carca_games, Amazon's Video_Games; not a bare "games" (S3-Rec's Toys_and_Games)
+        **{name: {"train": {"heads": 3, "max_len": 50, "epochs": 801}, "models": {"carca": {"l2_emb": 0.0}}}
+           for name in ("carca_games", "video_games")},
         "men": {"train": {"heads": 3, "dim": 390, "dropout": 0.3, "lr": 6e-6, "max_len": 35, "epochs": 801},
                 "models": {"carca": {"residual": False}}},
         "fashion": {"train": {"heads": 3, "dim": 390, "dropout": 0.3, "lr": 1e-5, "max_len": 35, "epochs": 801,

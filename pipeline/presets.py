@@ -11,13 +11,14 @@ preset carries the paper's settings for the three parts of a run:
 Every key is optional. A preset with none of these four keys is the legacy flat form: the
 whole dict is TrainParams overrides (`{"epochs": 30, "lr": 1e-3}`).
 
-Dataset variants: a `datasets` entry applies when the dataset name, from the start of one of its
-words (split at anything but letters and digits), begins with the entry's name, separators
-ignored and case-insensitive: so PosRec's `paper` means lambda2 = 0.5 for `yoochoose_1_64` and
-lambda2 = 1 for `diginetica` / `diginetica_srgnn` (000 §5.1.5); SASRec's `ml_1m` matches
-`ml1m_sasrec`, `ML-1M` and `ml_1m`; CARCA's `men` matches `amazon_men` but not `amazon_women` or
-`experiment` (a plain substring test gave those CARCA-Men's settings, silently). Two matching
-entries are an error (ambiguous); no match keeps the preset's base settings. `--preset
+Dataset variants: a `datasets` entry applies when its words stand together, whole, among the dataset
+name's (words: runs of letters or of digits, case-insensitive): so PosRec's `paper` means lambda2 =
+0.5 for `yoochoose_1_64` / `yoochoose1_64` and lambda2 = 1 for `diginetica` / `diginetica_srgnn`
+(000 §5.1.5); SASRec's `ml_1m` matches `ml1m_sasrec`, `ML-1M` and `ml_1m`, not `ml_10m`; CARCA's `men`
+matches `amazon_men`, not `amazon_women`, `experiment` or `mental`, and its `video_games` not
+`toys_and_games` (a plain substring test gave all of those another dataset's settings, silently).
+Two matching entries with different settings are an error (ambiguous); no match keeps the
+preset's base settings. `--preset
 NAME_VARIANT` (`paper_men`, `paper_yoochoose`) picks a variant by name, whatever the dataset is
 called. The stage prints which variant applied, or that none matched (`variant_note`).
 
@@ -85,11 +86,15 @@ def _squash(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
+def _words(text: str) -> list[str]:
+    """Lower-case runs of letters or of digits: `ml1m_sasrec` -> ml, 1, m, sasrec; `Video-Games` -> video, games."""
+    return re.findall(r"[a-z]+|[0-9]+", text.lower())
+
+
 def matches(variant: str, dataset: str) -> bool:
-    """Whether the dataset name, from the start of one of its words, begins with `variant` (module docstring)."""
-    words = [w for w in re.split(r"[^a-z0-9]+", dataset.lower()) if w]
-    key = _squash(variant)
-    return bool(key) and any("".join(words[i:]).startswith(key) for i in range(len(words)))
+    """Whether the words of `variant` stand together, whole, among the dataset name's (module docstring)."""
+    key, words = _words(variant), _words(dataset)
+    return bool(key) and any(words[i:i + len(key)] == key for i in range(len(words) - len(key) + 1))
 
 
 def names(presets: Optional[dict]) -> list[str]:
@@ -130,6 +135,8 @@ def resolve(presets: Optional[dict], preset: Optional[str], model: str, dataset:
     base = parts(presets[name], where)
     variants = base.get("datasets") or {}
     hits = [forced[1]] if forced else sorted(f for f in variants if matches(f, dataset))
+    if len(hits) > 1 and all(variants[h] == variants[hits[0]] for h in hits):     # aliases (movielens, ml_1m)
+        hits = hits[:1]
     if len(hits) > 1:
         raise ParamsError(f"dataset '{dataset}' matches several variants of {where}: {', '.join(hits)}",
                           f"name the variant: {' or '.join(f'--preset {name}_{_squash(h)}' for h in hits)}")
@@ -155,8 +162,8 @@ def variant_note(presets: Optional[dict], res: Resolved, model: str, dataset: st
     if res.variant is not None:
         return f"preset {res.name} of {model}: its {res.variant} variant for dataset '{dataset}'"
     return (f"preset {res.name} of {model}: dataset '{dataset}' matches none of its variants ({', '.join(variants)}), "
-            f"so its base settings apply; to use one, --preset {res.name}_{_squash(variants[0])} (or name the "
-            f"dataset after it)")
+            f"so its base settings apply (--preset {res.name}_VARIANT picks one: "
+            f"{', '.join(f'{res.name}_{_squash(v)}' for v in variants)})")
 
 
 def merge_options(preset_opts: dict, explicit: dict) -> dict:

@@ -615,10 +615,12 @@ def test_preset_variants_match_a_word_of_the_name_can_be_named_and_are_announced
     from models import MODELS as REAL
     carca, sasrec = REAL["carca"].presets, REAL["sasrec"].presets
     assert [presets.resolve(carca, "paper", "carca", d).variant for d in
-            ("amazon_women", "experiment_1", "segments", "amazon_men", "Men", "beauty_experiment", "Video_Games")] \
-        == [None, None, None, "men", "men", "beauty", "games"]
-    assert [presets.resolve(sasrec, "paper", "sasrec", d).variant for d in ("ml1m_sasrec", "ML-1M", "ml_10m", "beauty")] \
-        == ["ml_1m", "ml_1m", None, None]
+            ("amazon_women", "experiment_1", "segments", "mental", "amazon_men", "Men", "beauty_experiment",
+             "Video_Games", "videogames", "carca_games", "toys_and_games")] \
+        == [None, None, None, None, "men", "men", "beauty", "video_games", None, "carca_games", None]
+    assert [presets.resolve(sasrec, "paper", "sasrec", d).variant for d in
+            ("ml1m_sasrec", "ML-1M", "ml_10m", "ml_1_movies", "movielens-ml1m", "beauty")] \
+        == ["ml_1m", "ml_1m", None, None, "ml_1m", None]                  # identical aliases are not ambiguous
     forced = presets.resolve(carca, "paper_men", "carca", "amazon_women")
     assert (forced.record(), forced.train["dim"], forced.train["lr"]) == ({"name": "paper", "variant": "men"}, 390, 6e-6)
     with pytest.raises(ParamsError, match=r"unknown preset 'paper_beuty' for model 'carca'.*did you mean 'paper_beauty'"):
@@ -628,8 +630,8 @@ def test_preset_variants_match_a_word_of_the_name_can_be_named_and_are_announced
     capfd.readouterr()
     stage.run("toyset", samples, tmp_path / "runs", params(), preset="paper", progress=False)
     assert capfd.readouterr().err.strip() == ("note: preset paper of toy: dataset 'toyset' matches none of its variants "
-                                              "(yoochoose, diginetica), so its base settings apply; to use one, "
-                                              "--preset paper_yoochoose (or name the dataset after it)")
+                                              "(yoochoose, diginetica), so its base settings apply (--preset "
+                                              "paper_VARIANT picks one: paper_yoochoose, paper_diginetica)")
     stage.run("toyset", samples, tmp_path / "runs", params(), preset="paper_diginetica", progress=False, tag="d")
     assert capfd.readouterr().err.strip() == "note: preset paper of toy: its diginetica variant for dataset 'toyset'"
     r = json.loads((tmp_path / "runs" / "toy-toy_lpe-d" / "seed-1" / "run.json").read_text())

@@ -125,7 +125,8 @@ def paper_preset(train: Optional[dict] = None, models: Optional[dict] = None) ->
             "lr": 5e-4, "batch_size": 1024, **(train or {})}
     preset: dict[str, Any] = {"train": base,
                               "datasets": {"electronics": {"train": {"lr": 5e-4, "batch_size": 1024}},
-                                           "kuai": {"train": {"lr": 1e-3, "batch_size": 4096}}}}
+                                           "kuai": {"train": {"lr": 1e-3, "batch_size": 4096}},        # sample_kuai
+                                           "kuaivideo": {"train": {"lr": 1e-3, "batch_size": 4096}}}}
     if models:
         preset["models"] = models
     return preset
