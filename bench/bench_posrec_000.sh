@@ -99,8 +99,10 @@ runs() {
 }
 
 for ds in $DATASETS; do
-  while read -r name args; do echo "$ds $OUT/samples/$ds $OUT/runs/$ds $args ${common[*]}"; done < <(runs)
-done | check_runs
+  # shellcheck disable=SC2086
+  while read -r name args; do planned "$ds" "$OUT/samples/$ds" "$OUT/runs/$ds" $args "${common[@]}"; done < <(runs)
+done
+checked
 if [ "$PROFILE" = gpu ]; then
   for ds in $DATASETS; do
     while read -r name args; do
@@ -132,4 +134,3 @@ esac
 for ds in $DATASETS; do
   "$SEQPE" report "$OUT/runs/$ds" --baseline "$base" --out "$OUT/report_$ds.md" --quiet || true
 done
-failures

@@ -44,6 +44,7 @@ OUT=${OUT:-/tmp/repro}
 . "$REPO/bench/queue.sh"
 words SEEDS 1; ints SEEDS
 PROFILE=${PROFILE:-cpu}
+[ -z "${ONLY+set}" ] || [ -n "${ONLY//[[:space:]]/}" ] || die "ONLY is set but empty: unset it for every pair, or name some"
 ONLY=${ONLY:-}
 read -r -a extra <<< "${EXTRA:-}"
 case $PROFILE in
@@ -96,9 +97,9 @@ train() {
     gpu) args+=(--set train.threads=1); [ "$gpu_epochs" = - ] || args+=(--set "train.epochs=$gpu_epochs" --set "train.patience=$gpu_patience")
          [ -z "${TIME_LIMIT:-}" ] || args+=(--set "train.time_limit=$TIME_LIMIT") ;;
   esac
-  if [ -n "${CHECKING:-}" ]; then       # the run as one check_runs line, every seed in it
+  if [ -n "${CHECKING:-}" ]; then       # the run checked (bench/queue.sh), every seed in one check
     for s in $SEEDS; do args+=(--seed "$s"); done
-    echo "$ds $OUT/samples/$ds $OUT/runs/$ds --model $model $* ${args[*]} ${extra[*]+${extra[*]}}"
+    planned "$ds" "$OUT/samples/$ds" "$OUT/runs/$ds" --model "$model" "$@" "${args[@]}" ${extra[@]+"${extra[@]}"}
     return
   fi
   if [ "$PROFILE" = gpu ]; then
@@ -139,10 +140,9 @@ queue_bce() {   # 003 Table 3 with SASRec's own objective (one sampled negative 
 }
 
 import_all
-case $PROFILE in                        # every run of this call, checked before the first trains
-  cpu) { CHECKING=1; queue_a; queue_b; } | check_runs ;;
-  *) { CHECKING=1; queue_a; queue_b; queue_bce; } | check_runs ;;
-esac
+CHECKING=1                              # every run of this call, checked before the first trains
+queue_a; queue_b; [ "$PROFILE" = cpu ] || queue_bce
+checked; CHECKING=
 case $PROFILE in
   cpu) queue_a & queue_b & wait ;;
   gpu) queue_a; queue_b; queue_bce; wait ;;      # every train call started its seeds in the background
@@ -160,4 +160,3 @@ for p in sorted(Path(sys.argv[1]).glob("*/*/seed-*/run.json")):
           f"train s/epoch {sum(per) / max(len(per), 1):7.0f}  test HR@10 {100 * r['test']['hr@10']:.2f} "
           f"MRR@10 {100 * r['test']['mrr@10']:.2f} NDCG@10 {100 * r['test']['ndcg@10']:.2f}")
 PY
-failures

@@ -80,8 +80,8 @@ mkdir -p "$OUT/logs"; touch "$OUT/.bench_stability"
     --format sasrec --sessions "$OUT/sessions/beauty" --samples "$OUT/samples/beauty" --quiet
 
 read -r -a encs <<< "$ENCODINGS"
-for e in "${encs[@]}"; do echo "beauty $OUT/samples/beauty $OUT/runs/beauty --encoding $e ${seeds[*]} ${args[*]}"; done \
-  | check_runs
+for e in "${encs[@]}"; do planned beauty "$OUT/samples/beauty" "$OUT/runs/beauty" --encoding "$e" "${seeds[@]}" "${args[@]}"; done
+checked
 one() {   # one encoding, every seed, in one process
   run_logged "$OUT/logs/$MODEL-$1.log" beauty "$OUT/samples/beauty" "$OUT/runs/beauty" --encoding "$1" "${seeds[@]}" \
       "${args[@]}" || true
@@ -122,4 +122,3 @@ for conf in sorted(Path(sys.argv[1]).iterdir()):
     print(f"| {conf.name} | {n} | {st.mean(hit):.2f} | {sd:.2f} | {st.mean(ndcg):.2f} | {st.stdev(ndcg):.2f} "
           f"| {2 * 1.96 * sd / math.sqrt(n):.2f} | {2 * t.ppf(0.975, n - 1) * sd / math.sqrt(n):.2f} |")
 PY
-failures

@@ -143,7 +143,8 @@ def test_every_run_is_checked_before_the_first_trains(canonical, tmp_path, scrip
 
 @pytest.mark.parametrize("env, words", [({"SEEDS": ""}, "SEEDS is set but empty"),
                                         ({"SEEDS": "42 abc"}, "SEEDS takes whole numbers, got 'abc'"),
-                                        ({"ENCODINGS": " "}, "ENCODINGS is set but empty")])
+                                        ({"ENCODINGS": " "}, "ENCODINGS is set but empty"),
+                                        ({"SEEDS": "\t"}, "SEEDS is set but empty")])
 def test_a_blank_or_wrong_list_is_refused_not_read_as_the_default(tmp_path, env, words):
     """SEEDS= (an unset shell variable) meant the whole default grid: 5 seeds x 7 encodings."""
     out = tmp_path / "out"
@@ -161,11 +162,12 @@ def test_a_run_that_fails_is_listed_and_the_script_exits_1(canonical, tmp_path):
     shim = tmp_path / "bin" / "seqpe"
     shim.write_text(f"""#!/bin/bash
 for a; do [ "$a" = --check ] && exec {SEQPE} "$@"; done
+for a; do [ "$a" = rotatory ] && [ -e "$(dirname "$0")/killed" ] && kill -9 $$; done
 for a; do [ "$a" = rotatory ] && {{ echo "error: boom. Fix: none" >&2; exit 1; }}; done
 exec {SEQPE} "$@"
 """)
     shim.chmod(0o755)
-    out = tmp_path / "stability"
+    out = tmp_path / "stability with a space"
     proc = bench("bench_stability.sh", cwd=tmp_path, DATA=str(canonical), OUT=str(out), PROFILE="gpu",
                  ENCODINGS="none rotatory", SEEDS="42", EXTRA=ONE_EPOCH, SEQPE=str(shim))
     assert proc.returncode == 1, proc.stderr[-2000:]
@@ -174,6 +176,12 @@ exec {SEQPE} "$@"
     assert re.search(r"^\| sasrec-none \| 1 \| [\d.]+ \| \| [\d.]+ \| \| \| \|$", proc.stdout, re.M), proc.stdout[-1500:]
     log = (out / "logs" / "sasrec-rotatory.log").read_text()
     assert log.startswith("=== ") and "seqpe train beauty" in log.splitlines()[0]
+    (tmp_path / "bin" / "killed").touch()                # the next call's run dies without a word (a kill)
+    proc = bench("bench_stability.sh", cwd=tmp_path, DATA=str(canonical), OUT=str(out), PROFILE="gpu",
+                 ENCODINGS="none rotatory", SEEDS="42", EXTRA=ONE_EPOCH, SEQPE=str(shim))
+    assert proc.returncode == 1 and "sasrec-rotatory.log: exit code 137, no error line (killed?" in proc.stderr, \
+        proc.stderr[-2000:]                              # not the earlier call's error, still in the log
+    assert (out / "logs" / "sasrec-rotatory.log").read_text().count("=== ") == 2
 
 
 @pytest.mark.parametrize("vs, dataset", [("recbole", "diginetica"), ("pmixer", "beauty")])
