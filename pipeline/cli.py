@@ -343,6 +343,8 @@ def train(dataset: str,
         [ok] = results
         built = (f", {ok['parameters']:,} parameters" if ok["parameters"] is not None
                  else " (not built: train.memory_budget is set)")
+        if ok["reused"]:
+            built += f"; seed {', '.join(map(str, ok['reused']))} finished with these settings: reused, not retrained"
         console.print(f"ok: {dataset} {ok['name']} seed{'s' * (len(ok['seeds']) > 1)} {', '.join(map(str, ok['seeds']))} would train into "
                       f"{Path(ok['runs'][0]).parent}{built}", highlight=False, markup=False, soft_wrap=True)
     elif not quiet:

@@ -296,12 +296,13 @@ _PLURAL = {"raw": "raw", "sessions": "sessions", "samples": "samples", "run": "r
 def _require_writable(dst: Path) -> None:
     """A DataError now when the folder the output is swapped into cannot take a new entry (a read-only disk, no
     permission): `seqpe train` found out only after its last epoch. Probed with a temporary file in the nearest
-    existing folder above `dst`; a path through a file is left to the write itself, whose error names it."""
+    existing folder above `dst`; a path through a file (a runs folder that is a file) is refused as well."""
     here = through_link(dst).absolute().parent
     while not here.exists() and here != here.parent:
         here = here.parent
     if not here.is_dir():
-        return
+        raise DataError(f"{dst} cannot be made: {here} is a file, not a folder",
+                        "pass a path whose parent folders are folders (or move that file)")
     try:
         fd, probe = tempfile.mkstemp(prefix=".seqpe-probe.", dir=here)
     except OSError as e:
@@ -382,6 +383,7 @@ def claim_file(dst: str | Path, what: str, ours: Callable[[Path], bool], example
     if dst.is_dir():
         raise DataError(f"{dst} is a folder, not a {what}", f"pass a file path, e.g. {example}")
     if not dst.exists():
+        _require_writable(dst)                          # its folder can be made and written (it was found at the end)
         return
     try:
         mine = bool(ours(dst))

@@ -291,9 +291,9 @@ TESTS_NOTE = ("vs baseline: Δ = configuration − baseline over the common seed
               f"{significance.BOOTSTRAP_SEED}, at most {significance.MAX_BOOTSTRAP_ROWS:,} rows) 95% CI of the "
               "mean RR difference (next-item) or the AUC difference (CTR). A test rejects equality when p < "
               f"{significance.ALPHA} (bootstrap: CI excludes 0), each on its own: no correction is made for the "
-              "several tests of a row or the several rows tested against one baseline (with 6 configurations and 4 "
-              "tests, some rejection at 0.05 is likely by chance alone; Holm: multiply the k-th smallest of m "
-              "p-values by m - k + 1). The verdict names every test that rejects, with its direction: Wilcoxon "
+              "several tests of a row or the several rows tested against one baseline (with many of them, some "
+              "rejection at 0.05 is likely by chance alone; Holm: multiply the k-th smallest of m p-values by "
+              "m - k + 1). The verdict names every test that rejects, with its direction: Wilcoxon "
               "follows the typical per-sample difference (its rank statistic) and the bootstrap the mean, so a "
               "few large differences can point them opposite ways.")
 
@@ -473,7 +473,8 @@ def summary_view(rows: list[dict], title: str = SUMMARY_TITLE) -> tuple[str, lis
     if not several and datasets:
         title = f"{title} · {datasets[0]}"
     if rows and not protocols:                          # full ranking or N sampled candidates: never unsaid
-        title = f"{title} · {rows[0]['protocol']}"
+        label = rows[0]["protocol"]
+        title = f"{title} · {label}" + ("" if "sampled candidates" in label else ", full ranking")
     cols = (([Col("dataset", key=True)] if several else []) + ([Col("protocol", key=True)] if protocols else [])
             + [Col("configuration", key=True), Col("seeds", "right")])
     cols += [Col(k, "right", group=k.split("@")[0]) for k in keys]

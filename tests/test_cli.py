@@ -92,7 +92,7 @@ def test_damaged_manifest_and_unusable_paths_are_one_line(tmp_path):
                           "manifest.json is not valid JSON")
     (tmp_path / "afile").write_text("x")      # an output folder below a regular file
     proc = seqpe("download", "sample", str(tmp_path / "afile" / "raw"), "--quiet")
-    assert_one_line_error(proc, "afile", "Fix: a file is in the way")
+    assert_one_line_error(proc, "afile is a file, not a folder", "Fix: pass a path whose parent folders are folders")
     (tmp_path / "dir.md").mkdir()             # an atomic write's temporary name was the path shown
     proc = seqpe("report", str(tmp_path), "--out", str(tmp_path / "dir.md"), "--quiet")
     assert proc.returncode == 1 and ".tmp" not in proc.stderr

@@ -516,6 +516,38 @@ def test_plateau_schedule_decays_after_lr_step_epochs_without_improvement(tmp_pa
     assert record["best_epoch"] == 5
 
 
+def test_check_refuses_what_the_run_would_and_says_what_it_would_reuse_or_replace(tmp_path, toy_registry,
+                                                                                 monkeypatch, capfd):
+    """`train --check` said ok for a seed another process was training, a runs folder through a file, a CUDA
+    device on a machine without one, and said 'would train' for a seed it would reuse."""
+    samples = make_samples(tmp_path / "samples")
+    runs = tmp_path / "runs"
+    [res] = stage.run("toyset", samples, runs, params(epochs=1), progress=False)
+    [ok] = stage.run("toyset", samples, runs, params(epochs=1, seeds=(1, 2)), progress=False, check=True)
+    assert ok["reused"] == [1] and ok["parameters"] > 0 and not (runs / "toy-toy_lpe" / "seed-2").exists()
+    capfd.readouterr()
+    stage.run("toyset", samples, runs, params(epochs=1, lr=0.05), progress=False, check=True)
+    assert "holds a run trained with other settings (train.lr: 0.02 vs 0.05)" in capfd.readouterr().err
+    stage.run("toyset", samples, runs, params(epochs=1, threads=2), progress=False, check=True)
+    assert "other settings (train.threads: 'auto' vs 2)" in capfd.readouterr().err   # in the fingerprint, not report's
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(DataError, match="cannot be made: .*afile is a file, not a folder"):
+        stage.run("toyset", samples, tmp_path / "afile" / "runs", params(epochs=1), progress=False, check=True)
+    with pytest.raises(ParamsError, match="no CUDA device is available"):
+        monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+        stage.run("toyset", samples, runs, params(epochs=1, device="cuda"), progress=False, check=True)
+    monkeypatch.setattr(run_files, "fingerprint", lambda *a, **k: "e" * 20)
+    lock = run_files.state_root() / "locks" / ("e" * 20)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = _hold_lock(lock)
+    try:
+        with pytest.raises(DataError, match="toyset toy-toy_lpe seed 1 is being trained right now"):
+            stage.run("toyset", samples, runs, params(epochs=1), progress=False, check=True)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_tagged_variants_get_their_own_folders_and_report_rows(tmp_path, toy_registry):
     from pipeline import report
     samples = make_samples(tmp_path / "samples")

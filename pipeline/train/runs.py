@@ -107,15 +107,16 @@ def save_run(run_dir: Path, net, record: dict, timing: dict, per_sample) -> None
     _copy_tree(run_dir, done_path(record["fingerprint"]))
 
 
-def finished(run_dir: Path, fp: str) -> Optional[dict]:
+def finished(run_dir: Path, fp: str, restore: bool = True) -> Optional[dict]:
     """The record of seed `fp` if it is already finished: in `run_dir` (a hand re-run, or a DVC output
     left in place), or in the state root (DVC deleted the output after a crash in a later seed), which
-    is then put back in `run_dir`. A run stopped by train.time_limit is not finished."""
+    is then put back in `run_dir` (unless `restore` is false: `train --check`). A run stopped by
+    train.time_limit is not finished."""
     for where in (run_dir, done_path(fp)):
         rec = _record(where)
         if rec is not None and rec.get("fingerprint") == fp and rec.get("stopped") != "time_limit" \
                 and all((where / f).is_file() for f in FILES[:3]):
-            if where != run_dir:
+            if where != run_dir and restore:
                 _copy_tree(where, run_dir, atomic=True)
             return rec
     return None

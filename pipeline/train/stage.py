@@ -98,6 +98,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         return [_check_build(dataset, samples_dir, params, spec, tp, manifest, kind, seeds, config, run_dirs)]
     threads.apply(tp.threads)                          # train.threads (pipeline/train/threads.py)
     dist, device = distributed.setup(tp.device)
+    _check_loss_impl(tp, device)
     if device.type == "cpu":
         heap.keep()                                    # reuse freed step buffers (pipeline/train/heap.py)
     try:
@@ -110,16 +111,46 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     return results
 
 
+_FUSED_LOSSES = {"cce": "cut_cross_entropy", "liger": "liger_kernel"}       # train.ce_impl -> its package
+
+
+def _check_loss_impl(tp, device) -> None:
+    """train.ce_impl cce / liger need CUDA and their package: said before training (it was the first step)."""
+    import importlib.util
+    package = _FUSED_LOSSES.get(tp.ce_impl)
+    if package is None or tp.loss != "ce":
+        return
+    if device.type != "cuda":
+        raise ParamsError(f"train.ce_impl is {tp.ce_impl}, which runs on CUDA only, and this run trains on the CPU",
+                          "use train.ce_impl: chunked (any device), plain or auto")
+    if importlib.util.find_spec(package) is None:
+        name = package.replace("_", "-")
+        raise ParamsError(f"train.ce_impl is {tp.ce_impl}, which needs the {name} package, and it is not installed",
+                          f"pip install {name} (Linux with CUDA), or use train.ce_impl: chunked")
+
+
 def _check_build(dataset, samples_dir, params, spec, tp, manifest, kind, seeds, config, run_dirs) -> dict:
-    """`--check`: the samples loaded and the model built on the CPU, as a run would (an option the model
-    refuses, a width the heads do not divide), but nothing trained or written. Under train.memory_budget
-    loading would write the memory maps, so the model is not built."""
+    """`--check`: the device, the samples loaded and the model built on the CPU, as a run would (an option
+    the model refuses, a width the heads do not divide), each seed's locks probed (a seed another process
+    is training) and whether it would be reused or replace a run of other settings; nothing trained or
+    written. Under train.memory_budget loading would write the memory maps, so the model is not built."""
     import torch
-    summary = {"name": config, "seeds": seeds, "runs": [str(d) for d in run_dirs.values()], "parameters": None}
+    _check_loss_impl(tp, setup.pick_device(tp.device))
+    summary = {"name": config, "seeds": seeds, "runs": [str(d) for d in run_dirs.values()], "parameters": None,
+               "reused": []}
+    task = None
     if not tp.memory_budget:
         task = make_task(kind, samples_dir, manifest, tp, params, spec, torch.device("cpu"))
         torch.manual_seed(0)
         summary["parameters"] = sum(p.numel() for p in task.build(params).parameters())
+    world = distributed.world_size()
+    for seed in seeds:
+        fp = runs.fingerprint(tp, params, manifest, seed, world=world)
+        state.probe_seed(fp, run_dirs[seed], f"{dataset} {config} seed {seed}")
+        if runs.finished(run_dirs[seed], fp, restore=False) is not None:
+            summary["reused"].append(seed)
+        elif task is not None:
+            _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, None, world))
     return summary
 
 
@@ -180,11 +211,7 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
             record = dist.broadcast_object(runs.finished(run_dirs[seed], fp) if dist.main else None)
             reused = record is not None
             if not reused and dist.main:
-                _note_replacing(run_dirs[seed], fp, {
-                    "train": to_dict(tp), "options": params.models.get(tp.model, {}),
-                    "encoding_options": params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {},
-                    "evaluate": to_dict(params.evaluate), "preset": applied.record(), "samples": task.sizes,
-                    "world_size": dist.world})
+                _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, dist.world))
             if not reused:
                 curves = (lambda h, s=seed: runs.write_curves(live_dir, s, h)) if live_dir is not None else None
                 net, record, timing, per_sample = train_one(spec, task, tp, params, manifest, select, seed, device,
@@ -220,6 +247,14 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
     return results
 
 
+def _settings(tp, params, spec, task, applied, world: int) -> dict:
+    """What report.settings_change compares, as the run's record will hold it."""
+    return {"train": to_dict(tp), "options": params.models.get(tp.model, {}),
+            "encoding_options": params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {},
+            "evaluate": to_dict(params.evaluate), "preset": applied.record() if applied else None,
+            "samples": task.sizes, "world_size": world}
+
+
 def _note_replacing(run_dir: Path, fp: str, settings: dict) -> None:
     """A run folder holding a finished run of other settings is replaced when this seed ends: say so before
     it trains (a finished 200-epoch seed is costly to redo; --tag keeps both)."""
@@ -227,7 +262,11 @@ def _note_replacing(run_dir: Path, fp: str, settings: dict) -> None:
     old = runs._record(run_dir)
     if old is None or old.get("fingerprint") == fp:          # nothing there, or this very run: reused / resumed
         return
-    why = settings_change(old, settings) or "the same settings, from another code version or other samples"
+    why = settings_change(old, settings)
+    if not why:                                  # a machine setting in the fingerprint (threads: other float sums)
+        machine = [f"train.{k}: {old.get('train', {}).get(k)!r} vs {settings['train'].get(k)!r}"
+                   for k in ("threads", "device", "memory_budget", "compile") if old.get("train", {}).get(k) != settings["train"].get(k)]
+        why = "; ".join(machine) or "the same settings, from another code version or other samples"
     sys.stderr.write(f"note: {run_dir} holds a run trained with other settings ({why}); this run replaces it when "
                      f"it ends (--tag NAME keeps both)\n")
 

@@ -128,6 +128,21 @@ def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
     return SeedLock(handles)
 
 
+def probe_seed(fp: str, run_dir: Path, label: str) -> None:
+    """`train --check`: the DataError lock_seed would raise if another process holds either lock of the
+    seed now; nothing is created (a lock file that does not exist is held by no one)."""
+    fix = "wait for that run to finish, then run this command again (a finished seed with the same settings is reused)"
+    for name, problem in ((fp, f"{label} is being trained right now by another seqpe process started from this "
+                               f"folder (it holds {runs.state_root() / 'locks' / fp})"),
+                          (dir_lock(run_dir), f"{run_dir} is being written right now by another seqpe train")):
+        if not (runs.state_root() / "locks" / name).is_file():
+            continue
+        handle = _lock_file(name, create=False)
+        if handle is None:
+            raise DataError(f"{problem}; training it twice would race on its state and run folder", fix)
+        handle.close()
+
+
 def _held(name: str) -> Optional[dict]:
     """What a held fingerprint lock says is training ({} if it does not say), or None if nothing holds it."""
     handle = _lock_file(name, create=False)
