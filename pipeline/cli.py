@@ -720,9 +720,16 @@ def main() -> None:
                 sys.exit(e.exit_code)
             names, ctx = [], e.ctx                  # `seqpe train`, however it was started (python -m ...)
             while ctx is not None and ctx.parent is not None:
-                names.append(ctx.info_name)
+                names.insert(0, ctx.info_name)
                 ctx = ctx.parent
-            where = " ".join(["seqpe", *reversed(names)])
+            if not names:                           # raised while the group parsed (--seed with no value)
+                group = typer.main.get_command(app)
+                for word in sys.argv[1:]:
+                    group = getattr(group, "commands", {}).get(word)
+                    if group is None:
+                        break
+                    names.append(word)
+            where = " ".join(["seqpe", *names])
             message = e.format_message().strip()
             message += "" if message.endswith((".", "?", "!")) else "."
             err_console.print(f"[bold red]error:[/] {escape(printable(message))} Fix: see `{escape(where)} --help`",

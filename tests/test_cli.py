@@ -174,7 +174,8 @@ def test_names_get_a_did_you_mean(tmp_path):
                                                     "`seqpe --help`\n"), proc.stderr
     # usage errors: one line too, click's exit code 2 (typer drew a box of several lines around them)
     for args, said in ((("--seed", "abc"), "error: Invalid value for '--seed': "),
-                       (("--bogus",), "error: No such option: --bogus.")):
+                       (("--bogus",), "error: No such option: --bogus."),
+                       (("--seed",), "error: Option '--seed' requires an argument.")):
         proc = seqpe("train", "toyset", *args)
         assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
         assert proc.stderr.startswith(said) and proc.stderr.endswith("Fix: see `seqpe train --help`\n"), proc.stderr
