@@ -518,6 +518,7 @@ def test_plateau_schedule_decays_after_lr_step_epochs_without_improvement(tmp_pa
 
 def test_check_refuses_what_the_run_would_and_says_what_it_would_reuse_or_replace(tmp_path, toy_registry,
                                                                                  monkeypatch, capfd):
+    import dataclasses
     """`train --check` said ok for a seed another process was training, a runs folder through a file, a CUDA
     device on a machine without one, and said 'would train' for a seed it would reuse."""
     samples = make_samples(tmp_path / "samples")
@@ -530,6 +531,11 @@ def test_check_refuses_what_the_run_would_and_says_what_it_would_reuse_or_replac
     assert "holds a run trained with other settings (train.lr: 0.02 vs 0.05)" in capfd.readouterr().err
     stage.run("toyset", samples, runs, params(epochs=1, threads=2), progress=False, check=True)
     assert "other settings (train.threads: 'auto' vs 2)" in capfd.readouterr().err   # in the fingerprint, not report's
+    monkeypatch.setitem(MODELS, "toy", dataclasses.replace(MODELS["toy"], presets={"paper": PAPER}))
+    stage.run("toyset", samples, runs, params(), preset="paper", progress=False, tag="p")
+    capfd.readouterr()
+    stage.run("toyset", samples, runs, params(threads=2), preset="paper", progress=False, tag="p", check=True)
+    assert "other settings (train.threads: 'auto' vs 2)" in capfd.readouterr().err   # the preset compared as recorded
     (tmp_path / "afile").write_text("x")
     with pytest.raises(DataError, match="cannot be made: .*afile is a file, not a folder"):
         stage.run("toyset", samples, tmp_path / "afile" / "runs", params(epochs=1), progress=False, check=True)

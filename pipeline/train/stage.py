@@ -95,7 +95,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     if note and os.environ.get("RANK", "0") == "0":                       # torchrun: once, from rank 0
         sys.stderr.write(f"note: {note}\n")
     if check:
-        return [_check_build(dataset, samples_dir, params, spec, tp, manifest, kind, seeds, config, run_dirs)]
+        return [_check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs)]
     threads.apply(tp.threads)                          # train.threads (pipeline/train/threads.py)
     dist, device = distributed.setup(tp.device)
     _check_loss_impl(tp, device)
@@ -129,7 +129,7 @@ def _check_loss_impl(tp, device) -> None:
                           f"pip install {name} (Linux with CUDA), or use train.ce_impl: chunked")
 
 
-def _check_build(dataset, samples_dir, params, spec, tp, manifest, kind, seeds, config, run_dirs) -> dict:
+def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs) -> dict:
     """`--check`: the device, the samples loaded and the model built on the CPU, as a run would (an option
     the model refuses, a width the heads do not divide), each seed's locks probed (a seed another process
     is training) and whether it would be reused or replace a run of other settings; nothing trained or
@@ -150,7 +150,7 @@ def _check_build(dataset, samples_dir, params, spec, tp, manifest, kind, seeds, 
         if runs.finished(run_dirs[seed], fp, restore=False) is not None:
             summary["reused"].append(seed)
         elif task is not None:
-            _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, None, world))
+            _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, world))
     return summary
 
 
@@ -251,7 +251,7 @@ def _settings(tp, params, spec, task, applied, world: int) -> dict:
     """What report.settings_change compares, as the run's record will hold it."""
     return {"train": to_dict(tp), "options": params.models.get(tp.model, {}),
             "encoding_options": params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {},
-            "evaluate": to_dict(params.evaluate), "preset": applied.record() if applied else None,
+            "evaluate": to_dict(params.evaluate), "preset": applied.record(),
             "samples": task.sizes, "world_size": world}
 
 
@@ -264,8 +264,9 @@ def _note_replacing(run_dir: Path, fp: str, settings: dict) -> None:
         return
     why = settings_change(old, settings)
     if not why:                                  # a machine setting in the fingerprint (threads: other float sums)
-        machine = [f"train.{k}: {old.get('train', {}).get(k)!r} vs {settings['train'].get(k)!r}"
-                   for k in ("threads", "device", "memory_budget", "compile") if old.get("train", {}).get(k) != settings["train"].get(k)]
+        was, now = old.get("train") or {}, settings["train"]
+        machine = [f"train.{k}: {was.get(k)!r} vs {now.get(k)!r}" for k in ("threads", "device", "memory_budget", "compile")
+                   if was.get(k) != now.get(k)]
         why = "; ".join(machine) or "the same settings, from another code version or other samples"
     sys.stderr.write(f"note: {run_dir} holds a run trained with other settings ({why}); this run replaces it when "
                      f"it ends (--tag NAME keeps both)\n")
