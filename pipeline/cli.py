@@ -345,8 +345,9 @@ def train(dataset: str,
                  else " (not built: train.memory_budget is set)")
         if ok["reused"]:
             built += f"; seed {', '.join(map(str, ok['reused']))} finished with these settings: reused, not retrained"
-        console.print(f"ok: {dataset} {ok['name']} seed{'s' * (len(ok['seeds']) > 1)} {', '.join(map(str, ok['seeds']))} would train into "
-                      f"{Path(ok['runs'][0]).parent}{built}", highlight=False, markup=False, soft_wrap=True)
+        seeds = f"seed{'s' * (len(ok['seeds']) > 1)} {', '.join(map(str, ok['seeds']))}"
+        console.print(f"ok: {dataset} {ok['name']} {seeds} would train into {Path(ok['runs'][0]).parent}{built}",
+                      highlight=False, markup=False, soft_wrap=True)
     elif not quiet:
         _print_runs(results)
 
@@ -508,7 +509,8 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete every resu
             to_json({"deleted": deleted, "kept": kept, "bytes_freed": freed, "lock_files_removed": locks})
             return
         console.print(f"deleted {len(deleted)} entr{'y' if len(deleted) == 1 else 'ies'} of {where} "
-                      f"({freed / 1e6:,.1f} MB)" + (f" and {locks} unheld lock file{'s' * (locks != 1)}" if locks else "")
+                      f"({freed / 1e6:,.1f} MB)"
+                      + (f" and {locks} unheld lock file{'s' * (locks != 1)}" if locks else "")
                       + (f"; kept {len(kept)} that a running training holds or needs" if kept else ""),
                       highlight=False, markup=False, soft_wrap=True)
         return
@@ -695,6 +697,25 @@ def _os_error(e: OSError) -> str:
     return f"{what}. Fix: {fixes.get(e.errno, 'check that path (permissions, free space, a file or a folder)')}"
 
 
+def _usage_line(e) -> str:
+    """A click usage error as one line: its message and the help of the (sub)command it concerns, named as
+    `seqpe train` however seqpe was started (python -m ...)."""
+    names, ctx = [], e.ctx
+    while ctx is not None and ctx.parent is not None:
+        names.insert(0, ctx.info_name)
+        ctx = ctx.parent
+    if not names:                                   # raised while the group parsed (--seed with no value)
+        group = typer.main.get_command(app)
+        for word in sys.argv[1:]:
+            group = getattr(group, "commands", {}).get(word)
+            if group is None:
+                break
+            names.append(word)
+    message = e.format_message().strip()
+    message += "" if message.endswith((".", "?", "!")) else "."
+    return f"{message} Fix: see `{' '.join(['seqpe', *names])} --help`"
+
+
 def main() -> None:
     """Entry point: usage errors (an unknown option, `--seed abc`) become one line on stderr and exit code 2,
     as click's convention; domain errors one line and exit code 1; Ctrl-C one line and exit code 130."""
@@ -718,22 +739,8 @@ def main() -> None:
                 if e.format_message():                      # printed it already; plain click's is the message)
                     e.show()
                 sys.exit(e.exit_code)
-            names, ctx = [], e.ctx                  # `seqpe train`, however it was started (python -m ...)
-            while ctx is not None and ctx.parent is not None:
-                names.insert(0, ctx.info_name)
-                ctx = ctx.parent
-            if not names:                           # raised while the group parsed (--seed with no value)
-                group = typer.main.get_command(app)
-                for word in sys.argv[1:]:
-                    group = getattr(group, "commands", {}).get(word)
-                    if group is None:
-                        break
-                    names.append(word)
-            where = " ".join(["seqpe", *names])
-            message = e.format_message().strip()
-            message += "" if message.endswith((".", "?", "!")) else "."
-            err_console.print(f"[bold red]error:[/] {escape(printable(message))} Fix: see `{escape(where)} --help`",
-                              highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {escape(printable(_usage_line(e)))}", highlight=False,
+                              soft_wrap=True)
             sys.exit(e.exit_code)
         except click_error as e:                      # click's others (standalone mode printed them)
             err_console.print(f"[bold red]error:[/] {escape(printable(e.format_message()))}", highlight=False,

@@ -486,8 +486,8 @@ def summary_view(rows: list[dict], title: str = SUMMARY_TITLE) -> tuple[str, lis
     return title, cols, cells
 
 
-COMPARISON_TITLE = ("vs baseline (Δ = configuration − baseline over the common seeds, ×100 but logloss; each test at 0.05, "
-                    "uncorrected for multiple tests)")
+COMPARISON_TITLE = ("vs baseline (Δ = configuration − baseline over the common seeds, ×100 but logloss; "
+                    "each test at 0.05, uncorrected for multiple tests)")
 
 
 def comparison_view(rows: list[dict]) -> Optional[tuple[str, list, list[list[str]]]]:

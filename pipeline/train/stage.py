@@ -265,8 +265,8 @@ def _note_replacing(run_dir: Path, fp: str, settings: dict) -> None:
     why = settings_change(old, settings)
     if not why:                                  # a machine setting in the fingerprint (threads: other float sums)
         was, now = old.get("train") or {}, settings["train"]
-        machine = [f"train.{k}: {was.get(k)!r} vs {now.get(k)!r}" for k in ("threads", "device", "memory_budget", "compile")
-                   if was.get(k) != now.get(k)]
+        machine = [f"train.{k}: {was.get(k)!r} vs {now.get(k)!r}"
+                   for k in ("threads", "device", "memory_budget", "compile") if was.get(k) != now.get(k)]
         why = "; ".join(machine) or "the same settings, from another code version or other samples"
     sys.stderr.write(f"note: {run_dir} holds a run trained with other settings ({why}); this run replaces it when "
                      f"it ends (--tag NAME keeps both)\n")

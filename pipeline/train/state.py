@@ -101,6 +101,16 @@ class SeedLock:
         self.handles = []
 
 
+def _seed_locks(fp: str, run_dir: Path, label: str) -> tuple[tuple[str, DataError], ...]:
+    """The seed's two lock files, each with the DataError raised when another process holds it."""
+    fix = "wait for that run to finish, then run this command again (a finished seed with the same settings is reused)"
+    race = "training it twice would race on its state and run folder"
+    return ((fp, DataError(f"{label} is being trained right now by another seqpe process started from this folder "
+                           f"(it holds {runs.state_root() / 'locks' / fp}); {race}", fix)),
+            (dir_lock(run_dir), DataError(f"{run_dir} is being written right now by another seqpe train (of {label}, "
+                                          f"with other settings); {race}", fix)))
+
+
 def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
     """Take the seed's locks, or raise a DataError naming the seed (None where the platform has no flock).
     `what` (dataset, config, seed) goes into the fingerprint's lock file, for `seqpe state`."""
@@ -108,18 +118,13 @@ def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
         import fcntl  # noqa: F401
     except ImportError:                                  # pragma: no cover (not POSIX)
         return None
-    label = f"{what['dataset']} {what['config']} seed {what['seed']}"
-    fix = "wait for that run to finish, then run this command again (a finished seed with the same settings is reused)"
     handles = []
-    for name, problem in ((fp, f"{label} is being trained right now by another seqpe process started from this "
-                                f"folder (it holds {runs.state_root() / 'locks' / fp})"),
-                          (dir_lock(run_dir), f"{run_dir} is being written right now by another seqpe train (of "
-                                              f"{label}, with other settings)")):
+    for name, busy in _seed_locks(fp, run_dir, f"{what['dataset']} {what['config']} seed {what['seed']}"):
         handle = _lock_file(name)
         if handle is None:
             for h in handles:
                 h.close()
-            raise DataError(f"{problem}; training it twice would race on its state and run folder", fix)
+            raise busy
         handles.append(handle)
     handles[0].seek(0)
     handles[0].truncate()
@@ -131,15 +136,12 @@ def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
 def probe_seed(fp: str, run_dir: Path, label: str) -> None:
     """`train --check`: the DataError lock_seed would raise if another process holds either lock of the
     seed now; nothing is created (a lock file that does not exist is held by no one)."""
-    fix = "wait for that run to finish, then run this command again (a finished seed with the same settings is reused)"
-    for name, problem in ((fp, f"{label} is being trained right now by another seqpe process started from this "
-                               f"folder (it holds {runs.state_root() / 'locks' / fp})"),
-                          (dir_lock(run_dir), f"{run_dir} is being written right now by another seqpe train")):
+    for name, busy in _seed_locks(fp, run_dir, label):
         if not (runs.state_root() / "locks" / name).is_file():
             continue
         handle = _lock_file(name, create=False)
         if handle is None:
-            raise DataError(f"{problem}; training it twice would race on its state and run folder", fix)
+            raise busy
         handle.close()
 
 
@@ -286,7 +288,7 @@ def prune() -> tuple[list[dict], list[dict], int]:
             stale += 1
         finally:
             handle.close()
-    runs.forget(sorted({e["fingerprint"] for e in deleted} - {e["fingerprint"] for e in kept}))
+    runs.forget([])                                    # the emptied folders (the sweep took the deleted seeds' locks)
     return deleted, kept, stale
 
 
