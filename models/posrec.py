@@ -89,8 +89,9 @@ def build_posrec(n_items: int, max_len: int, train, options=None,
 # every 3 epochs, batch 100, embedding 100, L2 (SR-GNN's 1e-5), 4 epochs, LDPE,
 # lambda0 = lambda1 = 1; lambda2 = 1 on Diginetica and 0.5 on Yoochoose; Eq. 7's raw message
 # sums (normalise false, see PosRecConfig.normalise). `paper` picks the
-# variant from the dataset name (pipeline/presets.py); paper_diginetica / paper_yoochoose name
-# it for datasets called otherwise. Other datasets get lambda2 = 1.
+# variant from the dataset name (pipeline/presets.py); --preset paper_diginetica / paper_yoochoose
+# name it for datasets called otherwise (presets.resolve: recorded in run.json as preset paper with
+# that variant, as every model's NAME_VARIANT is). Other datasets get lambda2 = 1.
 _PAPER_TRAIN = {"encoding": "ldpe", "epochs": 4, "batch_size": 100, "dim": 100, "layers": 1, "heads": 1,
                 "lr": 1e-3, "weight_decay": 1e-5, "lr_schedule": "step", "lr_step": 3, "lr_gamma": 0.1,
                 "dropout": 0.0, "patience": 0, "max_len": 200}
@@ -100,7 +101,6 @@ _LAMBDAS = {ds: {**lam, "normalise": False} for ds, lam in _LAMBDAS.items()}    
 _PRESETS = {
     "paper": {"train": _PAPER_TRAIN, "models": {"posrec": _LAMBDAS["diginetica"]},
               "datasets": {ds: {"models": {"posrec": lam}} for ds, lam in _LAMBDAS.items()}},
-    **{f"paper_{ds}": {"train": _PAPER_TRAIN, "models": {"posrec": lam}} for ds, lam in _LAMBDAS.items()},
 }
 
 register_model(ModelSpec("posrec", build_posrec, "PosRec: position-aware gated GNN + bidirectional "

@@ -346,8 +346,9 @@ def train(dataset: str,
         if ok["reused"]:
             built += f"; seed {', '.join(map(str, ok['reused']))} finished with these settings: reused, not retrained"
         seeds = f"seed{'s' * (len(ok['seeds']) > 1)} {', '.join(map(str, ok['seeds']))}"
-        console.print(f"ok: {dataset} {ok['name']} {seeds} would train into {Path(ok['runs'][0]).parent}{built}",
-                      highlight=False, markup=False, soft_wrap=True)
+        if os.environ.get("RANK", "0") == "0":          # torchrun: each rank checks, rank 0 says so
+            console.print(f"ok: {dataset} {ok['name']} {seeds} would train into {Path(ok['runs'][0]).parent}"
+                          f"{built}", highlight=False, markup=False, soft_wrap=True)
     elif not quiet:
         _print_runs(results)
 
@@ -623,6 +624,8 @@ def _interrupted_note(argv: list[str]) -> str:
     if INTERRUPT.wrote:                 # Ctrl-C came while the outputs were being swapped in, and waited for it
         return "it came as the new output was being put in place, which finished first: the output is the new one, complete"
     command = next((a for a in argv if not a.startswith("-")), None)
+    if command == "train" and "--check" in argv:
+        return "nothing was written: --check trains nothing"
     return INTERRUPTED.get(command, "nothing was left half-written")
 
 

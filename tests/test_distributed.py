@@ -126,6 +126,21 @@ def test_fewer_batches_than_processes_stops_with_one_line(samples, tmp_path):
     assert not list((tmp_path / "runs").glob("*/seed-1/run.json"))
 
 
+def test_check_under_torchrun_says_ok_once_and_refuses_fewer_batches_than_processes(samples, tmp_path):
+    """`train --check` under torchrun: every rank checks, rank 0 alone prints `ok:` (it printed once per
+    rank), and an epoch too small to share is refused there, before a queue of runs starts."""
+    ok = torchrun("train", "toyset", str(samples), str(tmp_path / "runs"), "--params", str(params_file(tmp_path)),
+                  "--check", cwd=tmp_path, state=tmp_path / "s")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert ok.stdout.count("ok: toyset sasrec-lpe seed 1 would train into") == 1, ok.stdout
+    few = torchrun("train", "toyset", str(samples), str(tmp_path / "runs"), "--params",
+                   str(params_file(tmp_path, batch_size=512)), "--check", cwd=tmp_path, state=tmp_path / "s")
+    assert few.returncode == 1 and "ok:" not in few.stdout
+    assert few.stderr.count("error: an epoch of toyset would have no training step: its 1 batch(es) are fewer "
+                            "than the 2 processes") == 2, few.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_ctrl_c_stops_every_process_at_once_with_one_line(samples, tmp_path):
     """SIGINT to torchrun's process group (what Ctrl-C sends): the workers used to wait in the teardown barrier
     until torchrun killed them 30 s later; now each leaves the group at once and rank 0 says what was kept."""

@@ -143,6 +143,16 @@ def test_a_real_sigint_during_evaluate_writes_all_reports_or_none(prepared, tmp_
         "comparison.csv", "comparison.png", "report.csv", "report.md", "summary.json"]
 
 
+def test_a_ctrl_c_during_train_check_says_nothing_was_written(prepared, tmp_path, monkeypatch, capsys):
+    """--check trains nothing: its interrupt note used to be train's (a seed's last epoch saved, resume)."""
+    root = prepared
+    interrupt_after(monkeypatch, "pipeline.train.stage.make_task", calls=1)
+    code, err = seqpe(["train", "sample", str(root / "samples"), str(tmp_path / "runs"), "--model", "sasrec",
+                       "--encoding", "none", "--check"], capsys)
+    assert code == 130 and err.strip() == "interrupted: nothing was written: --check trains nothing", err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_an_error_that_follows_a_ctrl_c_is_reported_as_the_interrupt(monkeypatch, capsys):
     """A Ctrl-C landing inside Polars' (lazy) import left the module half made; the stage then failed with
     `AttributeError: module 'polars' has no attribute 'Int32'` and a traceback instead of the interrupt line."""

@@ -136,8 +136,11 @@ def test_paper_preset_resolves():
     from pipeline.presets import resolve
     for ds in ("diginetica", "yoochoose_1_64", "beauty"):               # Eq. 7: raw weighted sums
         assert resolve(MODELS["posrec"].presets, "paper", "posrec", ds).models["posrec"]["normalise"] is False
-    for name in ("paper_diginetica", "paper_yoochoose"):
-        assert MODELS["posrec"].presets[name]["models"]["posrec"]["normalise"] is False
+    for name, variant, lambda2 in (("paper_diginetica", "diginetica", 1.0), ("paper_yoochoose", "yoochoose", 0.5)):
+        forced = resolve(MODELS["posrec"].presets, name, "posrec", "my_sessions")   # a variant by name
+        assert forced.models["posrec"]["normalise"] is False and forced.models["posrec"]["lambda2"] == lambda2
+        assert forced.record() == {"name": "paper", "variant": variant}      # recorded as every NAME_VARIANT is
+        assert forced.train == resolve(MODELS["posrec"].presets, "paper", "posrec", variant).train
 
 
 def test_normalise_false_feeds_eq_7_raw_sums_to_the_gnn():

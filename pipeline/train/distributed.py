@@ -55,6 +55,17 @@ def world_size() -> int:
     return world
 
 
+def too_few(batches: int, world: int) -> str:
+    """Why an epoch of `batches` batches cannot be shared by `world` processes (Dist.shard, train --check)."""
+    return (f"its {batches} batch(es) are fewer than the {world} processes torchrun started, and a step takes one "
+            "batch per process")
+
+
+def too_few_fix(world: int) -> str:
+    return (f"lower train.batch_size so that an epoch has at least {world} batches, or start fewer processes "
+            "(torchrun --nproc_per_node)")
+
+
 def refuse(command: str) -> None:
     """A command with nothing to share across processes refuses to run W times under torchrun."""
     if world_size() > 1:
@@ -91,11 +102,8 @@ class Dist:
                 yield pending[self.rank]
                 pending, rounds = [], rounds + 1
         if not rounds:
-            raise TrainingError(f"{what} has no training step: its {len(pending)} batch(es) are fewer than the "
-                                f"{self.world} processes torchrun started, and a step takes one batch per process; "
-                                "nothing was written for this seed",
-                                f"lower train.batch_size so that an epoch has at least {self.world} batches, or "
-                                "start fewer processes (torchrun --nproc_per_node)")
+            raise TrainingError(f"{what} has no training step: {too_few(len(pending), self.world)}; nothing was "
+                                "written for this seed", too_few_fix(self.world))
 
     def rows(self, n: int):
         """This rank's rows of a split of n rows (r, r + W, ...) as a LongTensor, or None for all."""

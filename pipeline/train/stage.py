@@ -144,6 +144,11 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
         torch.manual_seed(0)
         summary["parameters"] = sum(p.numel() for p in task.build(params).parameters())
     world = distributed.world_size()
+    if world > 1 and task is not None:                  # Dist.shard's refusal, said before the hours of queue
+        n = sum(1 for _ in task.batches(torch.Generator().manual_seed(0)))
+        if n < world:
+            raise ParamsError(f"an epoch of {dataset} would have no training step: {distributed.too_few(n, world)}",
+                              distributed.too_few_fix(world))
     for seed in seeds:
         fp = runs.fingerprint(tp, params, manifest, seed, world=world)
         state.probe_seed(fp, run_dirs[seed], f"{dataset} {config} seed {seed}")
