@@ -35,13 +35,17 @@ def params_file(tmp_path: Path, **train) -> Path:
     return path
 
 
-def torchrun(*args: str, cwd: Path, state: Path, nproc: int = 2) -> subprocess.CompletedProcess:
+def torchrun_command(launch: list[str], args, state: Path) -> tuple[list[str], dict]:
+    """`python -m torch.distributed.run LAUNCH -m pipeline.cli ARGS` and its environment."""
     scratch = state.parent / "torchrun-tmp"        # torchrun leaves its log folders in TMPDIR: keep them here
     scratch.mkdir(exist_ok=True)
     env = dict(os.environ, SEQPE_STATE=str(state), OMP_NUM_THREADS="1", TMPDIR=str(scratch))
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                           str(nproc), "-m", "pipeline.cli", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return [sys.executable, "-m", "torch.distributed.run", *launch, "-m", "pipeline.cli", *args], env
+
+
+def torchrun(*args: str, cwd: Path, state: Path, nproc: int = 2) -> subprocess.CompletedProcess:
+    cmd, env = torchrun_command(["--standalone", "--nproc_per_node", str(nproc)], args, state)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +71,41 @@ def test_two_processes_write_one_run_whose_metrics_equal_a_single_process_evalua
     net.load_state_dict(ckpt["model"])
     test = stage.score(net, load_samples(samples, "test", 8), "test", [1, 5], 512, torch.device("cpu"))
     assert test == record["test"]                                   # bit for bit, not approximately
+
+
+def test_two_nodes_through_torchruns_rendezvous_train_the_bytes_of_one_node(samples, tmp_path):
+    """README's multi-node command, run as two nodes on this host: two torchrun launchers of one process each
+    meet through the c10d rendezvous (each process has LOCAL_RANK 0; RANK 0 and 1). Each node has its own
+    folders (node-local disks): the node that got rank 0 writes the run, byte for byte the run of one node
+    with two processes, and the other node writes nothing, in its runs folder or its state root."""
+    import socket
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    params = params_file(tmp_path)
+    nodes = []
+    for node in ("a", "b"):
+        (tmp_path / node).mkdir()
+        cmd, env = torchrun_command(["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
+                                     "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "seqpe-test"],
+                                    ["train", "toyset", str(samples), str(tmp_path / node / "runs"), "--params",
+                                     str(params), "--quiet"], tmp_path / node / "state")
+        nodes.append(subprocess.Popen(cmd, cwd=tmp_path / node, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    for proc in nodes:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+    wrote = [node for node in ("a", "b") if (tmp_path / node / "runs").exists()]
+    assert len(wrote) == 1, wrote
+    idle = tmp_path / ("b" if wrote == ["a"] else "a")
+    assert not (idle / "runs").exists() and not (idle / "state").exists()
+    one = torchrun("train", "toyset", str(samples), str(tmp_path / "one"), "--params", str(params), "--quiet",
+                   cwd=tmp_path, state=tmp_path / "one-state")
+    assert one.returncode == 0, one.stderr[-3000:]
+    rel = Path("sasrec-lpe/seed-1")
+    assert json.loads((tmp_path / "one" / rel / "run.json").read_text())["world_size"] == 2
+    for name in ("run.json", "checkpoint.pt", "test_samples.parquet"):
+        assert (tmp_path / wrote[0] / "runs" / rel / name).read_bytes() == (tmp_path / "one" / rel / name).read_bytes()
 
 
 def test_a_stopped_distributed_run_resumes_to_the_uninterrupted_bytes(samples, tmp_path):
