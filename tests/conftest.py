@@ -14,10 +14,9 @@ try:  # torch is optional for data-only test runs
     # compiled for: after a run under ATEN_CPU_CAPABILITY=avx2, the AVX-512 run of the reduce-overhead test
     # loaded them and failed ('index out of bounds' in a generated kernel; torch 2.13.0, reproduced both ways).
     # One cache per capability keeps the tests' compiles apart (a user's own setting wins).
-    import getpass
     import tempfile
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
-        tempfile.gettempdir(), f"seqpe-tests-inductor-{getpass.getuser()}-{torch.backends.cpu.get_cpu_capability()}"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "seqpe-tests-inductor-"
+                          f"{getattr(os, 'getuid', lambda: 'user')()}-{torch.backends.cpu.get_cpu_capability()}"))
 except ImportError:  # pragma: no cover
     pass
 
