@@ -194,6 +194,35 @@ def check_runs_dir(runs_dir: Path, dataset: str) -> None:
         shown = ", ".join(inner[:3]) + (", ..." if len(inner) > 3 else "")
         raise DataError(f"{runs_dir} holds runs folders ({shown}), not runs: seeds go inside one dataset's runs "
                         f"folder", fix)
+    here = runs_dir.absolute()
+    for folder in [here, *here.parents]:
+        held = _study_output(folder)
+        if held is not None:
+            where = f"{runs_dir} is" if folder == here else f"{runs_dir} is inside {folder}, which is"
+            raise DataError(f"{where} {held}; the run would go inside it, and its stage replaces that folder whole "
+                            f"(`dvc repro` too), deleting the run", fix)
+
+
+def _study_output(folder: Path) -> Optional[str]:
+    """What `folder` is when it is one of train's own outputs that replace their content whole, so a runs folder
+    may be neither it nor inside it (None when it is none of them): a configuration's seeds (RUNS/MODEL-ENCODING,
+    a DVC output of the study grid), a configuration's curves (--live) or the folder of those, or the folder of
+    the configurations' metrics files. `seqpe train sample_ctr SAMPLES data/runs/sample_ctr/din-cape` wrote
+    din-cape/din-none/seed-3, and the next `dvc repro` of din-cape deleted it without a word."""
+    seeds = [p for p in folder.glob("seed-*") if re.fullmatch(r"seed-\d+", p.name) and p.is_dir()]
+    if any((p / "run.json").is_file() for p in seeds):
+        return f"the seeds folder of the configuration {folder.name} (RUNS/{folder.name}), not a runs folder"
+    if any((p / "plots" / "metrics").is_dir() for p in seeds):
+        return f"the learning curves (--live) of {folder.name}, not a runs folder"
+    if any(folder.glob("*/seed-*/plots/metrics")):
+        return "a folder of learning curves (--live), not a runs folder"
+    for path in sorted(folder.glob("*.json"))[:50]:
+        try:
+            if is_config_metrics(path):
+                return f"a folder of metrics files ({path.name}, --metrics), not a runs folder"
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 # --------------------------------------------------------------------------- per-configuration outputs
