@@ -33,9 +33,12 @@ def _scale(metric: str) -> float:
 
 
 def comparison_csv(rows: list[dict], metrics: list[str]) -> str:
+    """One row per (configuration, metric); `bar` names the pair, and is what DVC's bar_horizontal plot takes
+    as its y (dvc.yaml): with y = configuration it stacked each configuration's two metrics into one bar
+    (Vega-Lite stacks bars of one category), HR@10 + NDCG@10 or AUC + gAUC, unlabelled."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["configuration", "metric", "mean", "ci_low", "ci_high", "seeds"])
+    w.writerow(["configuration", "metric", "mean", "ci_low", "ci_high", "seeds", "bar"])
     for m in metrics:
         for r in rows:
             stat = r["metrics"].get(m)
@@ -43,7 +46,7 @@ def comparison_csv(rows: list[dict], metrics: list[str]) -> str:
                 continue
             half = stat["ci95"] or 0.0
             w.writerow([r["name"], m, repr(stat["mean"]), repr(stat["mean"] - half), repr(stat["mean"] + half),
-                        len(r["seeds"])])
+                        len(r["seeds"]), f"{r['name']} {m}"])
     return buf.getvalue()
 
 

@@ -115,6 +115,11 @@ def test_repro_trains_the_grid_with_stable_metrics_curves_and_a_report(clone_a):
     assert "index.html" in plots.stdout and "WARNING" not in plots.stdout + plots.stderr
     html = (a.parent / "plots" / "index.html").read_text()
     assert "sasrec-lpe/seed-1/plots/metrics/train/loss.tsv" in html and "comparison" in html
+    shown = json.loads(dvc("plots", "show", "--json", "-o", str(a.parent / "plots-json"), cwd=a).stdout)["data"]
+    for name in ("sample", "sample_ctr"):                # one bar per configuration and metric, never two stacked
+        [spec] = shown[f"data/reports/{name}/comparison.csv"]
+        bars = [(d["bar"], d["rev"]) for d in spec["content"]["data"]["values"]]
+        assert spec["content"]["encoding"]["y"]["field"] == "bar" and len(bars) == len(set(bars)) >= 2
     assert "up to date" in dvc("status", cwd=a).stdout.lower()
     assert run(["git", "status", "--porcelain", "--ignored=no"], a).stdout.split() == [
         "??", "data/", "??", "dvc.lock"]                        # nothing of .seqpe/ or timing.json shows

@@ -90,7 +90,9 @@ def test_the_study_grid_is_reported_in_grid_order_without_hand_runs(tmp_path):
     assert [c["name"] for c in summary["configs"]] == ["sasrec-lpe", "pop-none"]
     assert summary["reference"] == "sasrec-lpe" and summary["task"] == "next_item"
     csv_text = (tmp_path / "reports" / "comparison.csv").read_text().splitlines()
-    assert csv_text[0] == "configuration,metric,mean,ci_low,ci_high,seeds" and len(csv_text) == 1 + 2 * 2
+    assert csv_text[0] == "configuration,metric,mean,ci_low,ci_high,seeds,bar" and len(csv_text) == 1 + 2 * 2
+    assert [line.split(",")[-1] for line in csv_text[1:]] == [           # DVC's bars: one per configuration and metric
+        "sasrec-lpe hr@10", "pop-none hr@10", "sasrec-lpe ndcg@10", "pop-none ndcg@10"]
     png = (tmp_path / "reports" / "comparison.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     every = stage.run("sample", runs, tmp_path / "all", params(grid=True), all_runs=True)
