@@ -597,8 +597,10 @@ def test_preset_overrides_and_unknown_names(tmp_path, toy_registry):
         stage.run("toyset", samples, tmp_path / "runs", params(), model="", progress=False)
     with pytest.raises(UnknownNameError, match="unknown encoding 'nope'.*toy_lpe"):
         stage.run("toyset", samples, tmp_path / "runs", params(), encoding="nope", progress=False)
-    with pytest.raises(ParamsError, match="select_metric 'ndcg@10' is not computed"):
-        stage.run("toyset", samples, tmp_path / "runs", params(select_metric="ndcg@10"), progress=False)
+    for check, budget in ((False, 0.0), (True, 0.0), (True, 0.001)):   # --check said ok, under a budget too
+        with pytest.raises(ParamsError, match="select_metric 'ndcg@10' is not computed"):
+            stage.run("toyset", samples, tmp_path / "runs", params(select_metric="ndcg@10", memory_budget=budget),
+                      progress=False, check=check)
     with pytest.raises(ParamsError, match="'train.loss' must be one of ce, sampled"):
         stage.run("toyset", samples, tmp_path / "runs", params(loss="bpr"), progress=False)
     with pytest.raises(ParamsError, match="'train.bucket' must be >= 0"):
@@ -1015,6 +1017,7 @@ def test_a_diverging_loss_stops_the_run_with_one_line_naming_the_epoch(tmp_path,
     with pytest.raises(TrainingError, match=r"toy-toy_lpe seed 1: the training loss is nan at epoch 1, batch 1"):
         stage.run("toyset", samples, tmp_path / "runs", params(epochs=2), progress=False)
     assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()
+    assert [p for p in run_files.state_root().rglob("*")] == []    # nor its lock files (`seqpe state` never lists them)
 
 
 def test_losses_read_in_groups_name_the_batch_and_give_the_same_run(tmp_path, toy_registry, monkeypatch):

@@ -15,6 +15,7 @@ import pytest
 from pipeline import augment, download, preprocess
 from pipeline import train as stage
 from pipeline.errors import ParamsError
+from pipeline.train.stage import CONSTANT_SPAN
 from pipeline.params import DownloadParams, Params, PreprocessParams, SampleCTRParams, from_dict
 from test_cli import assert_one_line_error, seqpe
 
@@ -51,6 +52,20 @@ def test_a_ctr_run_records_auc_gauc_logloss_and_per_sample_logits(ctr_samples, t
     assert logits.columns == ["logit"] and logits.height == record["samples"]["test"]
     again = stage.run("sample_ctr", ctr_samples, tmp_path / "again", params(), progress=False)
     assert again[0]["test"] == res["test"]                                  # same seed, same numbers
+
+
+def test_a_constant_model_stops_the_run_instead_of_reporting_chance(ctr_samples, tmp_path):
+    """DIN under a huge weight decay gave every test pair the same logit (within 1.7e-6) and its AUC, float noise
+    around 0.5, was reported and tested like a result; now the seed stops in one line and writes nothing."""
+    from pipeline.errors import TrainingError
+    with pytest.raises(TrainingError, match=r"sample_ctr din-none seed 1: the model is constant, its \d+ test logits "
+                                            r"span .* so its AUC \(\d+\.\d\d\) is chance, not a result"):
+        stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "none", weight_decay=100.0, lr=0.01),
+                  progress=False)
+    assert not (tmp_path / "runs" / "din-none" / "seed-1").exists()
+    stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "none"), progress=False)
+    logits = pl.read_parquet(tmp_path / "runs" / "din-none" / "seed-1" / "test_samples.parquet")["logit"]
+    assert logits.max() - logits.min() > 100 * CONSTANT_SPAN                 # a model that learnt is far from it
 
 
 def test_logloss_selection_minimises(ctr_samples, tmp_path):

@@ -16,7 +16,7 @@ from ..report import config_name
 from ..versions import versions
 from . import distributed, heap, runs, setup, state, threads
 from .loop import checked, fit_epochs
-from .tasks import make_task
+from .tasks import make_task, selection
 
 
 def samples_manifest(dataset: str, samples_dir: Path) -> dict:
@@ -89,6 +89,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     run_dirs = {seed: Path(runs_dir) / config / f"seed-{seed}" for seed in seeds}
     for run_dir in run_dirs.values():
         claim_dir(run_dir, None, "run")
+    setup.select_metric(tp, selection(kind, params))    # refused here, not after the samples load (nor ok'd by --check)
     if spec.fitted:
         distributed.refuse(f"train --model {spec.name}")
     note = presets.variant_note(spec.presets, res, spec.name, dataset)     # once the command is known to be good
@@ -227,6 +228,10 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                     if record["stopped"] != "time_limit":    # kept: the same command with a longer limit goes on
                         runs.resume_path(fp).unlink(missing_ok=True)
                 dist.barrier()
+        except BaseException:
+            if lock is not None and not runs.resume_path(fp).exists():     # nothing to resume: no state left
+                runs.forget([fp], (state.dir_lock(run_dirs[seed]),))       # behind (a refused model, a divergence)
+            raise
         finally:
             if lock is not None:
                 lock.release()
@@ -250,6 +255,26 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                             "run the same command with --set train.time_limit=0: it resumes where they stopped")
         runs.write_config_metrics(Path(metrics_path), records)
     return results
+
+
+CONSTANT_SPAN = 1e-4     # test logits closer than this (max - min) are one constant score
+
+
+def _refuse_constant(logits, test: dict, label: str, best_epoch: int) -> None:
+    """A TrainingError when a CTR model gives (nearly) every test pair the same logit: its AUC is then the order of
+    float noise, chance dressed as a number. DIN with train.weight_decay=100 put all 300 test logits within 1.7e-6
+    and reported AUC 49.04 and log loss ln 2 as a result, tested against the other configurations. A model that
+    learnt anything spreads its logits by far more (a span of ~1 on the tiny generated CTR data)."""
+    import numpy as np
+    if len(logits) < 2:
+        return
+    span = float(np.max(logits) - np.min(logits))
+    if span < CONSTANT_SPAN:
+        from ..errors import TrainingError
+        raise TrainingError(f"{label}: the model is constant, its {len(logits)} test logits span {span:.2g} (best "
+                            f"epoch {best_epoch}, logit {float(np.mean(logits)):.4g}), so its AUC "
+                            f"({100 * test['auc']:.2f}) is chance, not a result; nothing was written for this seed",
+                            "lower train.weight_decay or train.lr, or check that the features vary")
 
 
 def _settings(tp, params, spec, task, applied, world: int) -> dict:
@@ -321,6 +346,8 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
                                                   history, timing, resume_path, on_epoch, dist)
     t0 = time.perf_counter()
     test, per_sample = checked(lambda: task.test(net), f"{label}, test split, best epoch {best_epoch}")
+    if task.kind == "ctr":
+        _refuse_constant(per_sample["logit"].to_numpy(), test, label, best_epoch)
     test_s = time.perf_counter() - t0
     best = next(h for h in history if h["epoch"] == best_epoch)
     record = {

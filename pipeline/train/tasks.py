@@ -371,6 +371,15 @@ class CTRTask:
         return metrics, pl.DataFrame({"logit": logits.numpy().astype(np.float32)})
 
 
+def selection(kind: str, params: Params) -> "NextItemTask | CTRTask":
+    """The task of `kind` as far as train.select_metric needs it (kind, metric_keys, default_select, all read from
+    params.evaluate), without loading a sample: `seqpe train --check` said ok for a select_metric the run then
+    refused, also under a memory budget, where --check builds no task."""
+    task = object.__new__(CTRTask if kind == "ctr" else NextItemTask)
+    task.ev = params.evaluate
+    return task
+
+
 def make_task(kind: str, samples_dir: Path, manifest: dict, tp: TrainParams, params: Params, spec,
               device, dist=None) -> "NextItemTask | CTRTask":
     return (CTRTask if kind == "ctr" else NextItemTask)(Path(samples_dir), manifest, tp, params, spec, device, dist)
