@@ -23,7 +23,7 @@ from typing import Optional
 
 from . import figures, report
 from .errors import DataError
-from .io import claim_dir, cleanup_new_folders, deferred_interrupt, dumps_json, write_bytes
+from .io import absent, claim_dir, cleanup_new_folders, deferred_interrupt, dumps_json, write_bytes
 from .params import Params
 
 
@@ -45,7 +45,8 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     claim_dir(reports_dir, dataset, "report")          # never write report files among a user's own
     if not runs_dir.is_dir():
-        raise DataError(f"runs folder {runs_dir} does not exist", f"run `seqpe train {dataset}` first")
+        raise DataError(f"runs folder {runs_dir} {absent(runs_dir)}",
+                        f"run `seqpe train {dataset}` first, or pass its runs folder, e.g. data/runs/{dataset}")
     records = [r for r in report.find_runs([runs_dir]) if r.get("dataset") in (dataset, None)]
     if not records:
         raise DataError(f"no runs of dataset '{dataset}' under {runs_dir}", f"run `seqpe train {dataset}` first")

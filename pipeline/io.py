@@ -412,6 +412,12 @@ def starts_with(path: Path, *heads: str) -> bool:
     return any(first.startswith(h) for h in heads)
 
 
+def absent(folder: str | Path) -> str:
+    """Why a folder that must exist is not there, for a message: "does not exist", or "is a file, not a folder"
+    (`seqpe evaluate D runs.csv` said a file that was there did not exist)."""
+    return "is a file, not a folder" if Path(folder).exists() else "does not exist"
+
+
 def require_kind(src: str | Path, kind: str, dataset: str, stage: str) -> dict:
     """The manifest of `src`, which `stage` reads as a `kind` ("sessions" | "samples") folder; a
     missing manifest or a folder of another kind is a DataError naming the folder to pass."""

@@ -33,6 +33,10 @@ def read_source(dataset: str, src: Path, source_name: str | None = None) -> dict
     if not path.is_file() and (Path(src) / io.MANIFEST).is_file():
         raise DataError(f"{src} holds prepared data (manifest.json), but `seqpe preprocess` reads a raw folder",
                         f"pass data/raw/{dataset} (written by `seqpe download {dataset}`)")
+    if Path(src).is_file():
+        raise DataError(f"{src} is a file, not a raw folder: `seqpe preprocess` reads the folder `seqpe download` "
+                        f"wrote", f"pass data/raw/{dataset} (written by `seqpe download {dataset}`, which takes a "
+                                  f"file with --from)")
     if not path.is_file():
         raise DataError(f"no {SOURCE_JSON} in {src}: the raw data of '{dataset}' has not been downloaded",
                         f"run `seqpe download {dataset}` (or `seqpe download {dataset} --from PATH`) first")

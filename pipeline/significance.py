@@ -90,9 +90,9 @@ def read_test_samples(path: str | Path) -> dict[str, np.ndarray]:
 
 def read_test_labels(samples_dir: str | Path) -> np.ndarray:
     """The `label` column of a CTR samples folder's test split, in file order (S,) int64."""
-    from .io import scan_split
+    from .io import absent, scan_split
     if not Path(samples_dir).is_dir():
-        raise DataError(f"samples folder {samples_dir} does not exist",
+        raise DataError(f"samples folder {samples_dir} {absent(samples_dir)}",
                         "pass the samples folder the CTR runs were trained on, e.g. data/samples/DATASET")
     try:
         df = scan_split(samples_dir, "test").select("label").collect()

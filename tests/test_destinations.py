@@ -239,7 +239,13 @@ def test_a_file_passed_where_a_folder_is_meant_is_named_a_file(prepared, tmp_pat
     assert_one_line_error(seqpe("stats", "sample", str(note)), "note.md is a file, not a folder of prepared")
     proc = seqpe("export", "sample", str(note), "--format", "srgnn", "--sessions", str(prepared / "sessions"))
     assert_one_line_error(proc, "note.md is a file, and export writes a folder of files there")
-    assert note.read_text() == "mine"
+    runs = tmp_path / "runs"
+    assert seqpe("train", "sample", str(prepared / "samples"), str(runs), "--model", "pop", "--quiet").returncode == 0
+    for argv, said in ((("evaluate", "sample", str(note), str(tmp_path / "rep")), "note.md is a file, not a folder"),
+                       (("report", str(runs), "--samples", str(note)), "note.md is a file, not a folder. Fix: pass"),
+                       (("preprocess", "sample", str(note), str(tmp_path / "s")), "note.md is a file, not a raw")):
+        assert_one_line_error(seqpe(*argv), said)           # each said that a file that was there "does not exist"
+    assert note.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["note.md", "runs"]
 
 
 def test_claim_dir_unit_rules(tmp_path):
