@@ -279,6 +279,18 @@ TIE_NOTE = ("Ranking metrics x100 (full ranking, pipeline/REFERENCE.md §5, unle
             "tied with it is credited the exact mean over ranks g+1..g+t+1 (HR@K = clamp((K-g)/(t+1), 0, 1)); "
             "NaN/inf scores are errors; AUC and gAUC count tied pairs one half. Cells: mean ± half-width of the "
             "95% confidence interval (Student t over seeds) (sd = sample std); one seed shows the mean only.")
+CTR_NOTE = ("AUC and gAUC x100 over every test pair (CTR data ranks nothing: pipeline/REFERENCE.md §5, CTR); "
+            "tied pairs count one half; gAUC weights each user's AUC by the user's test pairs and leaves out users "
+            "with one class only; log loss raw. Cells: mean ± half-width of the 95% confidence interval (Student t "
+            "over seeds) (sd = sample std); one seed shows the mean only.")
+
+
+def _ctr_only(rows: list[dict]) -> bool:
+    """Whether every row is of CTR data (AUC, no ranking metric): its tables say nothing of ranking."""
+    keys = metric_keys(rows)
+    return bool(keys) and "auc" in keys and not any("@" in k for k in keys)
+
+
 TESTS_NOTE = ("vs baseline: Δ = configuration − baseline over the common seeds (ranking metrics, RR and AUC x100, "
               "logloss raw; with other seeds on either side it differs from the difference of the means above). "
               "Seed test: paired t-test over the common seeds (scipy.stats.ttest_rel), d_z = mean Δ / sd of the "
@@ -403,7 +415,7 @@ def to_markdown(rows: list[dict]) -> str:
                  str(len(row["seeds"]))]
         cells += [_cell(row["metrics"].get(k), _scale(k)) for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
-    notes = [TIE_NOTE]
+    notes = [CTR_NOTE if _ctr_only(rows) else TIE_NOTE]
     notes += row_notes(rows)
     compared = _compared(rows)
     if compared:
@@ -474,7 +486,7 @@ def summary_view(rows: list[dict], title: str = SUMMARY_TITLE) -> tuple[str, lis
         title = f"{title} · {datasets[0]}"
     if rows and not protocols:                          # full ranking or N sampled candidates: never unsaid
         label = rows[0]["protocol"]
-        title = f"{title} · {label}" + ("" if "sampled candidates" in label else ", full ranking")
+        title = f"{title} · {label}" + ("" if "sampled candidates" in label or _ctr_only(rows) else ", full ranking")
     cols = (([Col("dataset", key=True)] if several else []) + ([Col("protocol", key=True)] if protocols else [])
             + [Col("configuration", key=True), Col("seeds", "right")])
     cols += [Col(k, "right", group=k.split("@")[0]) for k in keys]

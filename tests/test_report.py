@@ -262,6 +262,9 @@ def test_ctr_report_uses_log_loss_and_auc_with_the_samples_labels(tmp_path):
                       dataset="kuai", protocol="ctr")
             significance.write_test_samples(runs / name / f"seed-{seed}" / "test_samples.parquet", logit=x)
     [cape, none] = report.run([runs], baseline="din-none", samples=samples)
+    text, (title, _, _) = report.to_markdown([cape, none]), report.summary_view([cape, none])
+    assert report.CTR_NOTE in text and report.TIE_NOTE not in text and title.endswith("kuai · ctr")
+    assert "full ranking" not in title + text.replace(report.CTR_NOTE, "")     # both said CTR was ranked in full
     comp = cape["comparison"]
     assert none["comparison"] is None and comp["task"] == "ctr" and list(comp["seed_tests"]) == ["auc"]
     assert comp["seed_tests"]["auc"]["diff"] == pytest.approx(
