@@ -225,6 +225,29 @@ def _study_output(folder: Path) -> Optional[str]:
     return None
 
 
+def dvc_stage_of(folder: Path) -> Optional[str]:
+    """The DVC stage whose output `folder` is, from the nearest dvc.lock above it (None when there is none, or
+    `folder` is not an output there, or seqpe runs as that stage: DVC sets DVC_STAGE). A hand `seqpe train` of a
+    configuration the study grid trains writes into the grid's folder, which the stage's next `dvc repro`
+    replaces whole, the hand seed with it; train says so before it trains."""
+    if os.environ.get("DVC_STAGE"):
+        return None
+    here = Path(folder).absolute()
+    lock = next((d / "dvc.lock" for d in here.parents if (d / "dvc.lock").is_file()), None)
+    if lock is None:
+        return None
+    try:
+        import yaml
+        stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+        for name, stage in stages.items():
+            for out in (stage or {}).get("outs") or []:
+                if isinstance(out, dict) and (lock.parent / str(out.get("path", ""))).absolute() == here:
+                    return str(name)
+    except Exception:                                     # an unreadable lock file only costs the note
+        return None
+    return None
+
+
 # --------------------------------------------------------------------------- per-configuration outputs
 
 def write_config_metrics(path: Path, records: list[dict]) -> dict:

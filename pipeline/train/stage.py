@@ -95,6 +95,11 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     note = presets.variant_note(spec.presets, res, spec.name, dataset)     # once the command is known to be good
     if note and os.environ.get("RANK", "0") == "0":                       # torchrun: once, from rank 0
         sys.stderr.write(f"note: {note}\n")
+    owner = runs.dvc_stage_of(Path(runs_dir) / config)
+    if owner is not None and os.environ.get("RANK", "0") == "0":
+        sys.stderr.write(f"note: {Path(runs_dir) / config} is the output of DVC stage {owner}: its next `dvc repro` "
+                         f"replaces the folder, seeds trained here by hand included (--tag NAME trains into a folder "
+                         f"of its own)\n")
     if check:
         return [_check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs)]
     threads.apply(tp.threads)                          # train.threads (pipeline/train/threads.py)
