@@ -149,7 +149,13 @@ def test_csv_wrong_columns_and_non_numeric(tmp_path):
     write_csv(tmp_path / "c" / "ratings_Beauty.csv", "A1,B1,5.0,100\nA2,B1,4.0,yesterday\n")
     assert "line 2: timestamp 'yesterday' is not a number" in error_of("beauty", tmp_path / "c")
     write_csv(tmp_path / "d" / "ratings_Beauty.csv", "user,item,rating,timestamp\nA1,B1,5.0,100\n")
-    assert "line 1: rating 'rating' is not a number" in error_of("beauty", tmp_path / "d")
+    assert "starts with a header line (user,item,rating,timestamp), and the Amazon ratings CSV is user,item,rating," \
+        "timestamp with no header" in error_of("beauty", tmp_path / "d")          # it said "rating 'rating' is not a number"
+    write_csv(tmp_path / "e" / "ratings_Beauty.csv", "user_id,item_id,time,cate_id\n0,13179,1400457600,584\n")
+    assert "(user_id,item_id,time,cate_id) (DIN's behaviour log, which seqpe does not read: its CTR split is " \
+        "`amazon_electronics`" in error_of("beauty", tmp_path / "e")
+    write_csv(tmp_path / "f" / "ratings_Beauty.csv", "A1,B1,five,100\n")
+    assert "line 1: rating 'five' is not a number" in error_of("beauty", tmp_path / "f")   # a value, not a header
 
 
 def test_missing_file(tmp_path):

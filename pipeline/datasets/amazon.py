@@ -120,6 +120,14 @@ def read_ratings_csv(path: Path) -> pl.DataFrame:
         bad = df.filter(parsed.is_null())
         if bad.height:
             no, value = bad.select("lineno", col).row(0)
+            header = ",".join(str(v) for v in df.row(0)[1:5])
+            if no == 1 and not any(ch.isdigit() for ch in header):
+                din = (" (DIN's behaviour log, which seqpe does not read: its CTR split is `amazon_electronics`, "
+                       "the BARS files)") if "cate" in header else ""
+                raise DataError(f"{path.name} starts with a header line ({header}){din}, and the Amazon ratings CSV "
+                                f"is user,item,rating,timestamp with no header",
+                                "pass the ratings-only file `ratings_<Category>.csv` as published, or drop the header "
+                                "line if the columns are user,item,rating,timestamp")
             raise DataError(f"{path.name} line {no}: {col} {value!r} is not a number",
                             "the CSV must be user,item,rating,timestamp with no header line")
         df = df.with_columns(parsed)
