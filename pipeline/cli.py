@@ -610,8 +610,8 @@ _UNCHANGED = "nothing was written: the destination keeps its previous content"
 INTERRUPTED = {
     "download": f"{_UNCHANGED} (a partial download stays as .FILE.part in it and resumes next time)",
     "preprocess": _UNCHANGED, "augment": _UNCHANGED, "import": _UNCHANGED, "export": _UNCHANGED,
-    "train": ("the seed being trained wrote nothing (seeds finished before it are kept); its last finished epoch "
-              "is saved, so the same command continues from there"),
+    "train": ("the seed being trained wrote nothing (seeds finished before it are kept); its last finished epoch, "
+              "if one finished, is saved, so the same command continues from there"),
     "evaluate": _UNCHANGED, "report": "nothing was written" + " (--out keeps its previous content)",
     "recommend": "nothing was written (--out keeps its previous content)",
     "state": "each seed's state is whole or gone, never half-deleted",

@@ -477,10 +477,10 @@ def _record(dataset, src, origin, n, sha, md5, written: dict[str, Path]) -> dict
         want = src.file_md5.get(name) or src.file_md5.get(Path(name).name)
         size, fsha, fmd5 = _hashes(written[name], md5=bool(want))   # md5 only where one is published
         if want and want.lower() != fmd5:
-            where = "given with --from" if origin == "file" else f"inside {src.filename}"
+            where = "given with --from" if sha is None else f"inside {src.filename}"    # extracted files: no archive
             raise DownloadError(f"md5 of {name} {where} does not match: expected {want} (published), got {fmd5}; "
-                                f"{dataset} is the published file, checked whole, so a subset or files of your own "
-                                f"in its format are not read as it",
+                                f"{dataset} is read from its published files only, each checked whole, so a subset "
+                                f"or files of your own in their format are not read as {dataset}",
                                 "download the archive again or pass a good copy with --from")
         files[name] = {"bytes": size, "sha256": fsha}
     return {"dataset": dataset, "source": src.name, "url": src.url, "origin": origin, "filename": src.filename,

@@ -63,6 +63,10 @@ class TrainingError(SeqpeError):
     """Training produced a number that cannot be trusted (a NaN or infinite loss)."""
 
 
+class ConstantModel(TrainingError):
+    """A trained model scores every test sample the same: its metric would be chance, not a result."""
+
+
 class NonFiniteScores(SeqpeError):
     """A model produced NaN or +-inf scores (it diverged): such a score has no rank, never a metric."""
 

@@ -341,15 +341,20 @@ def test_train_refuses_another_datasets_runs_folder_and_the_parent_of_runs_folde
 
 def test_train_refuses_a_runs_folder_that_is_or_lies_in_a_configuration_curves_or_metrics_folder(prepared, tmp_path):
     """`seqpe train sample_ctr SAMPLES data/runs/sample_ctr/din-cape` wrote din-cape/din-none/seed-3 inside the grid's
-    DVC output, and the next `dvc repro` of din-cape deleted it; `data/live/X/CONFIG` and `data/metrics/X` passed too."""
+    DVC output, and the next `dvc repro` of din-cape deleted it; `data/live/X/CONFIG` and `data/metrics/X` passed too,
+    and so did a runs folder inside another (which then made that one refused). A metrics file or curves folder in a
+    folder above the runs folder, or curves kept inside it, are no reason to refuse it."""
     base = ["train", "sample", str(prepared / "samples")]
     runs = tmp_path / "data" / "runs" / "sample"
     assert seqpe(*base, str(runs), "--model", "pop", "--seed", "1", "--quiet",
                  "--metrics", str(tmp_path / "data/metrics/sample/pop-none.json"),
                  "--live", str(tmp_path / "data/live/sample/pop-none")).returncode == 0
+    shutil.copy(tmp_path / "data/metrics/sample/pop-none.json", tmp_path / "pop-none.json")      # strays above
+    shutil.copytree(tmp_path / "data/live/sample/pop-none", tmp_path / "data" / "pop-curves")
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     for dst, said in ((runs / "pop-none", "is the seeds folder of the configuration pop-none"),
                       (runs / "pop-none" / "mine", "is inside"),
+                      (runs / "mine", "which is a runs folder: the runs would go inside another's runs"),
                       (tmp_path / "data/live/sample/pop-none", "is the learning curves (--live) of pop-none"),
                       (tmp_path / "data/live/sample", "is a folder of learning curves (--live)"),
                       (tmp_path / "data/metrics/sample", "is a folder of metrics files (pop-none.json, --metrics)")):
@@ -357,7 +362,9 @@ def test_train_refuses_a_runs_folder_that_is_or_lies_in_a_configuration_curves_o
             proc = seqpe(*base, str(dst), "--model", "pop", "--seed", "2", "--quiet", *check)
             assert_one_line_error(proc, said, "Fix: pass that dataset's own runs folder, e.g. data/runs/sample")
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
-    assert seqpe(*base, str(runs), "--model", "pop", "--seed", "2", "--quiet").returncode == 0
+    for _ in range(2):                                   # curves kept inside the runs folder: accepted, and again
+        assert seqpe(*base, str(runs), "--model", "pop", "--seed", "2", "--quiet",
+                     "--live", str(runs / "curves-pop")).returncode == 0
 
 
 # --------------------------------------------------------------------------- leftovers of killed runs

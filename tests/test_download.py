@@ -317,9 +317,13 @@ def test_published_member_md5_is_checked(tmp_path):
     assert summary["note"] == "from extracted files: no archive to verify (published md5 of the files verified)"
     (folder / "clicks.csv").write_bytes(CLICKS[:-1])
     with pytest.raises(DownloadError, match=f"md5 of clicks.csv given with --from does not match: expected {good} "
-                                            r"\(published\), got \w+; \w+ is the published file, checked whole, so a "
-                                            "subset or files of your own"):   # it said 'inside data.zip' of a folder
+                                            r"\(published\), got \w+; \w+ is read from its published files only, "
+                                            "each checked whole, so a subset or files of your own"):   # 'inside data.zip'
         download.run(name, tmp_path / "bad", FAST, from_path=folder, progress=False)
+    assert not (tmp_path / "bad").exists()
+    (tmp_path / "data.zip").write_bytes(make_zip({"pkg/clicks.csv": CLICKS[:-1]}))
+    with pytest.raises(DownloadError, match="md5 of clicks.csv inside data.zip does not match"):   # the archive
+        download.run(name, tmp_path / "bad", FAST, from_path=tmp_path / "data.zip", progress=False)
     assert not (tmp_path / "bad").exists()
 
 

@@ -155,6 +155,13 @@ def test_one_encodings_options_retrain_only_that_configuration_and_hand_runs_sur
     assert "data/metrics/sample/sasrec-lpe.json" not in diff                     # unchanged configuration
     params_diff = json.loads(dvc("params", "diff", "--json", cwd=b).stdout)
     assert params_diff["params.yaml"]["encodings.rope.base"] == {"old": 10000.0, "new": 500.0, "diff": -9500.0}
+    check = [str(BIN / "seqpe"), "train", "sample", "data/samples/sample", "--model", "sasrec", "--encoding", "rope",
+             "--seed", "3", "--quiet", "--params", "params.yaml", "--check"]
+    assert "is the output of DVC stage train@sample-sasrec-rope" in run([*check, "data/runs/../runs/sample"], b).stderr
+    shutil.rmtree(b / "data/live/sample/sasrec-lpe")      # a DVC output not on disk (a clone before `dvc pull`)
+    proc = run([*check, "data/live/sample/sasrec-lpe"], b, check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: data/live/sample/sasrec-lpe is the output of DVC "
+                                                           "stage train@sample-sasrec-lpe, which `dvc repro`")
 
 
 def test_imported_files_go_through_the_pipeline_and_train_like_the_dataset_they_came_from(clone_a, tmp_path):

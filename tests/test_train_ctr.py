@@ -63,6 +63,8 @@ def test_a_constant_model_stops_the_run_instead_of_reporting_chance(ctr_samples,
         stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "none", weight_decay=100.0, lr=0.01),
                   progress=False)
     assert not (tmp_path / "runs" / "din-none" / "seed-1").exists()
+    from pipeline.train.runs import state_root
+    assert list(state_root().rglob("*")) == []            # no resume file (resumed, it is refused again), no lock
     stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "none"), progress=False)
     logits = pl.read_parquet(tmp_path / "runs" / "din-none" / "seed-1" / "test_samples.parquet")["logit"]
     assert logits.max() - logits.min() > 100 * CONSTANT_SPAN                 # a model that learnt is far from it

@@ -196,43 +196,66 @@ def check_runs_dir(runs_dir: Path, dataset: str) -> None:
                         f"folder", fix)
     here = runs_dir.absolute()
     for folder in [here, *here.parents]:
-        held = _study_output(folder)
+        held = _study_output(folder, itself=folder == here, parent=folder == here.parent)
         if held is not None:
             where = f"{runs_dir} is" if folder == here else f"{runs_dir} is inside {folder}, which is"
-            raise DataError(f"{where} {held}; the run would go inside it, and its stage replaces that folder whole "
-                            f"(`dvc repro` too), deleting the run", fix)
+            raise DataError(f"{where} {held}", fix)
 
 
-def _study_output(folder: Path) -> Optional[str]:
-    """What `folder` is when it is one of train's own outputs that replace their content whole, so a runs folder
-    may be neither it nor inside it (None when it is none of them): a configuration's seeds (RUNS/MODEL-ENCODING,
-    a DVC output of the study grid), a configuration's curves (--live) or the folder of those, or the folder of
-    the configurations' metrics files. `seqpe train sample_ctr SAMPLES data/runs/sample_ctr/din-cape` wrote
-    din-cape/din-none/seed-3, and the next `dvc repro` of din-cape deleted it without a word."""
-    seeds = [p for p in folder.glob("seed-*") if re.fullmatch(r"seed-\d+", p.name) and p.is_dir()]
-    if any((p / "run.json").is_file() for p in seeds):
-        return f"the seeds folder of the configuration {folder.name} (RUNS/{folder.name}), not a runs folder"
-    if any((p / "plots" / "metrics").is_dir() for p in seeds):
-        return f"the learning curves (--live) of {folder.name}, not a runs folder"
-    if any(folder.glob("*/seed-*/plots/metrics")):
-        return "a folder of learning curves (--live), not a runs folder"
-    for path in sorted(folder.glob("*.json"))[:50]:
-        try:
-            if is_config_metrics(path):
+def _seed_folders(folder: Path) -> list[Path]:
+    try:
+        return [p for p in folder.glob("seed-*") if re.fullmatch(r"seed-\d+", p.name) and p.is_dir()]
+    except OSError:                                       # an unreadable folder holds nothing of ours
+        return []
+
+
+def _study_output(folder: Path, itself: bool, parent: bool) -> Optional[str]:
+    """What `folder` is when a runs folder may not be it (`itself`), or lie inside it (None when it is neither):
+    a configuration's seeds (RUNS/MODEL-ENCODING, a DVC output of the study grid) or its curves (--live
+    DATA/CONFIG), both replaced whole by their stage; as the runs folder's own parent, a runs folder (the runs
+    would nest in another's, and it then holds "runs folders", refused); as the runs folder itself, the folder
+    of the configurations' curves or metrics files, unless it already holds runs. `seqpe train sample_ctr
+    SAMPLES data/runs/sample_ctr/din-cape` wrote din-cape/din-none/seed-3, and the next `dvc repro` of din-cape
+    deleted it. Only seed-N folders of the parents are looked at, and no file is read there: a metrics file or a
+    curves folder anywhere above (a project root, /tmp) says nothing about the runs folder."""
+    seeds = _seed_folders(folder)
+    try:
+        if any((p / "run.json").is_file() for p in seeds):
+            return (f"the seeds folder of the configuration {folder.name} (RUNS/{folder.name}), which its stage "
+                    f"(and `dvc repro`) replaces whole, deleting the run; not a runs folder")
+        if any((p / "plots" / "metrics").is_dir() for p in seeds):
+            return f"the learning curves (--live) of {folder.name}, which train replaces seed by seed; not a runs folder"
+        if parent and any(folder.glob("*/seed-*/run.json")):
+            return (f"a runs folder: the runs would go inside another's runs, and `seqpe report` / `evaluate` of "
+                    f"{folder.name} would then refuse it for holding runs folders")
+        if not itself or any(folder.glob("*/seed-*/run.json")):
+            return None
+        if any(folder.glob("*/seed-*/plots/metrics")):
+            return "a folder of learning curves (--live), not a runs folder"
+        for path in sorted(folder.glob("*.json"))[:50]:
+            if path.is_file() and path.stat().st_size < 1 << 20 and _metrics_file(path):
                 return f"a folder of metrics files ({path.name}, --metrics), not a runs folder"
-        except (OSError, ValueError):
-            continue
+    except OSError:
+        return None
     return None
 
 
-def dvc_stage_of(folder: Path) -> Optional[str]:
-    """The DVC stage whose output `folder` is, from the nearest dvc.lock above it (None when there is none, or
-    `folder` is not an output there, or seqpe runs as that stage: DVC sets DVC_STAGE). A hand `seqpe train` of a
-    configuration the study grid trains writes into the grid's folder, which the stage's next `dvc repro`
-    replaces whole, the hand seed with it; train says so before it trains."""
+def _metrics_file(path: Path) -> bool:
+    try:
+        return is_config_metrics(path)
+    except (OSError, ValueError):
+        return False
+
+
+def dvc_output_of(folder: Path) -> Optional[tuple[str, Path]]:
+    """(stage, output folder) when `folder` is, or lies inside, an output of a DVC stage, from the nearest dvc.lock
+    above it; None when there is none, or seqpe runs as a stage (DVC sets DVC_STAGE). Paths are compared resolved
+    (`data/runs/../runs/sample`, a link to the project's data/runs). A hand `seqpe train` of a configuration the
+    study grid trains writes into the grid's folder, which the stage's next `dvc repro` replaces whole, the hand
+    seed with it: train says so before it trains."""
     if os.environ.get("DVC_STAGE"):
         return None
-    here = Path(folder).absolute()
+    here = Path(folder).resolve()
     lock = next((d / "dvc.lock" for d in here.parents if (d / "dvc.lock").is_file()), None)
     if lock is None:
         return None
@@ -241,9 +264,10 @@ def dvc_stage_of(folder: Path) -> Optional[str]:
         stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
         for name, stage in stages.items():
             for out in (stage or {}).get("outs") or []:
-                if isinstance(out, dict) and (lock.parent / str(out.get("path", ""))).absolute() == here:
-                    return str(name)
-    except Exception:                                     # an unreadable lock file only costs the note
+                path = (lock.parent / str(out.get("path", ""))).resolve() if isinstance(out, dict) else None
+                if path is not None and (path == here or path in here.parents):
+                    return str(name), path
+    except Exception:                                     # an unreadable lock file only costs the check
         return None
     return None
 

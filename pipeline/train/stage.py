@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import presets
-from ..errors import DataError, ParamsError
+from ..errors import ConstantModel, DataError, ParamsError
 from ..io import claim_dir, claim_file, refuse_nested, require_kind, verify_shards
 from ..params import EvaluateParams, Params, check_seeds, to_dict
 from ..report import config_name
@@ -95,11 +95,16 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     note = presets.variant_note(spec.presets, res, spec.name, dataset)     # once the command is known to be good
     if note and os.environ.get("RANK", "0") == "0":                       # torchrun: once, from rank 0
         sys.stderr.write(f"note: {note}\n")
-    owner = runs.dvc_stage_of(Path(runs_dir) / config)
+    owner = runs.dvc_output_of(Path(runs_dir) / config)
+    if owner is not None and owner[1] != (Path(runs_dir) / config).resolve():
+        where = "is" if owner[1] == Path(runs_dir).resolve() else f"is inside {owner[1]},"
+        raise DataError(f"{runs_dir} {where} the output of DVC stage {owner[0]}, which `dvc repro` "
+                        f"(and `dvc checkout`) replaces whole, deleting the runs", f"pass the dataset's own runs "
+                        f"folder, e.g. data/runs/{dataset}")
     if owner is not None and os.environ.get("RANK", "0") == "0":
-        sys.stderr.write(f"note: {Path(runs_dir) / config} is the output of DVC stage {owner}: its next `dvc repro` "
-                         f"replaces the folder, seeds trained here by hand included (--tag NAME trains into a folder "
-                         f"of its own)\n")
+        sys.stderr.write(f"note: {Path(runs_dir) / config} is the output of DVC stage {owner[0]}: its next `dvc "
+                         f"repro` replaces the folder, seeds trained here by hand included (--tag NAME trains into a "
+                         f"folder of its own)\n")
     if check:
         return [_check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs)]
     threads.apply(tp.threads)                          # train.threads (pipeline/train/threads.py)
@@ -233,9 +238,9 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                     if record["stopped"] != "time_limit":    # kept: the same command with a longer limit goes on
                         runs.resume_path(fp).unlink(missing_ok=True)
                 dist.barrier()
-        except BaseException:
-            if lock is not None and not runs.resume_path(fp).exists():     # nothing to resume: no state left
-                runs.forget([fp], (state.dir_lock(run_dirs[seed]),))       # behind (a refused model, a divergence)
+        except BaseException as e:                        # nothing to resume, or a resume that would end the
+            if lock is not None and (isinstance(e, ConstantModel) or not runs.resume_path(fp).exists()):
+                runs.forget([fp], (state.dir_lock(run_dirs[seed]),))       # same way: no state left behind
             raise
         finally:
             if lock is not None:
@@ -262,24 +267,27 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
     return results
 
 
-CONSTANT_SPAN = 1e-4     # test logits closer than this (max - min) are one constant score
+CONSTANT_SPAN = 1e-5     # test logits closer than this (max - min) are one constant score
 
 
 def _refuse_constant(logits, test: dict, label: str, best_epoch: int) -> None:
     """A TrainingError when a CTR model gives (nearly) every test pair the same logit: its AUC is then the order of
     float noise, chance dressed as a number. DIN with train.weight_decay=100 put all 300 test logits within 1.7e-6
     and reported AUC 49.04 and log loss ln 2 as a result, tested against the other configurations. A model that
-    learnt anything spreads its logits by far more (a span of ~1 on the tiny generated CTR data)."""
+    learnt anything spreads its logits by far more (a span of ~1 on the tiny generated CTR data; an untrained DIN
+    ~4e-6, one epoch at lr 1e-4 ~1.5e-5). The seed's resume state goes too: resumed, it would be refused again."""
     import numpy as np
     if len(logits) < 2:
         return
     span = float(np.max(logits) - np.min(logits))
     if span < CONSTANT_SPAN:
-        from ..errors import TrainingError
-        raise TrainingError(f"{label}: the model is constant, its {len(logits)} test logits span {span:.2g} (best "
+        from ..errors import ConstantModel
+        raise ConstantModel(f"{label}: the model is constant, its {len(logits)} test logits span {span:.2g} (best "
                             f"epoch {best_epoch}, logit {float(np.mean(logits)):.4g}), so its AUC "
                             f"({100 * test['auc']:.2f}) is chance, not a result; nothing was written for this seed",
-                            "lower train.weight_decay or train.lr, or check that the features vary")
+                            "if it barely trained (an untrained model is constant), train more epochs or raise "
+                            "train.lr; if it collapsed, lower train.weight_decay or train.lr; check that the "
+                            "features vary")
 
 
 def _settings(tp, params, spec, task, applied, world: int) -> dict:
