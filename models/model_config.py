@@ -37,6 +37,10 @@ class StampConfig:
     """STAMP (Liu et al. 2018); an injected encoding is added to the item embeddings (000 Table 3)."""
     init_std: float = 0.05        # normal init of the weight matrices (STAMP's config: stddev 0.05)
     emb_std: float = 0.002        # normal init of the item embeddings (emb_stddev 0.002); biases start at 0
+    mean_residual: bool = False   # m_a = sum_i a_i x_i + m_s, as STAMP's released code and RecBole compute it;
+                                  # the paper's m_a has no m_s (models/stamp.py)
+    emb_max_norm: float = 0.0     # > 0: each looked-up input embedding is scaled down to this L2 norm at most,
+                                  # as the released code's lookup (max_norm=1.5); the scoring table is not clipped
 
 
 @dataclass(frozen=True)

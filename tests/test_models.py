@@ -124,6 +124,43 @@ def test_forward_backward_and_padding_without_encoding(name):
         assert torch.allclose(model(SEQS)[:, 1:], model(F.pad(SEQS, (3, 0)))[:, 1:], atol=1e-5)
 
 
+def test_stamp_released_code_options_are_its_two_differences():
+    """models.stamp.mean_residual adds m_s to m_a and nothing else; emb_max_norm clips the looked-up inputs
+    (their norms end at the bound), never the scoring table; both keep padding invariance."""
+    def stamp(**options):
+        torch.manual_seed(0)
+        return build_model("stamp", n_items=N_ITEMS, max_len=TP.max_len, train=TP, options=options, encoding=None)
+    base, res = stamp(), stamp(mean_residual=True)
+    with torch.no_grad():
+        for p in base.parameters():                                     # weights large enough to matter
+            p.mul_(50)
+        res.load_state_dict(base.state_dict())
+        mask = (SEQS != 0)[..., None].float()
+        x = base.emb(SEQS) * mask
+        m_s = x.sum(1) / mask.sum(1)
+        m_t = x[:, -1]
+        alpha = base.w0(torch.sigmoid(base.w1(x) + base.w2(m_t)[:, None] + base.w3(m_s)[:, None]))
+        m_a = (alpha * mask * x).sum(1)
+        want = torch.tanh(base.mlp_s(m_a + m_s)) * torch.tanh(base.mlp_t(m_t))
+        assert torch.allclose(res.encode(SEQS), want, atol=1e-5)
+        assert not torch.allclose(base.encode(SEQS), want, atol=1e-3)
+        clipped = stamp(emb_max_norm=0.2)
+        clipped.load_state_dict(base.state_dict())
+        seen = []
+        real_embed = clipped.encoding.embed
+        clipped.encoding.embed = lambda e, pos: (seen.append(e), real_embed(e, pos))[1]
+        clipped.encode(SEQS)
+        norms = seen[0].norm(dim=-1)[SEQS != 0]
+        assert base.emb.weight[1:].norm(dim=-1).min() > 0.2 and torch.allclose(norms, torch.full_like(norms, 0.2))
+        assert torch.equal(clipped.item_weights(), base.item_weights())
+        assert not torch.allclose(clipped.encode(SEQS), base.encode(SEQS), atol=1e-3)
+        for model in (res, clipped):
+            model.eval()
+            assert torch.allclose(model(SEQS)[:, 1:], model(F.pad(SEQS, (3, 0)))[:, 1:], atol=1e-5)
+    with pytest.raises(ParamsError, match="emb_max_norm must be 0"):
+        stamp(emb_max_norm=-1.0)
+
+
 @pytest.mark.parametrize("name", NEURAL)
 def test_same_seed_same_weights(name):
     a, b, c = make(name, seed=3).state_dict(), make(name, seed=3).state_dict(), make(name, seed=4).state_dict()
