@@ -466,21 +466,28 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
         raise ParamsError("--raw-ids needs the dataset's sessions folder (its items.parquet maps raw ids)",
                           "pass --sessions data/sessions/DATASET")
     model = rec.load_run(run, sessions, device=device)
+    import polars as pl
     if input_file is not None:
         frame = model.recommend_frame(rec.read_sessions(input_file), k, raw_ids=raw_ids, drop_unknown=drop_unknown,
                                       exclude_seen=exclude_seen, batch_size=batch_size)
         rec.write_topk(frame, out)
-        summary = {"run": str(run), "sessions": frame.get_column("session_id").n_unique(), "k": k,
-                   "rows": frame.height, "out": str(out)}
+        n_sessions = frame.get_column("session_id").n_unique()
+        summary = {"run": str(run), "sessions": n_sessions, "k": k, "rows": frame.height, "out": str(out)}
+        short = frame.group_by("session_id").len().filter(pl.col("len") < k).height
+        if short:
+            err_console.print(_short_list(f"{short:,} session{'s' * (short != 1)} got fewer", k, model, exclude_seen),
+                              highlight=False, markup=False, soft_wrap=True)
         if as_json:
             from .tables import to_json
             to_json(summary)
         elif not quiet:
             console.print(_kv_table("recommend", summary))
         return
-    import polars as pl
     one = pl.DataFrame({"session_id": [0], "items": [rec.parse_ids(items)]})
     frame = model.recommend_frame(one, k, raw_ids=raw_ids, drop_unknown=drop_unknown, exclude_seen=exclude_seen)
+    if frame.height < k:
+        err_console.print(_short_list(f"{frame.height} listed, fewer", k, model, exclude_seen), highlight=False,
+                          markup=False, soft_wrap=True)
     if as_json:
         from .tables import to_json
         to_json([{"rank": r, "item": i, "score": sc} for r, i, sc in frame.select("rank", "item", "score").iter_rows()])
@@ -489,6 +496,16 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
         print_tables(console, f"top {k} of {run}", [Col("rank", "right", key=True), Col("item", "right"),
                                                     Col("score", "right")],
                      [[str(r), str(i), f"{sc:.4f}"] for r, i, sc in frame.select("rank", "item", "score").iter_rows()])
+
+
+def _short_list(got: str, k: int, model, exclude_seen: Optional[bool]) -> str:
+    """recommend's note when a list is shorter than -k: why the items left are fewer."""
+    if not (model.exclude_seen if exclude_seen is None else exclude_seen):
+        return f"note: {got} than the {k} items asked: the model gave the rest no finite score"
+    why = ("--exclude-seen" if exclude_seen else "the run was scored with evaluate.mask_history; --include-seen "
+           "lists them")
+    return (f"note: {got} than the {k} items asked: the run ranks {model.n_items:,} items and a session's own are "
+            f"left out ({why})")
 
 
 # --------------------------------------------------------------------------- encodings
@@ -671,13 +688,19 @@ _plain_option_types()
 
 
 class Interrupted(BaseException):
-    """Ctrl-C, raised by main()'s SIGINT handler: typer turns a KeyboardInterrupt into a silent exit 130,
-    so the CLI raises its own and prints what the interrupted command left (INTERRUPTED)."""
+    """Ctrl-C or SIGTERM, raised by main()'s handlers: typer turns a KeyboardInterrupt into a silent exit 130,
+    so the CLI raises its own and prints what the interrupted command left (INTERRUPTED). SIGTERM (what a
+    batch scheduler sends at a job's time limit or on preemption, `kill`'s default, and what torchrun passes
+    on to its workers) takes the same path: without a handler Python dies at once, leaving a train seed's
+    lock files behind and no line saying what is kept; with it, the seed's last finished epoch is kept for the
+    same command to resume, and the exit code is 143 (128 + 15), as the shell's for a terminated process."""
     seen = False          # set by the handler: an error that follows a Ctrl-C is the Ctrl-C's doing
+    signum = 0            # the signal that raised it (SIGINT or SIGTERM)
 
 
-def _on_sigint(signum, frame):
+def _on_signal(signum, frame):
     Interrupted.seen = True
+    Interrupted.signum = signum
     raise Interrupted()
 
 
@@ -721,14 +744,26 @@ def _usage_line(e) -> str:
 
 def main() -> None:
     """Entry point: usage errors (an unknown option, `--seed abc`) become one line on stderr and exit code 2,
-    as click's convention; domain errors one line and exit code 1; Ctrl-C one line and exit code 130."""
+    as click's convention; domain errors one line and exit code 1; Ctrl-C one line and exit code 130, SIGTERM
+    one line and 143 (Interrupted)."""
     import signal
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if previous[signal.SIGINT] is signal.default_int_handler:    # not when SIGINT is ignored
+        signal.signal(signal.SIGINT, _on_signal)
+    if previous[signal.SIGTERM] == signal.SIG_DFL:                # not when ignored or handled by a caller
+        signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        _main()
+    finally:                                    # called in-process (tests, a notebook): leave the handlers as found
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
+
+def _main() -> None:
     from rich.markup import escape
 
     from .errors import printable
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:    # not when SIGINT is ignored
-        signal.signal(signal.SIGINT, _on_sigint)
     # click's UsageError (NoSuchOption, BadParameter, ...): typer vendors click in some versions and not in
     # others, and exports BadParameter alone, so the base class is found from it
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -763,12 +798,16 @@ def main() -> None:
     except OSError as e:   # a path the user gave: not a folder, no permission, disk full, ...
         err_console.print(f"[bold red]error:[/] {escape(printable(_os_error(e)))}", highlight=False, soft_wrap=True)
         sys.exit(1)
-    except (Interrupted, KeyboardInterrupt):
-        if os.environ.get("RANK", "0") != "0":          # torchrun: every process got the Ctrl-C; rank 0 says it once
-            sys.exit(130)
-        err_console.print(f"[bold red]interrupted[/]: {escape(_interrupted_note(sys.argv[1:]))}", highlight=False,
+    except (Interrupted, KeyboardInterrupt) as e:
+        import signal
+        term = isinstance(e, Interrupted) and Interrupted.signum == signal.SIGTERM
+        code = 128 + signal.SIGTERM if term else 130
+        if os.environ.get("RANK", "0") != "0":          # torchrun: every process got the signal; rank 0 says it once
+            sys.exit(code)
+        what = "terminated (SIGTERM)" if term else "interrupted"
+        err_console.print(f"[bold red]{what}[/]: {escape(_interrupted_note(sys.argv[1:]))}", highlight=False,
                           soft_wrap=True)
-        sys.exit(130)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -457,26 +457,31 @@ def require_dataset(src: str | Path, manifest: dict, dataset: str, fix: str) -> 
 
 @contextlib.contextmanager
 def deferred_interrupt() -> Iterator[None]:
-    """A Ctrl-C (SIGINT) during the block takes effect when the block ends: files that belong
+    """A Ctrl-C (SIGINT) or SIGTERM during the block takes effect when the block ends: files that belong
     together (evaluate's reports), each written atomically, are then never left half old, half new.
-    Only in the main thread, and only where SIGINT has a Python handler."""
+    Only in the main thread, and only for a signal that has a Python handler (the CLI's)."""
     import signal
     import threading
-    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
-    if not callable(previous):
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    previous = {sig: handler for sig, handler in previous.items() if callable(handler)}
+    if not previous:
         yield
         return
     caught: list = []
-    signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: caught.append((signum, frame)))
     done = False
     try:
         yield
         done = True
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if caught:
             INTERRUPT.wrote = done      # the CLI's note then says the new output is complete, not "unchanged"
-            previous(*caught[0])
+            signum, frame = caught[0]
+            previous[signum](signum, frame)
 
 
 class _Interrupt:

@@ -170,3 +170,52 @@ def test_an_error_that_follows_a_ctrl_c_is_reported_as_the_interrupt(monkeypatch
     monkeypatch.setattr(cli.Interrupted, "seen", False)        # without a Ctrl-C the error is the error
     with pytest.raises(AttributeError):
         seqpe(["preprocess", "sample"], capsys)
+
+
+def test_a_real_sigterm_during_training_says_so_and_the_same_command_resumes(prepared, tmp_path):
+    """SIGTERM (a scheduler's time limit or preemption, `kill`): Python's default killed the process at once,
+    with no line, and before a seed's first epoch left its lock files. Now it takes Ctrl-C's path (whose
+    lock cleanup is tested above): one line, exit code 143, the last finished epoch kept, and the same command
+    resumes from it."""
+    import json
+    import time
+    state = tmp_path / "state"
+    env = dict(os.environ, SEQPE_STATE=str(state), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "pipeline.cli", "train", "sample", str(prepared / "samples"), str(tmp_path / "runs"),
+            "--model", "sasrec", "--encoding", "none", "--seed", "1", "--set", "train.dim=8", "--set",
+            "train.epochs=100000", "--set", "train.patience=0", "--set", "train.threads=1"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    lines = []
+    for line in proc.stderr:                                   # epoch lines: the third has begun, two are saved
+        lines.append(line)
+        if "epoch 2:" in line:
+            break
+    assert proc.poll() is None, "".join(lines)
+    assert list(state.glob("locks/*")), "a training seed holds its lock files"
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 20
+    assert proc.returncode == 143, err
+    said = [line for line in err.splitlines() if line.strip() and " epoch " not in line]
+    assert said == [
+        "terminated (SIGTERM): the seed being trained wrote nothing (seeds finished before it are kept); its last "
+        "finished epoch, if one finished, is saved, so the same command continues from there"], err
+    assert len(list(state.glob("resume/*.pt"))) == 1
+    assert not (tmp_path / "runs" / "sasrec-none" / "seed-1").exists()
+    # the same command (a time limit is not part of the run) goes on from the saved epoch and finishes
+    done = subprocess.run([*argv, "--set", "train.time_limit=0.0001", "--quiet"], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    seed = tmp_path / "runs" / "sasrec-none" / "seed-1"
+    assert json.loads((seed / "run.json").read_text())["stopped"] == "time_limit"
+    assert json.loads((seed / "timing.json").read_text())["resumed_from_epoch"] >= 1     # not trained afresh
+
+
+def test_main_leaves_the_signal_handlers_as_it_found_them(capsys):
+    """main() called in-process (a notebook, these tests) installs its SIGINT / SIGTERM handlers for the
+    command only."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    code, _ = seqpe(["--help"], capsys)
+    assert code == 0 and (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

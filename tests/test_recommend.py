@@ -125,6 +125,28 @@ def test_exclude_seen_and_ties_by_lower_id(trained):
     assert len({s for s, _ in pairs}) < len(pairs)                            # there were ties to break
 
 
+def test_a_list_cut_short_by_exclude_seen_says_why(trained, tmp_path):
+    """-k near n_items with --exclude-seen used to print fewer rows than asked, without a word."""
+    root, run, _ = trained
+    n = recommend.load_run(run).n_items
+    cli = [sys.executable, "-m", "pipeline.cli", "recommend", str(run), "-k", str(n - 1)]
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.run([*cli, "--items", "1,2,3", "--exclude-seen", "--json"], cwd=root, capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)) == n - 3, proc.stderr
+    assert proc.stderr.strip() == (f"note: {n - 3} listed, fewer than the {n - 1} items asked: the run ranks {n} items "
+                                   "and a session's own are left out (--exclude-seen)")
+    proc = subprocess.run([*cli, "--items", "1,2,3", "--json"], cwd=root, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)) == n - 1 and not proc.stderr.strip()
+    pl.DataFrame({"session_id": [1, 2], "items": [[1], [1, 2, 3]]}).write_parquet(tmp_path / "s.parquet")
+    proc = subprocess.run([*cli, "--input", str(tmp_path / "s.parquet"), "--out", str(tmp_path / "top.parquet"),
+                           "--exclude-seen", "--quiet"], cwd=root, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert pl.read_parquet(tmp_path / "top.parquet").height == (n - 1) + (n - 3)
+    assert proc.stderr.strip() == (f"note: 1 session got fewer than the {n - 1} items asked: the run ranks {n} items "
+                                   "and a session's own are left out (--exclude-seen)")
+
+
 def test_refusals_are_one_line_errors(trained, tmp_path):
     root, run, sessions = trained
     model = recommend.load_run(run)
