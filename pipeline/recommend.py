@@ -139,11 +139,14 @@ class RunModel:
         ids = sessions.get_column("session_id")
         lists = sessions.get_column("items").to_list()
         internal = self.to_internal(lists, drop_unknown, ids.to_list()) if raw_ids else [[_as_id(i) for i in s] for s in lists]
-        for sid, s in zip(ids.to_list(), internal):
+        for sid, s, given in zip(ids.to_list(), internal, lists):
+            if not s and given and raw_ids:              # --drop-unknown dropped every one of its ids
+                raise DataError(f"session {printable(str(sid), 40)} has no item in the run's vocabulary: "
+                                f"--drop-unknown dropped all {len(given)} of its raw ids",
+                                "check they are this dataset's raw ids (items.parquet raw_id, as in the raw log), "
+                                "or leave that session out")
             if not s:
-                raise DataError(f"session {printable(str(sid), 40)} has no item"
-                                + (" in the run's vocabulary" if raw_ids else ""),
-                                "leave empty sessions out of the input")
+                raise DataError(f"session {printable(str(sid), 40)} has no item", "leave empty sessions out of the input")
         top = self.recommend(internal, k, exclude_seen=exclude_seen, batch_size=batch_size)
         s_idx, rank = np.nonzero(top.items >= 0)
         item_col = top.items[s_idx, rank]

@@ -110,6 +110,10 @@ def test_raw_ids_map_through_items_parquet(trained):
                                  raw_ids=True, drop_unknown=True)
     alone = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [[raw_of[3]]]}), k=5, raw_ids=True)
     assert kept.equals(alone)
+    with pytest.raises(DataError, match=r"session 4 has no item in the run's vocabulary: --drop-unknown dropped all 2 "
+                                        r"of its raw ids\. Fix: check they are this dataset's raw ids"):
+        model.recommend_frame(pl.DataFrame({"session_id": [4], "items": [["nope", "nix"]]}), k=5, raw_ids=True,
+                              drop_unknown=True)
 
 
 def test_exclude_seen_and_ties_by_lower_id(trained):
