@@ -267,10 +267,13 @@ def _print_manifest(m: dict) -> None:
 
 @app.command("import")
 def import_(dataset: str,
-            src: Annotated[Path, typer.Argument(help="folder (SR-GNN pickles) or file (SASRec / S3-Rec text: "
-                                                     "`user item item ...` or `user item` per line)")],
-            fmt: Annotated[str, typer.Option("--format", help="auto (a folder: srgnn, a text file: sasrec) | "
-                                                              "srgnn | sasrec")] = "auto",
+            src: Annotated[Path, typer.Argument(help="folder (SR-GNN pickles, or BARS CTR train.csv + test.csv) "
+                                                     "or file (SASRec / S3-Rec text: `user item item ...` or "
+                                                     "`user item` per line)")],
+            fmt: Annotated[str, typer.Option("--format", help="auto (a folder: srgnn, or by its train.csv header "
+                                                              "kuaivideo_x1 / amazonelectronics_x1; a text file: "
+                                                              "sasrec) | srgnn | sasrec | kuaivideo_x1 | "
+                                                              "amazonelectronics_x1")] = "auto",
             sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to write")] = None,
             samples: Annotated[Optional[Path], typer.Option(help="samples folder to write")] = None,
             params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
@@ -278,7 +281,8 @@ def import_(dataset: str,
 
     Pickles are read with a restricted unpickler (lists, tuples and ints only). Valid is carved
     like `preprocess` does (preprocess.valid_fraction); `train` works on the samples folder and
-    `augment` on the sessions folder.
+    `augment` on the sessions folder. CTR files in a BARS benchmark's layout (one's own logs, a
+    subset) go through that benchmark's CTR protocol and vocabulary under a name of their own.
     """
     from . import formats
     summary = formats.import_dataset(dataset, src, fmt, _default("sessions", dataset, sessions, check=False),

@@ -33,6 +33,14 @@ byte-identical to `seqpe augment` of the imported sessions. Decisions:
   so a file whose largest id is far above its distinct ids (> 2 x distinct + SPARSE_IDS) is refused,
   asking for items renumbered 1..N (`_check_dense_ids`).
 
+kuaivideo_x1 / amazonelectronics_x1  CTR files in the layout of the BARS benchmark of that name
+        (reczoo's train.csv and test.csv, columns as `pipeline.datasets.ctr` reads them): one's own
+        logs or a subset, under a new name. They go through the same CTR protocol, options (valid
+        rule, vocabulary) and augment stage as `seqpe preprocess kuaivideo` / `amazon_electronics`,
+        so the published files imported this way give the samples those stages give (tested). Only
+        the published md5 check is not made, which is why a registered name is refused: data named
+        `kuaivideo` is the published data, downloaded and checked by `seqpe download`.
+
 `export_dataset` turns a sessions folder back into SR-GNN pickles (train.txt from train +
 valid = the protocol's train set) or S3-Rec text (every user's full sequence: its test row, or the
 train row of a user kept for training only, as CARCA keeps users with < 3 interactions), built
@@ -86,8 +94,11 @@ class Imported:
 
 def detect_format(src: str | Path) -> str:
     """What `seqpe import` without --format reads `src` as, from what it is: a folder is SR-GNN's
-    (its pickles), a text file SASRec's / S3-Rec's; anything else is an error naming what it is."""
+    (its pickles) or, holding train.csv, BARS CTR files (told apart by their header), a text file
+    SASRec's / S3-Rec's; anything else is an error naming what it is."""
     src = Path(src)
+    if src.is_dir() and (src / "train.csv").is_file():
+        return _ctr_format(src / "train.csv")
     if src.is_dir():
         texts = [] if any((src / f).exists() for f in ("all_train_seq.txt", "train.txt", "test.txt")) else \
             [f for f in sorted(src.iterdir()) if f.is_file() and sniff.describe(sniff.head(f, 4096)) == "text"]
@@ -115,10 +126,25 @@ def _require_text_file(src: Path) -> None:
                         "pass the `user item item ...` (or `user item`) text file, or an SR-GNN folder")
 
 
+CTR_FORMATS = {"kuaivideo_x1": "kuaivideo", "amazonelectronics_x1": "amazon_electronics"}   # -> the dataset
+
+
+def _ctr_format(path: Path) -> str:
+    """The BARS format whose columns `path`'s header has, or a DataError naming both layouts."""
+    from .datasets.ctr import COLUMNS, header
+    cols = header(path)
+    for fmt, name in CTR_FORMATS.items():
+        if sorted(cols) == sorted(COLUMNS[name]):
+            return fmt
+    raise DataError(f"{path} has the columns {','.join(cols)[:200]}, neither BARS CTR layout",
+                    "give train.csv and test.csv with KuaiVideo_x1's columns (" + ",".join(COLUMNS["kuaivideo"])
+                    + ") or AmazonElectronics_x1's (" + ",".join(COLUMNS["amazon_electronics"]) + ")")
+
+
 def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | Path,
                    samples_dst: str | Path, params: Params) -> dict:
-    """Import `src` (SR-GNN folder or S3-Rec text file) as seqpe sessions and samples; `fmt` "auto"
-    tells them apart (detect_format)."""
+    """Import `src` (SR-GNN folder, S3-Rec text file, BARS CTR folder) as seqpe sessions and samples;
+    `fmt` "auto" tells them apart (detect_format)."""
     if fmt == "auto":
         fmt = detect_format(src)
     if fmt not in FORMATS:
@@ -128,6 +154,8 @@ def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | 
     _refuse_nested_outputs(dataset, sessions_dst, samples_dst)
     claim_dir(sessions_dst, dataset, "sessions")
     claim_dir(samples_dst, dataset, "samples")
+    if fmt in CTR_FORMATS:
+        return _import_ctr(dataset, src, fmt, sessions_dst, samples_dst, params)
     imp = _import_srgnn(src, params) if fmt == "srgnn" else _import_sasrec(src, params)
     _write(dataset, imp, sessions_dst, samples_dst, params)
     return {**imp.summary, "sessions folder": str(sessions_dst), "samples folder": str(samples_dst)}
@@ -159,9 +187,53 @@ def check_import_name(dataset: str, fmt: str) -> None:
         raise DataError(f"'{dataset}' is not a usable dataset name",
                         "use lower-case letters, digits, '_' and '-' (it names data/ folders)")
     spec = all_datasets().get(dataset)
+    if spec is not None and fmt in CTR_FORMATS:
+        raise DataError(f"'{dataset}' is a registered dataset: its published files are fetched and checked (md5) "
+                        f"by `seqpe download {dataset}`, and --format {fmt} files are imported under a name of "
+                        "their own", f"import under another name, e.g. {dataset}_own (the published zip or its "
+                                     f"files: `seqpe download {dataset} --from PATH`)")
     if spec is not None and spec.protocol != IMPORT_FORMATS[fmt]:
         raise DataError(f"'{dataset}' is a registered {spec.protocol} dataset, but --format {fmt} files follow "
                         f"the {IMPORT_FORMATS[fmt]} protocol", f"import under another name, e.g. {dataset}_{fmt}")
+
+
+def _import_ctr(dataset: str, src: Path, fmt: str, sessions_dst: Path, samples_dst: Path, params: Params) -> dict:
+    """BARS CTR files -> sessions (the CTR protocol of the dataset whose layout they have, under `dataset`'s
+    name, stage "import") and samples (the augment stage itself). Both are built in temporary folders and
+    swapped in together, as `_write` does for the other formats."""
+    import dataclasses
+
+    from . import augment
+    from .datasets import get
+    from .datasets.ctr import BARS_FILES, find_bars_file
+    from .preprocess import write_result
+    from .protocols import ctr
+    if not src.is_dir():
+        raise DataError(f"{src} {'is not a folder' if src.exists() else 'does not exist'}",
+                        f"pass the folder that holds train.csv and test.csv (--format {fmt})")
+    files = {}
+    for name in BARS_FILES:
+        try:
+            path = find_bars_file(src, name)
+        except DataError:
+            raise DataError(f"{name} not found in {src}", f"--format {fmt} reads a folder holding train.csv and "
+                                                          "test.csv (BARS' layout)") from None
+        found = _ctr_format(path)
+        if found != fmt:
+            raise DataError(f"{path} has {found}'s columns, not {fmt}'s", f"pass --format {found}")
+        files[name] = path
+    spec = dataclasses.replace(get(CTR_FORMATS[fmt]), name=dataset)
+    result = ctr.build(spec, files["train.csv"].parent, params)
+    source = {name: sha256_file(path) for name, path in files.items()}
+    swap = contextlib.ExitStack()
+    with swap, atomic_dir(sessions_dst) as s_tmp, atomic_dir(samples_dst) as a_tmp:
+        manifest = write_result(dataset, spec, result, source, s_tmp, params, stage="import")
+        augment.run(dataset, s_tmp, a_tmp, params)
+        swap.enter_context(deferred_interrupt())     # exits last: after both folders are swapped in
+    splits = manifest["splits"]
+    return {"format": fmt, "rows (train / valid / test)": " / ".join(f"{splits[s]['rows']:,}" for s in SPLITS),
+            "clicks (label 1)": f"{sum(splits[s]['clicks'] for s in SPLITS):,}", "items": f"{result.n_items:,}",
+            "sessions folder": str(sessions_dst), "samples folder": str(samples_dst)}
 
 
 def _import_srgnn(src: Path, params: Params) -> Imported:

@@ -368,7 +368,12 @@ class Params:
                 if not isinstance(spec.get(part), str) or not spec[part]:
                     raise _bad(f"{key}.{part}", spec.get(part), "a non-empty string",
                                f"give {key}.{part} (path: the file or folder to import; format: srgnn | sasrec)")
-            _choice(f"{key}.format", spec["format"], tuple(IMPORT_FORMATS))
+            if IMPORT_FORMATS.get(spec["format"]) == "ctr":
+                raise ParamsError(f"params key '{key}.format': {spec['format']} (CTR files) is imported with "
+                                  "`seqpe import` only, not as a DVC stage of the study",
+                                  f"run `seqpe import {name} {spec['path']} --format {spec['format']}` and train it "
+                                  f"with `seqpe train {name}`; keep srgnn or sasrec imports here")
+            _choice(f"{key}.format", spec["format"], STAGE_IMPORT_FORMATS)
 
 # --------------------------------------------------------------------------- value ranges
 
@@ -416,8 +421,10 @@ def _names(key: str, values: list[str], known, kind: str) -> None:
 
 
 IMPORT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
-IMPORT_FORMATS = {"srgnn": "srgnn", "sasrec": "leave_one_out"}   # what `seqpe import` reads -> the protocol
-                                                                # its files follow (pipeline/formats.py)
+IMPORT_FORMATS = {"srgnn": "srgnn", "sasrec": "leave_one_out",  # what `seqpe import` reads -> the protocol
+                  "kuaivideo_x1": "ctr", "amazonelectronics_x1": "ctr"}   # its files follow (pipeline/formats.py)
+STAGE_IMPORT_FORMATS = ("srgnn", "sasrec")   # those params.yaml `imports:` (DVC stages) take: the grids' CTR
+                                             # half trains registered datasets only
 MAX_WIDTH = 65536      # train.dim and an encoding's pos_dim above this are typos (10^8 was an out-of-memory kill)
 LOSSES = ("ce", "sampled", "bce")
 CE_IMPLS = ("auto", "plain", "chunked", "cce", "liger")

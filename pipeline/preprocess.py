@@ -105,8 +105,10 @@ def _max_len(result: ProtocolResult) -> int:
     return max(lens, default=0)
 
 
-def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: Path, params: Params) -> dict:
-    """Write shards, items.parquet and manifest.json into `dst` atomically; return the manifest."""
+def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: Path, params: Params,
+                 stage: str = "preprocess") -> dict:
+    """Write shards, items.parquet and manifest.json into `dst` atomically; return the manifest. `stage`
+    is "import" for `seqpe import` of CTR files (pipeline/formats.py)."""
     missing = [s for s in io.SPLITS if s not in result.splits]
     if missing:
         raise DataError(f"protocol {spec.protocol} returned no {', '.join(missing)} split",
@@ -119,7 +121,7 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
                         "the preprocess section of params.yaml")
     rows_per_shard = params.preprocess.rows_per_shard
     manifest = {
-        "stage": "preprocess", "kind": "sessions", "dataset": dataset, "protocol": spec.protocol,
+        "stage": stage, "kind": "sessions", "dataset": dataset, "protocol": spec.protocol,
         "params": {"preprocess": to_dict(params.preprocess), "options": dict(spec.options)},
         "source": source, "steps": result.steps, "n_items": int(result.n_items),
         "max_len": _max_len(result), "augment": dict(result.augment), "splits": {}, "shards": [],

@@ -135,7 +135,7 @@ def test_test_samples_not_from_whole_sessions_are_kept_exactly(tmp_path):
 
 def test_import_errors(tmp_path):
     p = params()
-    with pytest.raises(UnknownNameError, match="unknown format 'csv'. Fix: use one of: auto, sasrec, srgnn"):
+    with pytest.raises(UnknownNameError, match="unknown format 'csv'. Fix: use one of: amazonelectronics_x1, auto, kuaivideo_x1, sasrec, srgnn"):
         formats.import_dataset("x", tmp_path, "csv", tmp_path / "s", tmp_path / "a", p)
     with pytest.raises(DataError, match="has no all_train_seq.txt"):
         formats.import_dataset("x", tmp_path, "srgnn", tmp_path / "s", tmp_path / "a", p)

@@ -1,0 +1,107 @@
+"""`seqpe import NAME FOLDER --format kuaivideo_x1 | amazonelectronics_x1`: one's own CTR files in a
+BARS benchmark's layout get the very samples `seqpe preprocess` + `seqpe augment` give the benchmark's
+files (same protocol, options and vocabulary), under their own name, and train and evaluate."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline import formats
+from pipeline.errors import DataError, ParamsError
+from pipeline.params import Params, load_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def seqpe(*argv, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *argv, "--quiet"], cwd=cwd, capture_output=True,
+                          text=True, env=dict(os.environ, SEQPE_STATE=str(cwd / "state")))
+
+
+def parquet_bytes(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*.parquet"))}
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """Each embedded CTR sample downloaded, preprocessed and augmented by its registered stages."""
+    root = tmp_path_factory.mktemp("ctrimport")
+    for name in ("sample_kuai", "sample_ctr"):
+        for argv in (("download", name, f"raw-{name}"), ("preprocess", name, f"raw-{name}", f"sessions-{name}"),
+                     ("augment", name, f"sessions-{name}", f"samples-{name}")):
+            proc = seqpe(*argv, cwd=root)
+            assert proc.returncode == 0, proc.stderr
+    return root
+
+
+@pytest.mark.parametrize("name, fmt", [("sample_kuai", "kuaivideo_x1"), ("sample_ctr", "amazonelectronics_x1")])
+def test_imported_files_give_the_registered_stages_samples_byte_for_byte(prepared, name, fmt):
+    root = prepared
+    raw = root / f"raw-{name}"
+    proc = seqpe("import", f"own_{name}", str(raw), "--sessions", f"own-sessions-{name}", "--samples",
+                 f"own-samples-{name}", cwd=root)                          # --format auto: told by the header
+    assert proc.returncode == 0, proc.stderr
+    assert parquet_bytes(root / f"own-sessions-{name}") == parquet_bytes(root / f"sessions-{name}")
+    assert parquet_bytes(root / f"own-samples-{name}") == parquet_bytes(root / f"samples-{name}")
+    assert len(parquet_bytes(root / f"own-samples-{name}")) >= 4          # splits and vocabulary tables
+    sessions = json.loads((root / f"own-sessions-{name}" / "manifest.json").read_text())
+    assert (sessions["stage"], sessions["dataset"], sessions["protocol"]) == ("import", f"own_{name}", "ctr")
+    assert sorted(sessions["source"]) == ["test.csv", "train.csv"]
+    assert sessions["source"]["train.csv"] == hashlib.sha256((raw / "train.csv").read_bytes()).hexdigest()
+    proc = seqpe("import", f"again_{name}", str(raw), "--format", fmt, "--sessions", f"x-{name}", "--samples", f"y-{name}", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_an_imported_ctr_dataset_trains_and_evaluates(prepared):
+    root = prepared
+    assert seqpe("import", "mine", str(root / "raw-sample_kuai"), "--sessions", "s", "--samples", "a",
+                 cwd=root).returncode == 0
+    proc = seqpe("train", "mine", "a", "runs", "--model", "din", "--encoding", "cape", "--set", "train.epochs=1",
+                 cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((root / "runs" / "din-cape" / "seed-1" / "run.json").read_text())
+    assert record["dataset"] == "mine" and record["task"] == "ctr" and 0 < record["test"]["auc"] < 1
+    proc = seqpe("evaluate", "mine", "runs", "reports", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert "| mine | ctr | din | cape |" in (root / "reports" / "report.md").read_text()
+
+
+def test_refusals_name_the_problem_and_write_nothing(prepared, tmp_path):
+    raw, p = prepared / "raw-sample_kuai", Params()
+    out = (tmp_path / "s", tmp_path / "a")
+    with pytest.raises(DataError, match=r"'kuaivideo' is a registered dataset: its published files are fetched and "
+                                        r"checked \(md5\) by `seqpe download kuaivideo`.*e\.g\. kuaivideo_own"):
+        formats.import_dataset("kuaivideo", raw, "auto", *out, p)
+    with pytest.raises(DataError, match=r"train.csv has kuaivideo_x1's columns, not amazonelectronics_x1's\. "
+                                        r"Fix: pass --format kuaivideo_x1"):
+        formats.import_dataset("mine", raw, "amazonelectronics_x1", *out, p)
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "train.csv").write_bytes((raw / "train.csv").read_bytes())
+    with pytest.raises(DataError, match=r"test.csv not found in .*half\. Fix: --format kuaivideo_x1 reads a folder "
+                                        r"holding train.csv and test.csv"):
+        formats.import_dataset("mine", half, "auto", *out, p)
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    (odd / "train.csv").write_text("user,item,click\n1,2,1\n")
+    with pytest.raises(DataError, match=r"has the columns user,item,click, neither BARS CTR layout"):
+        formats.import_dataset("mine", odd, "auto", *out, p)
+    assert not any(path.exists() for path in out)
+
+
+def test_a_ctr_format_in_params_imports_points_to_the_command(tmp_path):
+    """The study's DVC import stages are next-item only: a CTR import there is refused with the command to run."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["imports"] = {"mine": {"path": "inbox/kuai", "format": "kuaivideo_x1"}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    with pytest.raises(ParamsError, match=r"imports.mine.format': kuaivideo_x1 \(CTR files\) is imported with "
+                                          r"`seqpe import` only.*seqpe import mine inbox/kuai --format kuaivideo_x1"):
+        load_params(tmp_path / "params.yaml")
