@@ -180,9 +180,11 @@ def test_check_under_torchrun_says_ok_once_and_refuses_fewer_batches_than_proces
     assert not (tmp_path / "runs").exists()
 
 
-def test_ctrl_c_stops_every_process_at_once_with_one_line(samples, tmp_path):
+@pytest.mark.parametrize("signame, said", [("SIGINT", "interrupted"), ("SIGTERM", "terminated (SIGTERM)")])
+def test_ctrl_c_stops_every_process_at_once_with_one_line(samples, tmp_path, signame, said):
     """SIGINT to torchrun's process group (what Ctrl-C sends): the workers used to wait in the teardown barrier
-    until torchrun killed them 30 s later; now each leaves the group at once and rank 0 says what was kept."""
+    until torchrun killed them 30 s later; now each leaves the group at once and rank 0 says what was kept.
+    SIGTERM to torchrun alone (a scheduler's time limit), which passes it on to its workers, the same."""
     import signal
     import time
     scratch = tmp_path / "torchrun-tmp"
@@ -199,12 +201,15 @@ def test_ctrl_c_stops_every_process_at_once_with_one_line(samples, tmp_path):
         if "epoch 2:" in line:
             break
     assert proc.poll() is None, "".join(lines)
-    os.killpg(proc.pid, signal.SIGINT)
+    if signame == "SIGINT":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
     t0 = time.monotonic()
     out, _ = proc.communicate(timeout=120)
     took = time.monotonic() - t0
     assert took < 20, f"the processes took {took:.0f} s to stop"
-    assert out.count("interrupted: the seed being trained wrote nothing") == 1, out[-3000:]
+    assert out.count(f"{said}: the seed being trained wrote nothing") == 1, out[-3000:]
     assert not list((tmp_path / "runs").glob("*/seed-1/run.json"))
 
 
