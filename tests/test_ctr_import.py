@@ -56,6 +56,14 @@ def test_imported_files_give_the_registered_stages_samples_byte_for_byte(prepare
     assert (sessions["stage"], sessions["dataset"], sessions["protocol"]) == ("import", f"own_{name}", "ctr")
     assert sorted(sessions["source"]) == ["test.csv", "train.csv"]
     assert sessions["source"]["train.csv"] == hashlib.sha256((raw / "train.csv").read_bytes()).hexdigest()
+    nested = root / f"nested-{name}" / "KuaiVideo_x1"            # as BARS' zip unpacks: one folder below
+    nested.mkdir(parents=True)
+    for f in ("train.csv", "test.csv"):
+        (nested / f).write_bytes((raw / f).read_bytes())
+    proc = seqpe("import", f"nested_{name}", str(nested.parent), "--sessions", f"n-{name}", "--samples",
+                 f"m-{name}", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert parquet_bytes(root / f"m-{name}") == parquet_bytes(root / f"samples-{name}")
     proc = seqpe("import", f"again_{name}", str(raw), "--format", fmt, "--sessions", f"x-{name}", "--samples", f"y-{name}", cwd=root)
     assert proc.returncode == 0, proc.stderr
 
