@@ -224,13 +224,19 @@ def _import_ctr(dataset: str, src: Path, fmt: str, sessions_dst: Path, samples_d
             raise DataError(f"{path} has {found}'s columns, not {fmt}'s", f"pass --format {found}")
         files[name] = path
     spec = dataclasses.replace(get(CTR_FORMATS[fmt]), name=dataset)
-    result = ctr.build(spec, files["train.csv"].parent, params)
     source = {name: sha256_file(path) for name, path in files.items()}
     swap = contextlib.ExitStack()
-    with swap, atomic_dir(sessions_dst) as s_tmp, atomic_dir(samples_dst) as a_tmp:
-        manifest = write_result(dataset, spec, result, source, s_tmp, params, stage="import")
-        augment.run(dataset, s_tmp, a_tmp, params)
-        swap.enter_context(deferred_interrupt())     # exits last: after both folders are swapped in
+    try:
+        with swap, atomic_dir(sessions_dst) as s_tmp, atomic_dir(samples_dst) as a_tmp:
+            result = ctr.build(spec, files["train.csv"].parent, params)
+            manifest = write_result(dataset, spec, result, source, s_tmp, params, stage="import")
+            augment.run(dataset, s_tmp, a_tmp, params)
+            swap.enter_context(deferred_interrupt())     # exits last: after both folders are swapped in
+    except DataError as e:     # the readers' fixes speak of a download: these files are the user's own
+        if e.fix and "download" in e.fix:
+            raise DataError(e.problem, f"check {files['train.csv'].parent}'s train.csv and test.csv: whole, and "
+                                       f"in {fmt}'s layout (`seqpe import --help`)") from None
+        raise
     splits = manifest["splits"]
     return {"format": fmt, "rows (train / valid / test)": " / ".join(f"{splits[s]['rows']:,}" for s in SPLITS),
             "clicks (label 1)": f"{sum(splits[s]['clicks'] for s in SPLITS):,}", "items": f"{result.n_items:,}",

@@ -102,6 +102,14 @@ def test_refusals_name_the_problem_and_write_nothing(prepared, tmp_path):
     (odd / "train.csv").write_text("user,item,click\n1,2,1\n")
     with pytest.raises(DataError, match=r"has the columns user,item,click, neither BARS CTR layout"):
         formats.import_dataset("mine", odd, "auto", *out, p)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    lines = (raw / "train.csv").read_text().splitlines(keepends=True)
+    (bad / "train.csv").write_text("".join(lines[:5]) + "abc" + lines[5][lines[5].index(","):] + "".join(lines[6:40]))
+    (bad / "test.csv").write_text((raw / "test.csv").read_text())
+    with pytest.raises(DataError, match=r"could not parse `abc`.*Fix: check .*bad's train.csv and test.csv: whole, "
+                                        r"and in kuaivideo_x1's layout"):
+        formats.import_dataset("mine", bad, "auto", *out, p)
     assert not any(path.exists() for path in out)
 
 
