@@ -475,8 +475,8 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
         frame = model.recommend_frame(rec.read_sessions(input_file), k, raw_ids=raw_ids, drop_unknown=drop_unknown,
                                       exclude_seen=exclude_seen, batch_size=batch_size)
         rec.write_topk(frame, out)
-        n_sessions = frame.get_column("session_id").n_unique()
-        summary = {"run": str(run), "sessions": n_sessions, "k": k, "rows": frame.height, "out": str(out)}
+        summary = {"run": str(run), "sessions": frame.get_column("session_id").n_unique(), "k": k,
+                   "rows": frame.height, "out": str(out)}
         short = frame.group_by("session_id").len().filter(pl.col("len") < k).height
         if short:
             err_console.print(_short_list(f"{short:,} session{'s' * (short != 1)} got fewer", k, model, exclude_seen),

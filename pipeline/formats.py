@@ -97,9 +97,10 @@ def detect_format(src: str | Path) -> str:
     (its pickles) or, holding train.csv, BARS CTR files (told apart by their header), a text file
     SASRec's / S3-Rec's; anything else is an error naming what it is."""
     src = Path(src)
-    below = sorted(src.glob("*/train.csv")) if src.is_dir() else []
-    if src.is_dir() and ((src / "train.csv").is_file() or len(below) == 1):   # BARS' zip holds a folder
-        return _ctr_format(src / "train.csv" if (src / "train.csv").is_file() else below[0])
+    csvs = ([src / "train.csv"] if (src / "train.csv").is_file() else sorted(src.glob("*/train.csv"))) \
+        if src.is_dir() else []                                        # BARS' zip holds a folder
+    if len(csvs) == 1:
+        return _ctr_format(csvs[0])
     if src.is_dir():
         texts = [] if any((src / f).exists() for f in ("all_train_seq.txt", "train.txt", "test.txt")) else \
             [f for f in sorted(src.iterdir()) if f.is_file() and sniff.describe(sniff.head(f, 4096)) == "text"]
