@@ -369,7 +369,8 @@ def evaluate(dataset: str,
                  "--baseline", help="configuration the others are tested against (default study.reference, "
                                     "else the grid's first; outside the grid the first in sorted order)")] = None,
              params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
-    """Report the study grid's runs of DATASET: mean, std and 95% CI over seeds, tables and a figure.
+    """Report the study grid's runs of DATASET: mean, std and 95% CI over seeds, tables and figures
+    (comparison bars, learning curves).
 
     A dataset outside the study grid reports every configuration under RUNS, as with --all."""
     from . import evaluate as stage

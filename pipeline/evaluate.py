@@ -12,6 +12,7 @@ other configurations in the same runs folder are left out (`seqpe report` shows 
     <reports>/report.csv       the same numbers, raw
     <reports>/comparison.png   each configuration's test metric with its 95% CI (pipeline/figures.py)
     <reports>/comparison.csv   the same, for `dvc plots show` (bar_horizontal)
+    <reports>/curves.png       every configuration's learning curves, train loss and valid metric by epoch
 
 Each file is written atomically, all of them together once rendered (a Ctrl-C leaves the previous
 set or the new one); nothing else in <reports> is touched.
@@ -105,7 +106,9 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
              "report.md": report.to_markdown(rows).encode("utf-8"),         # written together: a Ctrl-C
              "report.csv": report.to_csv(rows).encode("utf-8"),             # leaves the previous set or the
              "comparison.csv": figures.comparison_csv(rows, panels).encode("utf-8"),   # new one, not a mix
-             "comparison.png": figures.comparison_png(rows, panels, title, reference, per_seed)}
+             "comparison.png": figures.comparison_png(rows, panels, title, reference, per_seed),
+             "curves.png": figures.curves_png(records, [row["name"] for row in rows],
+                                              figures.curve_metric(records, (panels or ["ndcg@10"])[0]), title)}
     with cleanup_new_folders(reports_dir), deferred_interrupt():
         for name, data in files.items():
             write_bytes(reports_dir / name, data)

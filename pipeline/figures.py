@@ -1,4 +1,5 @@
-"""The evaluate stage's comparison figure: each configuration's test metric with its 95% CI over seeds.
+"""The evaluate stage's figures: each configuration's test metric with its 95% CI over seeds, and the
+configurations' learning curves side by side.
 
 One horizontal panel per metric (next-item: HR@10 and NDCG@10, x100 as the papers print them; CTR:
 AUC and gAUC), one bar per configuration in study-grid order, the reference configuration (the one
@@ -6,11 +7,19 @@ the significance tests compare with) drawn in a second colour, the seeds' values
 bar and the mean printed at its end. Also a long CSV of the same numbers, which DVC renders with its
 `bar_horizontal` template (`dvc plots show`). Headless matplotlib (Agg); fixed size, fonts and
 metadata, so the same numbers give the same bytes.
+
+The learning curves (`curves_png`) put every configuration of the dataset in one figure: train loss
+and the valid metric that picks the best epoch, per epoch, one colour per configuration, a thin line
+per seed, the mean over seeds bold (over the epochs every seed reached: early stopping ends seeds at
+different epochs) and each seed's best epoch as a dot. A fitted baseline (POP, Item-KNN: no epochs)
+is its valid level, dashed. dvclive's per-seed TSVs (`train --live`) stay the per-seed source for
+`dvc plots show`, which draws one chart per file and cannot overlay the configurations of a study.
 """
 from __future__ import annotations
 
 import csv
 import io
+import math
 from typing import Optional
 
 PANELS = {"next_item": ("hr@10", "ndcg@10"), "ctr": ("auc", "gauc")}
@@ -92,6 +101,103 @@ def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: 
     ref = f"; orange = reference {reference}" if reference in names else ""
     fig.suptitle(f"{title}{ref}; dots = seeds", fontsize=10)
     fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def curve_metric(records: list[dict], fallback: str) -> str:
+    """The valid metric the curves show: the one the runs selected their best epoch on (the most common
+    when configurations differ), else `fallback` (the comparison's first panel)."""
+    picked = [r.get("select_metric") for r in records if r.get("select_metric")]
+    return max(sorted(set(picked)), key=picked.count) if picked else fallback
+
+
+def curve_series(records: list[dict], names: list[str], metric: str) -> dict[str, dict]:
+    """Per configuration, what `curves_png` draws, from the runs' `history` (valid values x100 where the
+    tables scale them): "seeds" (per seed, its (epoch, loss) and (epoch, valid) points), "mean_loss" and
+    "mean_valid" (the mean over seeds at each epoch every seed reached), "best" (each seed's (best
+    epoch, valid)) and "fitted" (a baseline without epochs: its valid level averaged over seeds, else None)."""
+    s = _scale(metric)
+    by_name: dict[str, list[dict]] = {}
+    for r in sorted(records, key=lambda r: r["seed"]):
+        by_name.setdefault(r["name"], []).append(r)
+    out = {}
+    for name in names:
+        seeds = by_name.get(name, [])
+        hists = [r.get("history") or [] for r in seeds]
+        trained = [[h for h in hist if h.get("epoch", 0) >= 1] for hist in hists]
+        series = {"seeds": [], "mean_loss": [], "mean_valid": [], "best": [], "fitted": None, "n": len(seeds)}
+        if not any(trained):
+            levels = [s * h["valid"][metric] for hist in hists for h in hist if metric in h.get("valid", {})]
+            series["fitted"] = math.fsum(levels) / len(levels) if levels else None
+            out[name] = series
+            continue
+        for hist, r in zip(trained, seeds):
+            series["seeds"].append({
+                "loss": [(h["epoch"], h["loss"]) for h in hist if h.get("loss") is not None],
+                "valid": [(h["epoch"], s * h["valid"][metric]) for h in hist if metric in h.get("valid", {})]})
+            series["best"] += [(h["epoch"], s * h["valid"][metric]) for h in hist
+                               if h["epoch"] == r.get("best_epoch") and metric in h.get("valid", {})]
+        for e in range(min(len(h) for h in trained)):
+            at = [h[e] for h in trained]
+            if len({h["epoch"] for h in at}) != 1:      # a seed with a gap in its epochs: no mean past it
+                break
+            if all(h.get("loss") is not None for h in at):
+                series["mean_loss"].append((at[0]["epoch"], math.fsum(h["loss"] for h in at) / len(at)))
+            if all(metric in h.get("valid", {}) for h in at):
+                series["mean_valid"].append((at[0]["epoch"], s * math.fsum(h["valid"][metric] for h in at) / len(at)))
+        out[name] = series
+    return out
+
+
+def curves_png(records: list[dict], names: list[str], metric: str, title: str) -> bytes:
+    """PNG bytes of the learning curves of `names` (in that order, see `curve_series`)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    series = curve_series(records, names, metric)
+    colours = plt.get_cmap("tab10" if len(names) <= 10 else "tab20").colors
+    legend_rows = -(-len(names) // 4)
+    height = 4.0 + 0.22 * legend_rows
+    fig, (loss_ax, valid_ax) = plt.subplots(1, 2, figsize=(11.0, height), dpi=110)
+    handles = []
+    for i, name in enumerate(names):
+        colour, style = colours[i % len(colours)], ("-", "--", ":", "-.")[(i // len(colours)) % 4]
+        c = series[name]
+        if c["fitted"] is not None:                   # fitted: its valid level over the whole axis
+            handles.append(valid_ax.axhline(c["fitted"], color=colour, ls="--", lw=1.2, label=f"{name} (fitted)"))
+            continue
+        for seed in c["seeds"]:
+            for ax, pts in ((loss_ax, seed["loss"]), (valid_ax, seed["valid"])):
+                if pts:
+                    ax.plot(*zip(*pts), color=colour, lw=0.7, alpha=0.35, ls=style)
+        if c["best"]:
+            valid_ax.plot(*zip(*c["best"]), "o", color=colour, markersize=3.5)
+        label = f"{name} ({c['n']} seed{'s' if c['n'] != 1 else ''})"
+        line = None
+        for ax, pts in ((loss_ax, c["mean_loss"]), (valid_ax, c["mean_valid"])):
+            if pts:
+                line, = ax.plot(*zip(*pts), color=colour, lw=1.8, ls=style, label=label,
+                                marker="o" if len(pts) < 3 else None, markersize=4)   # one epoch: a point
+        if line is not None:
+            handles.append(line)
+    unit = " (x100)" if _scale(metric) == 100.0 else ""
+    last = max([e for c in series.values() for seed in c["seeds"] for e, _ in seed["loss"] + seed["valid"]] or [1])
+    loss_ax.set(xlabel="epoch", ylabel="train loss")
+    valid_ax.set(xlabel="epoch", ylabel=f"valid {metric.upper()}{unit}")
+    for ax in (loss_ax, valid_ax):
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+        ax.set_xlim(0.5, last + 0.5)
+    if handles:
+        fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=8, frameon=False)
+    fig.suptitle(f"{title}; mean over seeds bold, seeds thin, dots = each seed's best epoch", fontsize=10)
+    fig.tight_layout(rect=(0, (0.22 * legend_rows + 0.15) / height, 1, 1))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
     plt.close(fig)

@@ -110,11 +110,13 @@ def test_repro_trains_the_grid_with_stable_metrics_curves_and_a_report(clone_a):
     assert "| sample_ctr | ctr | din | cape |" in (a / "data" / "reports" / "sample_ctr" / "report.md").read_text()
     report = (a / "data" / "reports" / "sample" / "report.md").read_text()
     assert "| sample | srgnn | sasrec | lpe |" in report and "| sample | srgnn | sasrec | rope |" in report
-    assert (a / "data" / "reports" / "sample" / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+    for figure in ("comparison.png", "curves.png"):
+        assert (a / "data" / "reports" / "sample" / figure).read_bytes()[:4] == b"\x89PNG"
     plots = dvc("plots", "show", "-o", str(a.parent / "plots"), cwd=a)
     assert "index.html" in plots.stdout and "WARNING" not in plots.stdout + plots.stderr
     html = (a.parent / "plots" / "index.html").read_text()
     assert "sasrec-lpe/seed-1/plots/metrics/train/loss.tsv" in html and "comparison" in html
+    assert "data/reports/sample/curves.png" in html and "data/reports/sample_ctr/curves.png" in html
     shown = json.loads(dvc("plots", "show", "--json", "-o", str(a.parent / "plots-json"), cwd=a).stdout)["data"]
     for name in ("sample", "sample_ctr"):                # one bar per configuration and metric, never two stacked
         [spec] = shown[f"data/reports/{name}/comparison.csv"]

@@ -57,8 +57,48 @@ def test_output_is_deterministic(tmp_path):
         write_run(runs, "sasrec", "rope", seed, {"hr@10": 0.1 * seed})
     stage.run("toyset", runs, tmp_path / "a", params())
     stage.run("toyset", runs, tmp_path / "b", params())
-    for name in ("summary.json", "report.md", "report.csv", "comparison.png", "comparison.csv"):
+    for name in ("summary.json", "report.md", "report.csv", "comparison.png", "comparison.csv", "curves.png"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_learning_curves_overlay_every_configuration(tmp_path):
+    """curves.png: dvclive's files give one chart per seed and metric; evaluate overlays the configurations,
+    the mean over the epochs every seed reached (early stopping ends seeds apart), a fitted baseline's level."""
+    from pipeline import figures
+
+    def history(losses, valids):
+        return [{"epoch": e, "loss": l, "lr": 1e-3, "valid": {"ndcg@10": v, "hr@10": 2 * v}}
+                for e, (l, v) in enumerate(zip(losses, valids), start=1)]
+
+    runs = tmp_path / "runs"
+    for seed, (losses, valids, best) in {1: ([3.0, 2.0, 1.5], [0.10, 0.20, 0.25], 3), 2: ([3.2, 2.2], [0.12, 0.16], 2)}.items():
+        write_run(runs, "sasrec", "lpe", seed, {"hr@10": 0.3, "ndcg@10": 0.1})
+        record = runs / "sasrec-lpe" / f"seed-{seed}" / "run.json"
+        rec = json.loads(record.read_text())
+        record.write_text(json.dumps({**rec, "history": history(losses, valids), "best_epoch": best,
+                                      "select_metric": "ndcg@10"}))
+    write_run(runs, "pop", "none", 1, {"hr@10": 0.05, "ndcg@10": 0.01})
+    record = runs / "pop-none" / "seed-1" / "run.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "history": [
+        {"epoch": 0, "loss": None, "lr": None, "valid": {"ndcg@10": 0.03}}]}))
+    records = [json.loads(p.read_text()) for p in sorted(runs.rglob("run.json"))]
+    assert figures.curve_metric(records, "hr@10") == "ndcg@10"          # what the runs selected on
+    series = figures.curve_series(records, ["sasrec-lpe", "pop-none"], "ndcg@10")
+    sas, pop = series["sasrec-lpe"], series["pop-none"]
+    assert sas["mean_loss"] == [(1, pytest.approx(3.1)), (2, pytest.approx(2.1))]      # epoch 3: seed 1 alone
+    assert sas["mean_valid"] == [(1, pytest.approx(11.0)), (2, pytest.approx(18.0))]   # x100 as the tables
+    assert sas["best"] == [(3, pytest.approx(25.0)), (2, pytest.approx(16.0))] and len(sas["seeds"]) == 2
+    assert sas["seeds"][0]["loss"] == [(1, 3.0), (2, 2.0), (3, 1.5)] and sas["fitted"] is None
+    assert pop["fitted"] == pytest.approx(3.0) and pop["seeds"] == [] and pop["mean_valid"] == []
+    stage.run("toyset", runs, tmp_path / "a", params())
+    png = (tmp_path / "a" / "curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    record = runs / "sasrec-lpe" / "seed-2" / "run.json"            # the curves come from the histories
+    rec = json.loads(record.read_text())
+    record.write_text(json.dumps({**rec, "history": history([3.2, 1.0], [0.12, 0.30])}))
+    stage.run("toyset", runs, tmp_path / "b", params())
+    assert (tmp_path / "b" / "curves.png").read_bytes() != png
+    assert (tmp_path / "b" / "comparison.png").read_bytes() == (tmp_path / "a" / "comparison.png").read_bytes()
 
 
 def test_cut_offs_the_runs_never_computed_are_named(tmp_path):

@@ -140,7 +140,7 @@ def test_a_real_sigint_during_evaluate_writes_all_reports_or_none(prepared, tmp_
     assert proc.stderr.strip().startswith("interrupted: it came as the new output was being put in place, which "
                                           "finished first: the output is the new one, complete"), proc.stderr
     assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
-        "comparison.csv", "comparison.png", "report.csv", "report.md", "summary.json"]
+        "comparison.csv", "comparison.png", "curves.png", "report.csv", "report.md", "summary.json"]
 
 
 def test_a_ctrl_c_during_train_check_says_nothing_was_written(prepared, tmp_path, monkeypatch, capsys):
