@@ -498,8 +498,8 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
         to_json([{"rank": r, "item": i, "score": sc} for r, i, sc in frame.select("rank", "item", "score").iter_rows()])
     elif not quiet:
         from .tables import Col, print_tables
-        print_tables(console, f"top {k} of {run}", [Col("rank", "right", key=True), Col("item", "right"),
-                                                    Col("score", "right")],
+        console.print(f"top {k} of {run}", highlight=False, soft_wrap=True)   # a title would wrap to the table
+        print_tables(console, None, [Col("rank", "right", key=True), Col("item", "right"), Col("score", "right")],
                      [[str(r), str(i), f"{sc:.4f}"] for r, i, sc in frame.select("rank", "item", "score").iter_rows()])
 
 

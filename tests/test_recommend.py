@@ -66,6 +66,7 @@ def test_top_k_is_the_model_ranking_and_the_cli_agrees(trained):
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items", "3 5 9", "-k", "3"],
                           cwd=trained[0], capture_output=True, text=True, env=dict(os.environ, COLUMNS="80"))
     assert proc.returncode == 0 and str(top.items[0][0]) in proc.stdout and "score" in proc.stdout
+    assert f"top 3 of {run}\n" in proc.stdout      # one line, not wrapped to the narrow table's width at 80 columns
 
 
 def test_batch_files_list_and_long_layouts_give_the_same_parquet(trained, tmp_path):
