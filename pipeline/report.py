@@ -99,6 +99,14 @@ def _check_record(rec, path: Path, root: Path) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise DataError(f"{path} has test.{key} = {value!r}, not a finite number",
                             "re-run `seqpe train` for that run (seqpe never records such a metric)")
+    history = rec.get("history", [])                   # evaluate draws it (curves.png)
+    number = lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))  # noqa: E731
+    if not isinstance(history, list) or not all(
+            isinstance(h, dict) and isinstance(h.get("epoch"), int) and number(h.get("loss"))
+            and isinstance(h.get("valid", {}), dict) and all(number(v) for v in h.get("valid", {}).values())
+            for h in history):
+        raise DataError(f"{path} has a damaged history (per-epoch losses and valid metrics)",
+                        "re-run `seqpe train` for that run")
 
 
 def protocol_label(rec: dict) -> str:

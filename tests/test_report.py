@@ -129,6 +129,12 @@ def test_a_dataset_without_the_named_baseline_is_said_to_be_uncompared(tmp_path)
     ({"dataset": "d", "model": "m", "encoding": "e", "seed": 1, "test": {"hr@10": True}}, "test.hr@10 = True, not"),
     ({"dataset": "d", "model": "m", "encoding": "e", "seed": 1, "test": {"hr@10": float("nan")}}, "= nan, not a finite"),
     ({"dataset": "d", "model": "m", "encoding": "e", "seed": 1}, "has no test metrics"),
+    ({"dataset": "d", "model": "m", "encoding": "e", "seed": 1, "test": {"hr@10": 0.5},     # evaluate's curves.png
+      "history": [{"epoch": 1, "loss": "2.0", "valid": {}}]}, "has a damaged history"),
+    ({"dataset": "d", "model": "m", "encoding": "e", "seed": 1, "test": {"hr@10": 0.5},
+      "history": [{"epoch": 1, "loss": 2.0, "valid": []}]}, "has a damaged history"),
+    ({"dataset": "d", "model": "m", "encoding": "e", "seed": 1, "test": {"hr@10": 0.5}, "history": {}},
+     "has a damaged history"),
 ])
 def test_a_run_json_seqpe_did_not_write_is_named(tmp_path, record, fragment):
     """Another tool's run.json under the runs folder was an AttributeError / KeyError / TypeError traceback."""
