@@ -4,6 +4,10 @@
 # pytest, but no Polars, no cut-cross-entropy or Liger, no RecBole and no network; a session gets 30
 # minutes of it, 10 a call, and a call carries at most 64 MiB of files. So everything it needs is
 # packed here first and each step below fits one call.
+# Since 2026-11-27 a lent task gets 15 device minutes in all (start-up, idle and every call counted),
+# so pack before the first call and spend them in this order: `posrec` (its paper-fp32-graphs row is
+# issue 14's last open figure: PosRec at the paper's batch of 100 through captured CUDA graphs), then
+# `tests` (the reduce-overhead mode's CUDA test among them), then a `repro` call if time is left.
 #
 # Here (the package registries reachable), once:
 #   bench/bench_gpu.sh pack SAMPLES/diginetica SAMPLES/beauty PMIXER/python [SAMPLES/yoochoose_1_64]
