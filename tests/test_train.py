@@ -201,7 +201,7 @@ def test_a_seed_another_process_is_training_is_refused_and_reused_once_it_finish
     The lock is a real flock, held here by another process; once that process is gone the seed trains,
     and the finished configuration leaves no lock behind."""
     samples = make_samples(tmp_path / "samples")
-    monkeypatch.setattr(run_files, "fingerprint", lambda *a, **k: "f" * 20)
+    monkeypatch.setattr(run_files, "hash_inputs", lambda *a, **k: "f" * 20)
     lock = run_files.state_root() / "locks" / ("f" * 20)
     lock.parent.mkdir(parents=True, exist_ok=True)
     holder = _hold_lock(lock)
@@ -488,6 +488,36 @@ def test_time_limit_tests_the_best_epoch_so_far_and_a_rerun_without_it_goes_on(t
     assert state_files("resume") == []
 
 
+def test_a_seed_starting_afresh_beside_its_resume_file_of_other_inputs_says_why(tmp_path, toy_registry, monkeypatch,
+                                                                                  capsys):
+    """A resume file is used only by the same inputs, code included: session 24 finished a run from an edited
+    checkout, which trained the seed afresh beside its 9 kept epochs, saying nothing."""
+    samples = make_samples(tmp_path / "samples")
+    cut = dict(epochs=4, patience=0, time_limit=1e-9)
+    stage.run("toyset", samples, tmp_path / "runs", params(**cut), progress=False)     # epoch 1 kept
+    [kept] = state_files("resume")
+    capsys.readouterr()
+    stage.run("toyset", samples, tmp_path / "runs", params(**cut, lr=0.03), progress=False)
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"note: toyset toy-toy_lpe seed 1 starts at epoch 1: {run_files.state_root() / 'resume' / kept} holds its "
+            f"first 1 epoch(s) from a run of other inputs (train.lr: 0.02 vs 0.03), which this command cannot go on "
+            f"from; a command of those inputs would") in err
+    assert "`seqpe state --prune` deletes it" in err
+    for path in (run_files.state_root() / "resume").glob("*.pt"):         # the lr 0.03 run's file: the newer one
+        os.utime(path, (1, 1) if path.name == kept else None)
+    code = run_files.code_versions()
+    monkeypatch.setattr(run_files, "code_versions", lambda: {**code, "seqpe_code": "edited"})
+    stage.run("toyset", samples, tmp_path / "runs2", params(**cut), progress=False)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "other inputs (train.lr: 0.03 vs 0.02; seqpe's source code (another checkout or version)), which this " \
+           "command cannot go on from (1 more of this seed are kept)" in err     # the newest file of the seed named
+    monkeypatch.setattr(run_files, "code_versions", lambda: code)
+    stage.run("toyset", samples, tmp_path / "runs", params(**cut), progress=False)     # its own inputs: resumes
+    assert "starts at epoch 1" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "timing.json").read_text())[
+        "resumed_from_epoch"] == 1
+
+
 def test_sampled_softmax_and_step_schedule(tmp_path, toy_registry):
     samples = make_samples(tmp_path / "samples")
     p = params(loss="sampled", negatives=6, lr_schedule="step", lr_step=2, lr_gamma=0.5, epochs=5, patience=0)
@@ -542,7 +572,7 @@ def test_check_refuses_what_the_run_would_and_says_what_it_would_reuse_or_replac
     with pytest.raises(ParamsError, match="no CUDA device is available"):
         monkeypatch.setattr("torch.cuda.is_available", lambda: False)
         stage.run("toyset", samples, runs, params(epochs=1, device="cuda"), progress=False, check=True)
-    monkeypatch.setattr(run_files, "fingerprint", lambda *a, **k: "e" * 20)
+    monkeypatch.setattr(run_files, "hash_inputs", lambda *a, **k: "e" * 20)
     lock = run_files.state_root() / "locks" / ("e" * 20)
     lock.parent.mkdir(parents=True, exist_ok=True)
     holder = _hold_lock(lock)

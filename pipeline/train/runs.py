@@ -48,11 +48,11 @@ def state_root() -> Path:
     return Path(os.environ.get(STATE_ENV) or ".seqpe")
 
 
-def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int, world: int = 1) -> str:
-    """Hash of everything a run depends on: a resume file or a finished seed is used only by the same inputs.
-    `world`, torchrun's process count, is one of them (W processes step on W batches at once, so the
-    same seed trains another model): a seed trained by 2 processes is neither reused nor resumed by 1 or 3.
-    It enters the key only when > 1, so one-process fingerprints are those of earlier versions."""
+def fingerprint_inputs(tp: TrainParams, params: Params, manifest: dict, seed: int, world: int = 1) -> dict:
+    """Everything a run depends on, the key `fingerprint` hashes. `world`, torchrun's process count, is one
+    of them (W processes step on W batches at once, so the same seed trains another model): a seed trained
+    by 2 processes is neither reused nor resumed by 1 or 3. It enters the key only when > 1, so
+    one-process fingerprints are those of earlier versions."""
     train = {k: v for k, v in to_dict(tp).items() if k != "time_limit"}    # a longer limit continues it
     key = {"train": train, "model": params.models.get(tp.model, {}), "seed": seed,
            "encoding": params.encodings.get(tp.encoding, {}), "evaluate": to_dict(params.evaluate),
@@ -60,7 +60,34 @@ def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int, worl
            "dataset": manifest.get("dataset")}     # one file imported under two names: two datasets' runs
     if world > 1:
         key["world_size"] = world
+    return key
+
+
+def fingerprint(tp: TrainParams, params: Params, manifest: dict, seed: int, world: int = 1) -> str:
+    """Hash of everything a run depends on: a resume file or a finished seed is used only by the same inputs."""
+    return hash_inputs(fingerprint_inputs(tp, params, manifest, seed, world))
+
+
+def hash_inputs(key: dict) -> str:
     return hashlib.sha256(dumps_json(key).encode("utf-8")).hexdigest()[:20]
+
+
+def shown_inputs(key: dict) -> dict:
+    """The fingerprint's inputs as a resume file keeps them, to say later why another command cannot resume
+    it: the samples' shard list (a hash per shard) shortened to one digest."""
+    return {**key, "shards": hashlib.sha256(dumps_json(key.get("shards")).encode("utf-8")).hexdigest()[:12]}
+
+
+def inputs_change(old: Optional[dict], new: dict) -> str:
+    """Where a resume file's shown inputs differ from `new` (a fingerprint_inputs key), e.g. "train.lr: 0.001 vs 0.002; seqpe's source code"."""
+    if not isinstance(old, dict):
+        return "other settings or another seqpe version (written before resume files kept their inputs)"
+    from ..report import _differences
+    found = _differences(old, shown_inputs(new))
+    named = {"versions.seqpe_code": "seqpe's source code (another checkout or version)",
+             "shards": "the samples (their shards)", "n_items": "the samples' item count"}
+    found = [named.get(f.split(":")[0], f) for f in found]
+    return "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
 
 
 def resume_path(fp: str) -> Path:

@@ -161,12 +161,14 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
             raise ParamsError(f"an epoch of {dataset} would have no training step: {distributed.too_few(n, world)}",
                               distributed.too_few_fix(world))
     for seed in seeds:
-        fp = runs.fingerprint(tp, params, manifest, seed, world=world)
+        key = runs.fingerprint_inputs(tp, params, manifest, seed, world=world)
+        fp = runs.hash_inputs(key)
         state.probe_seed(fp, run_dirs[seed], f"{dataset} {config} seed {seed}")
         if runs.finished(run_dirs[seed], fp, restore=False) is not None:
             summary["reused"].append(seed)
         elif task is not None:
             _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, world))
+            _note_other_resume(f"{dataset} {config} seed {seed}", fp, key)
     return summary
 
 
@@ -219,7 +221,8 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
     select = setup.select_metric(tp, task)
     results, records, fps = [], [], []
     for seed in seeds:
-        fp = runs.fingerprint(tp, params, manifest, seed, world=dist.world)
+        key = runs.fingerprint_inputs(tp, params, manifest, seed, world=dist.world)
+        fp = runs.hash_inputs(key)
         fps.append(fp)
         label = f"{dataset} {config} seed {seed}"
         lock = _lock(fp, run_dirs[seed], {"dataset": dataset, "config": config, "seed": seed}, dist)
@@ -228,10 +231,12 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
             reused = record is not None
             if not reused and dist.main:
                 _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, dist.world))
+                _note_other_resume(label, fp, key)
             if not reused:
                 curves = (lambda h, s=seed: runs.write_curves(live_dir, s, h)) if live_dir is not None else None
                 net, record, timing, per_sample = train_one(spec, task, tp, params, manifest, select, seed, device,
-                                                            progress, runs.resume_path(fp), label, curves, dist)
+                                                            progress, runs.resume_path(fp), label, curves, dist,
+                                                            runs.shown_inputs(key))
                 record.update(name=config, tag=tag, preset=applied.record(), fingerprint=fp)
                 if dist.main:
                     runs.save_run(run_dirs[seed], net, record, timing, per_sample)
@@ -314,6 +319,22 @@ def _note_replacing(run_dir: Path, fp: str, settings: dict) -> None:
                      f"it ends (--tag NAME keeps both)\n")
 
 
+def _note_other_resume(label: str, fp: str, key: dict) -> None:
+    """A seed about to start afresh while a resume file of the same seed with other inputs is kept (another
+    checkout of seqpe, an edited setting, other samples): say so and why, before hours of training redo
+    what that file holds (it stays: a command of its own inputs goes on from it)."""
+    if runs.resume_path(fp).exists():
+        return                                   # this very run: it resumes
+    others = state.other_resumes(label, fp)
+    if not others:
+        return
+    o = others[0]
+    more = f" ({len(others) - 1} more of this seed are kept)" if len(others) > 1 else ""
+    sys.stderr.write(f"note: {label} starts at epoch 1: {o['path']} holds its first {o['epoch']} epoch(s) from a run of other "
+                     f"inputs ({runs.inputs_change(o.get('inputs'), key)}), which this command cannot go on from"
+                     f"{more}; a command of those inputs would, and `seqpe state --prune` deletes it\n")
+
+
 def _lock(fp: str, run_dir: Path, what: dict, dist):
     """The seed's locks (state.lock_seed), taken by rank 0 alone; every rank raises if one is held elsewhere."""
     lock, refused = None, None
@@ -329,7 +350,7 @@ def _lock(fp: str, run_dir: Path, what: dict, dist):
 
 
 def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed: int, device, progress: bool,
-              resume_path: Optional[Path], label: str, on_epoch=None, dist=None) -> tuple:
+              resume_path: Optional[Path], label: str, on_epoch=None, dist=None, inputs=None) -> tuple:
     """Train (or fit) one seed; return (net with the best weights, record, timing, per-sample test frame)."""
     import torch
 
@@ -355,7 +376,7 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
             on_epoch(history)
     else:
         best_epoch, stopped, resumed = fit_epochs(net, task, tp, select, seed, label, generator, device, progress,
-                                                  history, timing, resume_path, on_epoch, dist)
+                                                  history, timing, resume_path, on_epoch, dist, inputs)
     t0 = time.perf_counter()
     test, per_sample = checked(lambda: task.test(net), f"{label}, test split, best epoch {best_epoch}")
     if task.kind == "ctr":

@@ -167,17 +167,36 @@ def _size(path: Path) -> int:
 
 
 def _resume_info(path: Path) -> Optional[dict]:
-    """Label, last finished epoch, planned epochs and process count of a resume file, memory-mapped (the
-    weights are not read); {} for one written before seqpe recorded them; None if it cannot be read."""
+    """Label, last finished epoch, planned epochs, process count and fingerprint inputs (runs.shown_inputs)
+    of a resume file, memory-mapped (the weights are not read); None for what a file written before seqpe
+    recorded it lacks; None if it cannot be read."""
     import torch
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         return {"what": state.get("label"), "epoch": state["loop"]["epoch"], "epochs": state.get("epochs"),
-                "world": state.get("world")}
+                "world": state.get("world"), "inputs": state.get("inputs")}
     except FileNotFoundError:
         raise
     except Exception:
         return None
+
+
+def other_resumes(label: str, fp: str) -> list[dict]:
+    """Resume files of the seed `label` ("dataset config seed N") kept under another fingerprint: the same
+    seed trained with other settings, samples or code, which a command with this fingerprint cannot go on
+    from (newest first; each _resume_info's entries plus "path")."""
+    root = runs.state_root() / "resume"
+    found = []
+    for path in sorted(root.glob("*.pt")) if root.is_dir() else []:
+        if path.stem == fp or not _FP.fullmatch(path.stem):
+            continue
+        try:
+            info, modified = _resume_info(path), path.stat().st_mtime
+        except FileNotFoundError:                      # finished and dropped meanwhile
+            continue
+        if info is not None and info["what"] == label:
+            found.append({**info, "path": path, "modified": modified})
+    return sorted(found, key=lambda e: (-e["modified"], str(e["path"])))
 
 
 def entries() -> list[dict]:
