@@ -36,6 +36,21 @@ def test_unknown_dataset_lists_known_ones(command, tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize("command", ["stats", "augment", "train", "evaluate", "download"])
+def test_a_folder_where_the_dataset_name_goes_is_named_for_what_it_is(command, tmp_path):
+    """`seqpe stats data/samples/sample` said "unknown dataset 'data/samples/sample'" and listed every name."""
+    folder = tmp_path / "samples" / "mine"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"dataset": "sample", "stage": "augment"}))
+    params = [] if command == "stats" else ["--params", str(ROOT / "params.yaml")]
+    proc = seqpe(command, str(folder), *params, cwd=tmp_path)
+    assert_one_line_error(proc, f"'{folder}' is a folder, not a dataset name (the first argument names the dataset). "
+                                f"Fix: give the dataset first, then the folder: sample {folder}")
+    proc = seqpe(command, "x/y", *params, cwd=tmp_path)                    # no such path: a path still
+    assert_one_line_error(proc, "'x/y' is a path, not a dataset name", "DATASET x/y")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples"] and list(folder.iterdir()) == [folder / "manifest.json"]
+
+
 def test_usage_errors_are_reported_without_traceback(tmp_path):
     proc = seqpe("download", "sample", "a", "b", "c")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -6,6 +6,7 @@ and contributes entries to `DATASETS`; `get(name)` fails listing the known names
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -63,8 +64,30 @@ def register(spec: DatasetSpec) -> DatasetSpec:
 def get(name: str) -> DatasetSpec:
     _load_all()
     if name not in DATASETS:
+        _refuse_path(name)
         raise unknown("dataset", name, DATASETS)
     return DATASETS[name]
+
+
+def _refuse_path(name: str) -> None:
+    """A folder or file given where a dataset's name goes (`seqpe stats data/samples/sample`): say that the
+    name comes first, with the one that folder's record names, instead of "unknown dataset 'data/...'"."""
+    path = Path(name)
+    if "/" not in name and not path.exists():
+        return
+    from ..errors import UnknownNameError
+    owner = None
+    for record in ("manifest.json", "source.json", "run.json"):
+        try:
+            owner = json.loads((path / record).read_text(encoding="utf-8")).get("dataset")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(owner, str) and owner:
+            break
+        owner = None
+    what = "a folder" if path.is_dir() else "a file" if path.exists() else "a path"
+    raise UnknownNameError(f"'{name}' is {what}, not a dataset name (the first argument names the dataset)",
+                           f"give the dataset first, then the folder: {owner or 'DATASET'} {name}")
 
 
 def check_name(name: str, folder: Path) -> None:
@@ -73,8 +96,9 @@ def check_name(name: str, folder: Path) -> None:
     did-you-mean over the registered names and the folders prepared next to `folder`."""
     _load_all()
     folder = Path(folder)
-    if name in DATASETS or folder.exists():
+    if name in DATASETS or ("/" not in name and folder.exists()):   # data/samples/ + an absolute path: that path
         return
+    _refuse_path(name)
     parent = folder.parent
     prepared = {p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")} \
         if parent.is_dir() else set()
