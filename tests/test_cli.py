@@ -48,7 +48,8 @@ def test_a_folder_where_the_dataset_name_goes_is_named_for_what_it_is(command, t
                                 f"Fix: give the dataset first, then the folder: sample {folder}")
     proc = seqpe(command, "x/y", *params, cwd=tmp_path)                    # no such path: a path still
     assert_one_line_error(proc, "'x/y' is a path, not a dataset name", "DATASET x/y")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples"] and list(folder.iterdir()) == [folder / "manifest.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples"]           # nothing written, nothing touched
+    assert list(folder.iterdir()) == [folder / "manifest.json"]
 
 
 def test_usage_errors_are_reported_without_traceback(tmp_path):

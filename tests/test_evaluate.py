@@ -71,7 +71,8 @@ def test_learning_curves_overlay_every_configuration(tmp_path):
                 for e, (l, v) in enumerate(zip(losses, valids), start=1)]
 
     runs = tmp_path / "runs"
-    for seed, (losses, valids, best) in {1: ([3.0, 2.0, 1.5], [0.10, 0.20, 0.25], 3), 2: ([3.2, 2.2], [0.12, 0.16], 2)}.items():
+    seeds = {1: ([3.0, 2.0, 1.5], [0.10, 0.20, 0.25], 3), 2: ([3.2, 2.2], [0.12, 0.16], 2)}   # seed 2 stopped early
+    for seed, (losses, valids, best) in seeds.items():
         write_run(runs, "sasrec", "lpe", seed, {"hr@10": 0.3, "ndcg@10": 0.1})
         record = runs / "sasrec-lpe" / f"seed-{seed}" / "run.json"
         rec = json.loads(record.read_text())

@@ -79,7 +79,8 @@ def shown_inputs(key: dict) -> dict:
 
 
 def inputs_change(old: Optional[dict], new: dict) -> str:
-    """Where a resume file's shown inputs differ from `new` (a fingerprint_inputs key), e.g. "train.lr: 0.001 vs 0.002; seqpe's source code"."""
+    """Where a resume file's shown inputs differ from `new` (a fingerprint_inputs key), e.g. "train.lr: 0.001
+    vs 0.002; seqpe's source code (another checkout or version)"."""
     if not isinstance(old, dict):
         return "other settings or another seqpe version (written before resume files kept their inputs)"
     from ..report import _differences

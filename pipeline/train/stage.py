@@ -330,9 +330,9 @@ def _note_other_resume(label: str, fp: str, key: dict) -> None:
         return
     o = others[0]
     more = f" ({len(others) - 1} more of this seed are kept)" if len(others) > 1 else ""
-    sys.stderr.write(f"note: {label} starts at epoch 1: {o['path']} holds its first {o['epoch']} epoch(s) from a run of other "
-                     f"inputs ({runs.inputs_change(o.get('inputs'), key)}), which this command cannot go on from"
-                     f"{more}; a command of those inputs would, and `seqpe state --prune` deletes it\n")
+    sys.stderr.write(f"note: {label} starts at epoch 1: {o['path']} holds its first {o['epoch']} epoch(s) from a "
+                     f"run of other inputs ({runs.inputs_change(o.get('inputs'), key)}), which this command cannot go "
+                     f"on from{more}; a command of those inputs would, and `seqpe state --prune` deletes it\n")
 
 
 def _lock(fp: str, run_dir: Path, what: dict, dist):
