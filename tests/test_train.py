@@ -512,6 +512,9 @@ def test_a_seed_starting_afresh_beside_its_resume_file_of_other_inputs_says_why(
     assert "other inputs (train.lr: 0.03 vs 0.02; seqpe's source code (another checkout or version)), which this " \
            "command cannot go on from (1 more of this seed are kept)" in err     # the newest file of the seed named
     monkeypatch.setattr(run_files, "code_versions", lambda: code)
+    listed = json.loads(_state("--json"))                                 # `seqpe state` tells that one apart
+    assert sorted(e["status"] for e in listed if e["kind"] == "resume") == [
+        "resumable", "resumable", "resumable by other seqpe code"]
     stage.run("toyset", samples, tmp_path / "runs", params(**cut), progress=False)     # its own inputs: resumes
     assert "starts at epoch 1" not in capsys.readouterr().err
     assert json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "timing.json").read_text())[

@@ -202,7 +202,8 @@ def other_resumes(label: str, fp: str) -> list[dict]:
 def entries() -> list[dict]:
     """What the state root holds (module docstring), each entry with a `status`:
     resume     "training now" | "kept: its configuration is training" (the running command goes on to it) |
-               "resumable" | "damaged" (unreadable: train starts that seed afresh)
+               "resumable" | "resumable by other seqpe code" (another checkout or version wrote it: no
+               command of this one goes on from it) | "damaged" (unreadable: train starts that seed afresh)
     finished   "training now" (a rerun is copying it) | "kept: its configuration is training" (a crash there
                would otherwise retrain it) | "stopped by train.time_limit" | "kept until its configuration finishes"
     spill      the memory-mapped sample matrices (train.memory_budget), listed, never pruned."""
@@ -226,7 +227,8 @@ def entries() -> list[dict]:
         what = (info or {}).get("what")
         status = ("training now" if path.stem in training else
                   "kept: its configuration is training" if what and prefixes and what.startswith(prefixes) else
-                  "resumable" if info is not None else "damaged")
+                  "damaged" if info is None else
+                  "resumable by other seqpe code" if _other_code(info.get("inputs")) else "resumable")
         found.append({"kind": "resume", "fingerprint": path.stem, "what": what,
                       "epoch": (info or {}).get("epoch"), "epochs": (info or {}).get("epochs"),
                       "processes": (info or {}).get("world"), "status": status, "path": str(path),
@@ -260,7 +262,16 @@ def entries() -> list[dict]:
     return found
 
 
-_PRUNABLE = ("resumable", "damaged", "stopped by train.time_limit", "kept until its configuration finishes")
+def _other_code(inputs) -> bool:
+    """Whether a resume file's fingerprint inputs name other libraries or seqpe source than this checkout's
+    (False for a file written before resume files kept them: unknown)."""
+    if not isinstance(inputs, dict) or not isinstance(inputs.get("versions"), dict):
+        return False
+    from ..versions import code_versions
+    return inputs["versions"] != code_versions()
+
+
+_PRUNABLE = ("resumable", "resumable by other seqpe code", "damaged", "stopped by train.time_limit", "kept until its configuration finishes")
 
 
 def prune() -> tuple[list[dict], list[dict], int]:
