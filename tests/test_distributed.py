@@ -178,6 +178,14 @@ def test_check_under_torchrun_says_ok_once_and_refuses_fewer_batches_than_proces
     assert few.stderr.count("error: an epoch of toyset would have no training step: its 1 batch(es) are fewer "
                             "than the 2 processes") == 2, few.stderr
     assert not (tmp_path / "runs").exists()
+    one = subprocess.run([sys.executable, "-m", "pipeline.cli", "train", "toyset", str(samples), str(tmp_path / "runs"),
+                          "--params", str(params_file(tmp_path, epochs=1)), "--quiet"], cwd=tmp_path,
+                         env=dict(os.environ, SEQPE_STATE=str(tmp_path / "s")), capture_output=True, text=True)
+    assert one.returncode == 0, one.stderr[-3000:]
+    noted = torchrun("train", "toyset", str(samples), str(tmp_path / "runs"), "--params", str(params_file(tmp_path)),
+                     "--check", cwd=tmp_path, state=tmp_path / "s")       # its notes: once, not once per rank
+    assert noted.returncode == 0 and noted.stderr.count("holds a run trained with other settings (train.epochs: "
+                                                        "1 vs 3; world_size: 1 vs 2)") == 1, noted.stderr[-3000:]
 
 
 @pytest.mark.parametrize("signame, said", [("SIGINT", "interrupted"), ("SIGTERM", "terminated (SIGTERM)")])

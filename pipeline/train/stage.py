@@ -166,7 +166,7 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
         state.probe_seed(fp, run_dirs[seed], f"{dataset} {config} seed {seed}")
         if runs.finished(run_dirs[seed], fp, restore=False) is not None:
             summary["reused"].append(seed)
-        elif task is not None:
+        elif task is not None and os.environ.get("RANK", "0") == "0":     # torchrun: rank 0 says it, once
             _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, world))
             _note_other_resume(f"{dataset} {config} seed {seed}", fp, key)
     return summary
