@@ -383,8 +383,9 @@ def evaluate(dataset: str,
                               "train with it first (`seqpe train ... --set ...`, or params.yaml and `dvc repro`), "
                               "then evaluate")
     the_params = _params(params, overrides)
-    summary = stage.run(dataset, _default("runs", dataset, runs), _default("reports", dataset, out, check=False),
-                        the_params, all_runs=all_runs, samples_dir=samples, baseline=baseline)
+    reports = _default("reports", dataset, out, check=False)
+    summary = stage.run(dataset, _default("runs", dataset, runs), reports, the_params, all_runs=all_runs,
+                        samples_dir=samples, baseline=baseline)
     if not all_runs and stage.study_configs(the_params, dataset) is None:     # it used to say nothing of either
         err_console.print(f"note: '{dataset}' is in no study grid, so every configuration under the runs folder is "
                           f"reported (as with --all), tested against {summary['reference']}"
@@ -393,6 +394,8 @@ def evaluate(dataset: str,
     if not quiet:
         _print_runs(summary.get("runs", []))
         print_tables(console, summary["configs"])
+        console.print(f"wrote {reports}: {', '.join(stage.REPORT_FILES)}", highlight=False, markup=False,
+                      soft_wrap=True)
 
 
 @app.command()

@@ -28,6 +28,9 @@ from .io import absent, claim_dir, cleanup_new_folders, deferred_interrupt, dump
 from .params import Params
 
 
+REPORT_FILES = ("summary.json", "report.md", "report.csv", "comparison.csv", "comparison.png", "curves.png")
+
+
 def study_configs(params: Params, dataset: str) -> Optional[tuple[str, list[str]]]:
     """(task, configuration names in grid order) when `dataset` is in a study grid, else None."""
     for task in ("next_item", "ctr"):
@@ -109,6 +112,7 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
              "comparison.png": figures.comparison_png(rows, panels, title, reference, per_seed),
              "curves.png": figures.curves_png(records, [row["name"] for row in rows],
                                               figures.curve_metric(records, (panels or ["ndcg@10"])[0]), title)}
+    assert tuple(files) == REPORT_FILES
     with cleanup_new_folders(reports_dir), deferred_interrupt():
         for name, data in files.items():
             write_bytes(reports_dir / name, data)

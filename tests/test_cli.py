@@ -243,9 +243,13 @@ def test_evaluate_outside_the_grid_says_so_and_takes_a_baseline(tmp_path):
                                 "'sasrec-none'?")
     proc = seqpe("report", str(runs), "--baseline", "pop")
     assert_one_line_error(proc, "Fix: did you mean 'pop-none'?")
-    proc = seqpe("evaluate", "toyset", str(runs), str(tmp_path / "rep"), "--baseline", "sasrec-none", "--quiet")
+    proc = seqpe("evaluate", "toyset", str(runs), str(tmp_path / "rep"), "--baseline", "sasrec-none")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "rep" / "summary.json").read_text())["reference"] == "sasrec-none"
+    wrote = [line for line in proc.stdout.splitlines() if line.startswith("wrote ")]     # where the figures are
+    assert wrote == [f"wrote {tmp_path / 'rep'}: summary.json, report.md, report.csv, comparison.csv, "
+                     "comparison.png, curves.png"]
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == sorted(wrote[0].split(": ")[1].split(", "))
 
 
 def test_version_json_and_80_columns(tmp_path):
