@@ -549,9 +549,11 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete every resu
         console.print(f"{where} holds no training state", highlight=False, markup=False, soft_wrap=True)
         return
     t = Table(title=f"training state in {where}")
+    longest = max(len(word) for e in entries for word in e["status"].split())
     for name, justify in (("kind", "left"), ("seed", "left"), ("epoch", "right"), ("MB", "right"),
-                          ("modified", "left"), ("status", "left")):
-        t.add_column(name, justify=justify, overflow="fold")
+                          ("modified", "left"), ("status", "left")):     # a status's words are never cut
+        t.add_column(name, justify=justify, overflow="fold", min_width=longest if name == "status" else None,
+                     max_width=10 if name == "modified" and console.width < 120 else None)  # narrow: date over time
     for e in entries:
         epoch = "" if e["epoch"] is None else f"{e['epoch']}" + (f" of {e['epochs']}" if e["epochs"] else "")
         what = e["what"] or f"? ({e['fingerprint']})"

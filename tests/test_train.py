@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -265,6 +266,10 @@ def test_state_lists_what_train_keeps_and_prune_spares_a_seed_being_trained(tmp_
     assert {(e["epochs"], e["processes"]) for e in listed} == {(4, 1)}
     table = _state()
     assert f"{a} 2" in table and "1 of 4" in table and "resumable" in table
+    from test_cli import ROOT
+    narrow = subprocess.run([sys.executable, "-m", "pipeline.cli", "state"], cwd=ROOT, capture_output=True,
+                            text=True, env=dict(os.environ, COLUMNS="80")).stdout
+    assert "train.time_limit" in narrow and max(map(len, narrow.splitlines())) <= 80, narrow   # no word cut
     seed1 = next(e["fingerprint"] for e in listed if e["what"] == f"{a} 1")
     holder = _hold_lock(root / "locks" / seed1)            # seed 1 of the first configuration is training
     try:

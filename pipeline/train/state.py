@@ -168,8 +168,8 @@ def _size(path: Path) -> int:
 
 def _resume_info(path: Path) -> Optional[dict]:
     """Label, last finished epoch, planned epochs, process count and fingerprint inputs (runs.shown_inputs)
-    of a resume file, memory-mapped (the weights are not read); None for what a file written before seqpe
-    recorded it lacks; None if it cannot be read."""
+    of a resume file, memory-mapped (the weights are not read). An entry is None where the file predates
+    seqpe recording it; the whole answer is None if the file cannot be read."""
     import torch
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
