@@ -67,6 +67,7 @@ from .params import IMPORT_FORMATS, IMPORT_NAME, Params, to_dict
 from .protocols.srgnn import valid_count
 
 FORMATS = tuple(IMPORT_FORMATS)
+EXPORT_FORMATS = ("srgnn", "sasrec")   # the CTR formats import (user, item, label) rows: nothing exports them
 PICKLE_PROTOCOL = 3          # what SR-GNN's preprocess.py wrote (Python 3.6 default): same bytes
 SRGNN_FILES = ("all_train_seq.txt", "test.txt", "train.txt")
 _NO_CLOBBER = "pick a new or empty folder (export replaces the whole folder)"
@@ -500,8 +501,10 @@ def export_dataset(sessions_dir: str | Path, out_dir: str | Path, fmt: str = "sr
                    dataset: str | None = None) -> dict:
     """Write a sessions folder as SR-GNN pickles (or S3-Rec text) into `out_dir`, atomically.
     `dataset`: the name the command gave; the folder must then be that dataset's sessions."""
-    if fmt not in FORMATS:
-        raise unknown("format", fmt, FORMATS)
+    if fmt not in EXPORT_FORMATS:
+        raise unknown("export format", fmt, EXPORT_FORMATS,
+                      f"use --format srgnn or --format sasrec ({fmt} is a format import reads, not one export "
+                      "writes)" if fmt in FORMATS else None)
     sessions_dir, out_dir = Path(sessions_dir), Path(out_dir)
     refuse_nested(out_dir, "export", "e.g. a new folder next to data/")
     manifest = read_manifest(sessions_dir) if dataset is None else require_kind(sessions_dir, "sessions", dataset,

@@ -221,6 +221,13 @@ def test_export_refuses_other_files_and_other_protocols(tmp_path):
         with pytest.raises(DataError, match="holds CTR data .* Fix: export a next-item dataset"):
             formats.export_dataset(ctr, tmp_path / "e", fmt, dataset="sample_ctr")
     assert not (tmp_path / "e").exists()
+    for fmt in ("kuaivideo_x1", "amazonelectronics_x1"):   # import's CTR formats: once written as S3-Rec text
+        with pytest.raises(UnknownNameError, match=f"unknown export format '{fmt}'. Fix: use --format srgnn or "
+                                                   f"--format sasrec \\({fmt} is a format import reads"):
+            formats.export_dataset(tmp_path / "s", tmp_path / "e", fmt)
+    with pytest.raises(UnknownNameError, match="unknown export format 'txt'. Fix: use one of: sasrec, srgnn"):
+        formats.export_dataset(tmp_path / "s", tmp_path / "e", "txt")
+    assert not (tmp_path / "e").exists()
 
 
 # --------------------------------------------------------------------------- srgnn, the real files
