@@ -44,8 +44,8 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
         samples_dir: Optional[Path] = None, baseline: Optional[str] = None) -> dict:
     """Report `dataset`'s runs; `samples_dir` (its samples folder) gives the CTR test labels that the
     per-sample significance tests need; `baseline` is the configuration the others are tested against
-    (default study.reference when the dataset has it, else the first in grid order, or in sorted order
-    outside the grid)."""
+    (default study.reference when the dataset has it, else the first in grid order, with --all too; in sorted
+    order outside the grid)."""
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     claim_dir(reports_dir, dataset, "report")          # never write report files among a user's own
     if not runs_dir.is_dir():
@@ -54,8 +54,9 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
     records = [r for r in report.find_runs([runs_dir]) if r.get("dataset") in (dataset, None)]
     if not records:
         raise DataError(f"no runs of dataset '{dataset}' under {runs_dir}", f"run `seqpe train {dataset}` first")
-    grid = None if all_runs else study_configs(params, dataset)
-    if grid is not None:
+    grid = study_configs(params, dataset)
+    order = {c: i for i, c in enumerate(grid[1])} if grid is not None else {}   # --all too: the grid's first leads
+    if grid is not None and not all_runs:
         task, configs = grid
         seeds = set(params.study.seeds)
         records = [r for r in records if r.get("name") in configs and r["seed"] in seeds]
@@ -65,10 +66,8 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
             raise DataError(f"the study grid of '{dataset}' has no runs for {', '.join(missing[:4])}"
                             + (f" and {len(missing) - 4} more" if len(missing) > 4 else ""),
                             f"run `dvc repro` (or `seqpe train {dataset} --model M --encoding E`) first")
-        order = {c: i for i, c in enumerate(configs)}
     else:
         task = "ctr" if any(r.get("task") == "ctr" or r.get("protocol") == "ctr" for r in records) else "next_item"
-        order = {}
     ks = {str(k) for k in params.evaluate.ks}
     show = lambda c: ", ".join(f"@{k}" for k in sorted(c, key=int))  # noqa: E731
     for r in records:   # keep the cut-offs asked for (metrics without a cut-off, e.g. auc, stay)

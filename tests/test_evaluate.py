@@ -137,7 +137,8 @@ def test_the_study_grid_is_reported_in_grid_order_without_hand_runs(tmp_path):
     png = (tmp_path / "reports" / "comparison.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     every = stage.run("sample", runs, tmp_path / "all", params(grid=True), all_runs=True)
-    assert sorted(c["name"] for c in every["configs"]) == ["pop-none", "sasrec-alibi", "sasrec-lpe"]
+    assert [c["name"] for c in every["configs"]] == ["sasrec-lpe", "pop-none", "sasrec-alibi"]   # grid first
+    assert every["reference"] == "sasrec-lpe"          # as without --all (was pop-none, the first in sorted order)
     (runs / "pop-none" / "seed-3" / "run.json").unlink()
     with pytest.raises(DataError, match="the study grid of 'sample' has no runs for pop-none/seed-3"):
         stage.run("sample", runs, tmp_path / "r2", params(grid=True))
