@@ -281,13 +281,37 @@ def refuse_nested(dst: str | Path, what: str, instead: str, *, itself: bool = Fa
     the kind of folder to pass (the fix); `itself`: `dst` may not be such a folder either (a runs folder,
     whose seed folders go inside it)."""
     dst = Path(dst)
-    for parent in ([dst.absolute()] if itself else []) + list(dst.absolute().parents):
+    here = dst.absolute()
+    for parent in ([here] if itself else []) + list(here.parents):
         owner_kind, owner_dataset = _owner(parent)
         if owner_kind is not None and owner_dataset is not None:
-            where = f"{dst}" if parent == dst.absolute() else f"{dst} is inside {parent}, which"
+            where = f"{dst}" if parent == here else f"{dst} is inside {parent}, which"
             raise DataError(f"{where} holds {owner_dataset}'s {_WHAT[owner_kind]}: "
                             f"`seqpe {_MAKER[owner_kind]}` replaces that folder whole, and the {what} with it",
                             f"pass a folder outside it ({instead})")
+        own_seed = parent == here.parent and re.fullmatch(r"seed-\d+", here.name)   # train's own run folder
+        if what != "runs" and parent != here and not own_seed and (config := _configuration(parent)) is not None:
+            # (a runs folder there: train.runs.check_runs_dir names it, with the runs folder's own fix)
+            raise DataError(f"{dst} is inside {parent}, which holds {config}'s seeds of one configuration "
+                            f"(seed-N/run.json): `dvc repro` replaces that folder whole (a train stage's output), "
+                            f"and the {what} with it", f"pass a folder outside it ({instead})")
+
+
+def _configuration(folder: Path) -> Optional[str]:
+    """The dataset of a configuration's seeds folder (RUNS/MODEL-ENCODING: seed-N/run.json inside), else None.
+    `seqpe evaluate X RUNS RUNS/sasrec-none/rep` wrote its report into a train stage's DVC output."""
+    try:
+        for seed in sorted(folder.glob("seed-*")):
+            if re.fullmatch(r"seed-\d+", seed.name) and (seed / "run.json").is_file():
+                try:
+                    rec = read_json(seed / "run.json")
+                except (DataError, OSError):
+                    continue
+                if isinstance(rec, dict) and isinstance(rec.get("dataset"), str):
+                    return rec["dataset"]
+    except OSError:
+        return None
+    return None
 
 
 _PLURAL = {"raw": "raw", "sessions": "sessions", "samples": "samples", "run": "runs", "report": "reports"}

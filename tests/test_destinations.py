@@ -477,3 +477,33 @@ def test_a_folder_of_another_kind_is_named_for_what_it_holds(prepared, tmp_path)
     assert_one_line_error(proc, "runs holds training runs (MODEL-ENCODING/seed-N/run.json); seqpe replaces only",
                           "Fix: pass a new or empty folder for the output")
     assert_one_line_error(seqpe("stats", "sample", str(runs / "pop-none" / "seed-1")), "seed-1 holds a training run")
+
+
+def test_outputs_inside_a_configurations_seeds_folder_and_runs_in_a_project_root_are_refused(prepared, tmp_path):
+    """`evaluate X RUNS RUNS/sasrec-none/rep`, `report --out RUNS/sasrec-none/r.md` and `train --metrics
+    RUNS/sasrec-none/m.json` wrote into a train stage's DVC output (replaced whole by the next `dvc repro`);
+    `train sample SAMPLES .` in a project made ./pop-none beside dvc.yaml, and `train ... data` beside
+    data/samples."""
+    runs = tmp_path / "runs"
+    base = ["train", "sample", str(prepared / "samples")]
+    assert seqpe(*base, str(runs), "--model", "pop", "--seed", "1", "--quiet").returncode == 0
+    config = runs / "pop-none"
+    before = sorted(p.name for p in config.rglob("*"))
+    for argv in (["evaluate", "sample", str(runs), str(config / "rep"), "--all", "--quiet"],
+                 ["report", str(runs), "--out", str(config / "r.md"), "--quiet"],
+                 [*base, str(tmp_path / "runs2"), "--model", "pop", "--seed", "1", "--quiet",
+                  "--metrics", str(config / "m.json")]):
+        assert_one_line_error(seqpe(*argv), f"is inside {config}, which holds sample's seeds of one configuration",
+                              "`dvc repro` replaces that folder whole", "Fix: pass a folder outside it")
+    assert sorted(p.name for p in config.rglob("*")) == before and not (tmp_path / "runs2").exists()
+    project = tmp_path / "project"
+    (project / "data" / "samples").mkdir(parents=True)
+    (project / "dvc.yaml").write_text("stages: {}\n")
+    shutil.copytree(prepared / "samples", project / "data" / "samples" / "sample")
+    assert_one_line_error(seqpe(*base, str(project), "--model", "pop", "--seed", "1", "--quiet"),
+                          "project is a project's root (it holds dvc.yaml), not a runs folder",
+                          "Fix: pass that dataset's own runs folder, e.g. data/runs/sample")
+    assert_one_line_error(seqpe(*base, str(project / "data"), "--model", "pop", "--seed", "1", "--quiet"),
+                          "data holds seqpe's data folders (samples/sample), not runs", "e.g. data/runs/sample")
+    assert sorted(p.name for p in project.iterdir()) == ["data", "dvc.yaml"]
+    assert sorted(p.name for p in (project / "data").iterdir()) == ["samples"]

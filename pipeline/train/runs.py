@@ -202,10 +202,13 @@ def _copy_tree(src: Path, dst: Path, atomic: bool = False) -> None:
     os.replace(staging, dst)
 
 
+PROJECT_MARKS = ("dvc.yaml", ".dvc", "params.yaml", ".git", "pyproject.toml")
+
+
 def check_runs_dir(runs_dir: Path, dataset: str) -> None:
     """A DataError when the runs folder `runs_dir` (MODEL-ENCODING/seed-N/run.json inside) holds another
-    dataset's runs, or is the parent of runs folders (`data/runs`): a new seed there would be mixed into
-    another dataset's reports, or into none (`seqpe train sample data/samples/sample data/runs` made
+    dataset's runs, or is the parent of runs folders (`data/runs`), a project's root or the folder of seqpe's
+    data folders (`data`): a new seed there would be mixed into another dataset's reports, or into none (`seqpe train sample data/samples/sample data/runs` made
     data/runs/sasrec-none beside the datasets' folders, and the next `seqpe report` failed)."""
     runs_dir = Path(runs_dir)
     fix = f"pass that dataset's own runs folder, e.g. data/runs/{dataset}"
@@ -222,6 +225,14 @@ def check_runs_dir(runs_dir: Path, dataset: str) -> None:
         shown = ", ".join(inner[:3]) + (", ..." if len(inner) > 3 else "")
         raise DataError(f"{runs_dir} holds runs folders ({shown}), not runs: seeds go inside one dataset's runs "
                         f"folder", fix)
+    marks = [name for name in PROJECT_MARKS if (runs_dir / name).exists()]
+    if marks:          # `seqpe train sample SAMPLES .` wrote ./pop-none/seed-1 beside the project's own files
+        raise DataError(f"{runs_dir} is a project's root (it holds {', '.join(marks)}), not a runs folder", fix)
+    stages = sorted({p.parent.relative_to(runs_dir).as_posix() for name in ("manifest.json", "source.json")
+                     for p in runs_dir.glob(f"*/*/{name}")})
+    if stages:         # data/: its runs would sit beside data/samples and data/sessions
+        shown = ", ".join(stages[:3]) + (", ..." if len(stages) > 3 else "")
+        raise DataError(f"{runs_dir} holds seqpe's data folders ({shown}), not runs", fix)
     here = runs_dir.absolute()
     for folder in [here, *here.parents]:
         held = _study_output(folder, itself=folder == here, parent=folder == here.parent)
