@@ -367,3 +367,20 @@ def test_evaluate_refuses_a_training_setting_it_would_ignore(tmp_path, setting):
     proc = seqpe("evaluate", "sample", str(tmp_path / "runs"), str(tmp_path / "out"), "--set", setting)
     assert_one_line_error(proc, f"--set {setting} sets how runs are trained, and `seqpe evaluate` reports runs")
     assert not (tmp_path / "out").exists()
+
+
+def test_preprocess_refuses_a_valid_fraction_that_carves_no_session(tmp_path):
+    """10% of a handful of sessions rounds down to none: preprocess wrote an empty valid split, exit 0, and
+    train then said "with preprocess.valid_fraction above 0 (e.g. 0.1; it was 0?)" though it was 0.1."""
+    tiny = ["--set", "preprocess.sample.sessions=30", "--quiet"]
+    assert seqpe("download", "sample", str(tmp_path / "raw"), *tiny).returncode == 0
+    proc = seqpe("preprocess", "sample", str(tmp_path / "raw"), str(tmp_path / "sessions"), *tiny)
+    assert_one_line_error(proc, "preprocess.valid_fraction=0.1 carves no valid session out of the ",
+                          "train sessions of 'sample'", "Fix: --set preprocess.valid_fraction=0.")
+    assert not (tmp_path / "sessions").exists()
+    wanted = re.search(r"valid_fraction=(0\.\d+) or more", proc.stderr).group(1)
+    proc = seqpe("preprocess", "sample", str(tmp_path / "raw"), str(tmp_path / "sessions"), *tiny,
+                 "--set", f"preprocess.valid_fraction={wanted}")
+    assert proc.returncode == 0, proc.stderr
+    valid = json.loads((tmp_path / "sessions" / "manifest.json").read_text())["splits"]["valid"]
+    assert valid["sessions"] >= 1

@@ -181,9 +181,12 @@ class NextItemTask:
         for split in SPLITS:
             d = self.data[split]
             if len(d) == 0:
+                was = ((manifest.get("params") or {}).get("preprocess") or {}).get("valid_fraction")
                 fix = ("training picks its best epoch on valid: re-run `seqpe preprocess` with preprocess.valid_fraction "
-                       "above 0 (e.g. 0.1; it was 0?), then `seqpe augment`") if split == "valid" else \
-                    "check the dataset's protocol"
+                       f"above 0 (e.g. 0.1{'' if was is None else f'; it was {was}'}), then `seqpe augment`"
+                       if not was else "training picks its best epoch on valid: re-run `seqpe preprocess` with a larger "
+                       f"preprocess.valid_fraction (it was {was}) or more raw data, then `seqpe augment`") \
+                    if split == "valid" else "check the dataset's protocol"
                 raise DataError(f"the {split} split of {samples_dir} has no samples", fix)
             real = d.targets[d.targets != 0] if d.targets.ndim == 2 else d.targets
             if int(max(d.seqs.max(), d.targets.max())) > self.n_items or int(real.min()) < 1:
