@@ -592,6 +592,26 @@ def test_check_refuses_what_the_run_would_and_says_what_it_would_reuse_or_replac
         holder.wait()
 
 
+def test_a_new_seed_beside_seeds_of_other_settings_is_told_before_it_trains(tmp_path, toy_registry, capfd):
+    """`--seed 3 --set train.lr=0.05` beside seeds 1-2 trained at 0.02 trained silently, and `seqpe report` then
+    refused the whole runs folder: train and --check now say so first, naming the seeds and the difference."""
+    samples = make_samples(tmp_path / "samples")
+    runs = tmp_path / "runs"
+    stage.run("toyset", samples, runs, params(epochs=1, seeds=(1, 2)), progress=False)
+    capfd.readouterr()
+    stage.run("toyset", samples, runs, params(epochs=1, lr=0.05, seeds=(3,)), progress=False, check=True)
+    note = capfd.readouterr().err
+    assert "keeps seed 1, 2 trained with other settings (train.lr: 0.02 vs 0.05)" in note, note
+    assert "train them with these settings too (--seed 1 --seed 2), or give this variant its own --tag" in note
+    stage.run("toyset", samples, runs, params(epochs=1, lr=0.05, seeds=(1, 3)), progress=False)
+    note = capfd.readouterr().err
+    assert "keeps seed 2 trained with other settings (train.lr: 0.02 vs 0.05)" in note and "(--seed 2)" in note
+    stage.run("toyset", samples, runs, params(epochs=1, lr=0.05, seeds=(2,)), progress=False)
+    assert "keeps seed" not in capfd.readouterr().err           # seed 2 joins 1 and 3: nothing left to mix
+    stage.run("toyset", samples, runs, params(epochs=1, lr=0.05, seeds=(4,), threads=2), progress=False, check=True)
+    assert "keeps seed" not in capfd.readouterr().err           # a machine setting: pooled by report, not noted
+
+
 def test_tagged_variants_get_their_own_folders_and_report_rows(tmp_path, toy_registry):
     from pipeline import report
     samples = make_samples(tmp_path / "samples")

@@ -160,6 +160,8 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
         if n < world:
             raise ParamsError(f"an epoch of {dataset} would have no training step: {distributed.too_few(n, world)}",
                               distributed.too_few_fix(world))
+    if task is not None and os.environ.get("RANK", "0") == "0":
+        _note_siblings(run_dirs, _settings(tp, params, spec, task, applied, world))
     for seed in seeds:
         key = runs.fingerprint_inputs(tp, params, manifest, seed, world=world)
         fp = runs.hash_inputs(key)
@@ -219,6 +221,8 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
     """Every seed of the configuration (only rank 0 writes when distributed; the others return [])."""
     task = make_task(kind, samples_dir, manifest, tp, params, spec, device, dist if dist.active else None)
     select = setup.select_metric(tp, task)
+    if dist.main:
+        _note_siblings(run_dirs, _settings(tp, params, spec, task, applied, dist.world))
     results, records, fps = [], [], []
     for seed in seeds:
         key = runs.fingerprint_inputs(tp, params, manifest, seed, world=dist.world)
@@ -317,6 +321,27 @@ def _note_replacing(run_dir: Path, fp: str, settings: dict) -> None:
         why = "; ".join(machine) or "the same settings, from another code version or other samples"
     sys.stderr.write(f"note: {run_dir} holds a run trained with other settings ({why}); this run replaces it when "
                      f"it ends (--tag NAME keeps both)\n")
+
+
+def _note_siblings(run_dirs: dict, settings: dict) -> None:
+    """Seeds of the configuration this command does not train, finished with other settings: `seqpe report` and
+    `evaluate` refuse to pool them with the new ones into one mean, which a user learnt only after training
+    (`--seed 3 --set train.lr=0.05` beside seeds 1-2 at 0.001). Said before it trains, and by --check."""
+    from ..report import settings_change
+    config_dir = next(iter(run_dirs.values())).parent
+    trained = {d.name for d in run_dirs.values()}
+    others = []
+    for seed_dir in sorted(runs._seed_folders(config_dir), key=lambda d: int(d.name.split("-")[1])):
+        old = runs._record(seed_dir) if seed_dir.name not in trained else None
+        if old is not None and (why := settings_change(old, settings)):
+            others.append((seed_dir.name.split("-")[1], why))
+    if others:
+        seeds = ", ".join(seed for seed, _ in others)
+        sys.stderr.write(f"note: {config_dir} keeps seed {seeds} trained with other settings ({others[0][1]}): "
+                         f"`seqpe report` and `evaluate` will not pool {'it' if len(others) == 1 else 'them'} with "
+                         f"this run into one mean; train {'it' if len(others) == 1 else 'them'} with these settings "
+                         f"too ({' '.join(f'--seed {seed}' for seed, _ in others)}), or give this variant its own "
+                         f"--tag NAME\n")
 
 
 def _note_other_resume(label: str, fp: str, key: dict) -> None:
