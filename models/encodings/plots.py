@@ -44,8 +44,10 @@ def check_inputs(lengths: list[int], dim: int) -> None:
     if not lengths or min(lengths) < 1:
         raise ParamsError(f"--lengths must be positive integers, got {lengths}", "pass e.g. --lengths 10 20")
     if max(lengths) > MAX_LENGTH:
-        raise ParamsError(f"--lengths {max(lengths)} is longer than {MAX_LENGTH} positions (an l x l map of that "
-                          f"size needs {4 * max(lengths) ** 2 / 1e9:.1f} GB and no figure can show it)",
+        size = 4 * max(lengths) ** 2
+        shown = f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{size / 1e6:.0f} MB"
+        raise ParamsError(f"--lengths {max(lengths)} is longer than {MAX_LENGTH} positions (its l x l map is "
+                          f"{max(lengths) ** 2:,} cells, {shown} of floats: more than a figure's pixels can show)",
                           f"pass lengths up to {MAX_LENGTH}, e.g. --lengths 10 20 50")
     if len(set(lengths)) > MAX_LENGTHS:
         raise ParamsError(f"--lengths gives {len(set(lengths))} distinct lengths; at most {MAX_LENGTHS} are drawn "
