@@ -307,8 +307,8 @@ def _configuration(folder: Path) -> Optional[str]:
                     rec = read_json(seed / "run.json")
                 except (DataError, OSError):
                     continue
-                if isinstance(rec, dict) and isinstance(rec.get("dataset"), str):
-                    return rec["dataset"]
+                if isinstance(rec, dict) and isinstance(rec.get("dataset"), str) and rec.get("name") == folder.name:
+                    return rec["dataset"]                # (a seed folder copied elsewhere does not make its parent one)
     except OSError:
         return None
     return None

@@ -138,7 +138,8 @@ class RunModel:
         """(session_id, items) frame -> top-K long frame: session_id, rank, item, score."""
         ids = sessions.get_column("session_id")
         lists = sessions.get_column("items").to_list()
-        internal = self.to_internal(lists, drop_unknown, ids.to_list()) if raw_ids else [[_as_id(i) for i in s] for s in lists]
+        internal = self.to_internal(lists, drop_unknown, ids.to_list()) if raw_ids else \
+            [self._session_ids(s, sid) for sid, s in zip(ids.to_list(), lists)]
         for sid, s, given in zip(ids.to_list(), internal, lists):
             if not s and given and raw_ids:              # --drop-unknown dropped every one of its ids
                 raise DataError(f"session {printable(str(sid), 40)} has no item in the run's vocabulary: "
@@ -171,6 +172,13 @@ class RunModel:
         lengths = np.array([len(s) for s in cut], dtype=np.int32)
         return pad_left(flat.astype(np.int32), lengths, self.max_len)
 
+    def _session_ids(self, items: Sequence, sid) -> list[int]:
+        """A session's internal ids, checked; an error names the session (a file of thousands said only the id)."""
+        try:
+            return [self._item_id(i) for i in items]
+        except DataError as e:
+            raise DataError(f"{e.problem} (session {printable(str(sid), 40)})", e.fix) from None
+
     def _item_id(self, value) -> int:
         """An internal item id 1..n_items (an id past int64 was an OverflowError in NumPy)."""
         v = _as_id(value)
@@ -187,6 +195,8 @@ _DIGITS = re.compile(r"\s*[+-]?[0-9]+\s*")
 def _as_id(value) -> int:
     """An integer id from an int, an integral float (a Parquet float column's 2.0) or ASCII digits; int() also
     took 1.9 as 1, True as 1, '1_0' as 10 and Arabic-Indic digits, so those are errors here."""
+    if value is None or (isinstance(value, str) and not value.strip()):    # an empty CSV cell, a Parquet null
+        raise DataError("an item id is empty", "fill or drop the rows without an item id")
     integral = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         integral = True

@@ -256,8 +256,25 @@ def test_ids_that_are_not_integers_are_refused_not_truncated(trained, tmp_path):
                            str(tmp_path / "f.parquet"), "--out", str(tmp_path / "o.parquet")], cwd=trained[0],
                           capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 1 and len(lines) == 1 and "item id '1.9' is not an integer" in lines[0], proc.stderr
+    assert proc.returncode == 1 and len(lines) == 1 and "item id '1.9' is not an integer (session 10)" in lines[0], \
+        proc.stderr
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_bad_item_in_a_file_names_its_session_and_an_empty_cell_is_called_empty(trained):
+    """A file of thousands of sessions said only "item id 99999 is outside 1..N" (the --raw-ids path named the
+    session); an empty CSV cell or a Parquet null was "item id 'None' is not an integer"."""
+    _, run, _ = trained
+    model = recommend.load_run(run)
+    n = model.n_items
+    for frame, said in ((pl.DataFrame({"session_id": ["u1", "u3"], "items": [[1, 2], [3, n + 1]]}),
+                         rf"item id {n + 1} is outside 1\.\.{n:,}, .* \(session u3\)"),
+                        (pl.DataFrame({"session_id": ["u1", "u3"], "items": [["1"], ["7", "x"]]}),
+                         r"item id 'x' is not an integer \(session u3\)"),
+                        (pl.DataFrame({"session_id": [4, 5], "items": [[1], [2, None]]}),
+                         r"an item id is empty \(session 5\). Fix: fill or drop the rows without an item id")):
+        with pytest.raises(DataError, match=said):
+            model.recommend_frame(frame, k=3)
 
 
 def test_a_damaged_items_file_is_named(trained, tmp_path):
