@@ -229,11 +229,14 @@ def augment(dataset: str,
 @app.command()
 def stats(dataset: str,
           root: Annotated[Optional[Path], typer.Argument(help="a sessions or samples folder (default "
-                                                               "data/sessions/DATASET)")] = None,
+                                                               "data/sessions/DATASET, else "
+                                                               "data/samples/DATASET)")] = None,
           as_json: JsonOpt = False):
     """Show a prepared folder's manifest counts as a table."""
     from .io import read_manifest, require_dataset
-    folder = _default("sessions", dataset, root)
+    samples = Path("data") / "samples" / dataset     # `import --sessions ELSEWHERE` leaves only the samples here
+    folder = samples if root is None and not (Path("data") / "sessions" / dataset).exists() and samples.is_dir() \
+        else _default("sessions", dataset, root)
     if not folder.exists():
         raise DataError(f"{folder} does not exist", f"run `seqpe preprocess {dataset}` (sessions) or `seqpe augment "
                         f"{dataset}` (samples) first, or pass a sessions or samples folder")

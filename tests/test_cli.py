@@ -329,6 +329,11 @@ def test_datasets_lists_what_seqpe_import_wrote(tmp_path):
     for wrong, what in ((tmp_path / "dta", "does not exist"), (src, "is not a folder")):   # every dataset "absent"
         assert_one_line_error(seqpe("datasets", "--data-dir", str(wrong)), f"--data-dir {wrong} {what}",
                               "Fix: pass the project's data folder")
+    proc = seqpe("import", "elsewhere", str(src), "--format", "sasrec", "--quiet", "--sessions",
+                 str(tmp_path / "s"), cwd=tmp_path)                          # only its samples under data/
+    assert proc.returncode == 0, proc.stderr
+    proc = seqpe("stats", "elsewhere", "--json", cwd=tmp_path)               # was "unknown dataset 'elsewhere'"
+    assert proc.returncode == 0 and json.loads(proc.stdout)["kind"] == "samples", proc.stderr
 
 
 def test_a_missing_prepared_folder_is_named_as_missing(tmp_path):
