@@ -374,8 +374,8 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     except UnicodeDecodeError as e:
         raise DataError(f"{src} is not UTF-8 text (byte {e.start})", "pass the S3-Rec .txt file") from None
     lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline
+    while lines and not lines[-1].strip():
+        lines.pop()  # the final newline, and blank lines after the last user (an editor's or export's): no data
     if not lines:
         raise DataError(f"{src} is empty", "pass a file with one line per user (`user item item ...`) or one "
                         "interaction per line (`user item`)")

@@ -443,6 +443,10 @@ def test_sasrec_file_with_a_byte_order_mark_or_crlf_imports_the_same(tmp_path):
                                tmp_path / name / "a", params())
         out[name] = [rows(tmp_path / name / "a", x) for x in io.SPLITS]
     assert out["bom"] == out["plain"] == out["crlf"] and out["plain"][2][0] == (1, [5, 6, 7, 8], 9)
+    (tmp_path / "tail.txt").write_text(text + "\n \n\n")     # blank lines after the last user: no data, no error
+    formats.import_dataset("tiny", tmp_path / "tail.txt", "sasrec", tmp_path / "tail" / "s", tmp_path / "tail" / "a",
+                           params())
+    assert [rows(tmp_path / "tail" / "a", x) for x in io.SPLITS] == out["plain"]
 
 
 @pytest.mark.parametrize("text, fragment", [
@@ -458,6 +462,7 @@ def test_sasrec_file_with_a_byte_order_mark_or_crlf_imports_the_same(tmp_path):
     ("1 2 3 4\n2;5;6;7\n", "line 2 separates ids by ';'"),
     ("1 2 3 4\n2 3 4 5\n1 5 6 7\n", "line 3: user 1 already had line 1"),
     ("", "is empty"),
+    ("\n\n", "is empty"),
     ("1 2 3\n2 4 5\n", "no user has 3 or more items (2 read)"),     # was an import of 0 samples
     ("1 2\n1 3\n2 4\n", "no user has 3 or more items (2 read)"),   # the same in Kang & McAuley's layout
 ])
