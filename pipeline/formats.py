@@ -103,8 +103,15 @@ def detect_format(src: str | Path) -> str:
     if len(csvs) == 1:
         return _ctr_format(csvs[0])
     if src.is_dir():
+        _refuse_seqpe_folder(src)
+        from .io import _owner
+        kind, owner = _owner(src)
+        if kind == "raw":                 # a download of a registered dataset: its own stage reads it
+            raise DataError(f"{src} holds {owner}'s raw data (source.json), which no import format reads",
+                            f"run `seqpe preprocess {owner} {src}`")
         texts = [] if any((src / f).exists() for f in ("all_train_seq.txt", "train.txt", "test.txt")) else \
-            [f for f in sorted(src.iterdir()) if f.is_file() and sniff.describe(sniff.head(f, 4096)) == "text"]
+            [f for f in sorted(src.iterdir()) if f.is_file() and sniff.describe(sniff.head(f, 4096)) == "text"
+             and not _json(f)]
         if texts:   # e.g. S3-Rec's data/ folder, passed where its Beauty.txt was meant
             raise DataError(f"{src} is a folder without SR-GNN's all_train_seq.txt, but it holds text files",
                             f"pass the SASRec / S3-Rec text file itself, e.g. {texts[0]}")
@@ -118,8 +125,33 @@ def detect_format(src: str | Path) -> str:
     return "sasrec"
 
 
+_FOLLOW = {"sessions": "augment", "samples": "train"}    # what reads a seqpe folder of that kind
+
+
+def _refuse_seqpe_folder(src: Path) -> None:
+    """A folder seqpe wrote (sessions, samples, a run, a report) is no file of a paper's code: `seqpe
+    import x13 data/sessions/sample` suggested its manifest.json as the SASRec text file."""
+    from .io import _WHAT, _owner
+    kind, owner = _owner(src)
+    if kind in (None, "raw"):          # a download's raw folder holds the files as published (BARS' CSVs import)
+        return
+    step, whose = _FOLLOW.get(kind), f"{owner}'s " if owner else ""
+    raise DataError(f"{src} holds {whose}{_WHAT[kind]}, written by seqpe: nothing to "
+                    "import", (f"use it as it is: `seqpe {step} {owner or 'DATASET'} {src}`" if step else
+                           "pass an SR-GNN folder, a SASRec / S3-Rec text file or a folder of BARS CSVs"))
+
+
+def _json(path: Path) -> bool:
+    """Whether a text file starts as JSON ({ or [): a manifest.json or source.json beside the data."""
+    return sniff.head(path, 64).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
+
+
 def _require_text_file(src: Path) -> None:
     """A DataError naming what `src` is unless it is text (or empty: the reader says so)."""
+    if src.is_file() and _json(src):
+        raise DataError(f"{src} is JSON, not SASRec / S3-Rec text" + (" (a seqpe folder's record)" if src.name in
+                        (MANIFEST, "source.json", "run.json", "summary.json") else ""),
+                        "pass the `user item item ...` (or `user item`) text file, or an SR-GNN folder")
     found = sniff.describe(sniff.head(src))
     if found == "a Python pickle":
         raise DataError(f"{src} is a Python pickle (a file of an SR-GNN folder), not SASRec / S3-Rec text",
@@ -148,6 +180,8 @@ def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | 
                    samples_dst: str | Path, params: Params) -> dict:
     """Import `src` (SR-GNN folder, S3-Rec text file, BARS CTR folder) as seqpe sessions and samples;
     `fmt` "auto" tells them apart (detect_format)."""
+    if Path(src).is_dir():
+        _refuse_seqpe_folder(Path(src))
     if fmt == "auto":
         fmt = detect_format(src)
     if fmt not in FORMATS:

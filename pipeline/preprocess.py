@@ -13,13 +13,14 @@ The protocol module (`pipeline.protocols.<spec.protocol>`) does the work and ret
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import polars as pl
 
 from . import io
 from .datasets import get
-from .errors import DataError, ParamsError
+from .errors import DataError
 from .params import Params, to_dict
 from .protocols import ProtocolResult, build_protocol
 
@@ -121,15 +122,15 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
                         "check the raw file is complete (enough days and clicks), or relax the filters in "
                         "the preprocess section of params.yaml")
     fraction = params.preprocess.valid_fraction
-    if fraction > 0 and spec.protocol != "leave_one_out" and _height(result.splits["valid"]) == 0:    # 10% of 5 sessions: `seqpe train` refused it later
+    if fraction > 0 and spec.protocol != "leave_one_out" and _height(result.splits["valid"]) == 0:    # 10% of 5 sessions
         n_train = _height(result.splits["train"])
         at_least = math.ceil(100 / n_train) / 100 if n_train else 0.1
-        raise ParamsError(f"preprocess.valid_fraction={fraction} carves no valid "
-                          f"{'row' if spec.protocol == 'ctr' else 'session'} out of the {n_train:,} train "
-                          f"{'rows' if spec.protocol == 'ctr' else 'sessions'} of '{dataset}', and `seqpe train` picks "
-                          "its best epoch on valid",
-                          f"--set preprocess.valid_fraction={at_least} or more, or preprocess more raw data"
-                          if at_least < 1 else "preprocess more raw data")
+        unit = "row" if spec.protocol == "ctr" else "session"      # a note, not an error: `export` needs no valid
+        sys.stderr.write(f"note: preprocess.valid_fraction={fraction} carves no valid {unit} out of the {n_train:,} "
+                         f"train {unit}s of '{dataset}': `seqpe train` will refuse these samples (it picks its best "
+                         f"epoch on valid); "
+                         + (f"--set preprocess.valid_fraction={at_least} or more, or preprocess more raw data\n"
+                            if at_least < 1 else "preprocess more raw data\n"))
     rows_per_shard = params.preprocess.rows_per_shard
     manifest = {
         "stage": stage, "kind": "sessions", "dataset": dataset, "protocol": spec.protocol,

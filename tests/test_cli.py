@@ -374,15 +374,18 @@ def test_evaluate_refuses_a_training_setting_it_would_ignore(tmp_path, setting):
     assert not (tmp_path / "out").exists()
 
 
-def test_preprocess_refuses_a_valid_fraction_that_carves_no_session(tmp_path):
-    """10% of a handful of sessions rounds down to none: preprocess wrote an empty valid split, exit 0, and
-    train then said "with preprocess.valid_fraction above 0 (e.g. 0.1; it was 0?)" though it was 0.1."""
+def test_preprocess_says_when_a_valid_fraction_carves_no_session(tmp_path):
+    """10% of a handful of sessions rounds down to none: preprocess wrote an empty valid split without a word
+    (it still writes it: `export` needs no valid), and train then said "with preprocess.valid_fraction above 0
+    (e.g. 0.1; it was 0?)" though it was 0.1."""
     tiny = ["--set", "preprocess.sample.sessions=30", "--quiet"]
     assert seqpe("download", "sample", str(tmp_path / "raw"), *tiny).returncode == 0
     proc = seqpe("preprocess", "sample", str(tmp_path / "raw"), str(tmp_path / "sessions"), *tiny)
-    assert_one_line_error(proc, "preprocess.valid_fraction=0.1 carves no valid session out of the ",
-                          "train sessions of 'sample'", "Fix: --set preprocess.valid_fraction=0.")
-    assert not (tmp_path / "sessions").exists()
+    assert proc.returncode == 0 and "note: preprocess.valid_fraction=0.1 carves no valid session out of the " \
+        in proc.stderr and "`seqpe train` will refuse these samples" in proc.stderr, proc.stderr
+    assert seqpe("augment", "sample", str(tmp_path / "sessions"), str(tmp_path / "samples"), *tiny).returncode == 0
+    check = seqpe("train", "sample", str(tmp_path / "samples"), str(tmp_path / "runs"), "--check", *tiny)
+    assert_one_line_error(check, "the valid split of", "has no samples", "(it was 0.1) or more raw data")
     wanted = re.search(r"valid_fraction=(0\.\d+) or more", proc.stderr).group(1)
     proc = seqpe("preprocess", "sample", str(tmp_path / "raw"), str(tmp_path / "sessions"), *tiny,
                  "--set", f"preprocess.valid_fraction={wanted}")

@@ -122,6 +122,26 @@ def test_inputs_of_the_wrong_kind_are_named(argv, fragment, prepared, tmp_path):
 
 
 @pytest.mark.parametrize("argv,fragment", [
+    # `seqpe import x data/sessions/sample` suggested its manifest.json as "the SASRec text file itself"
+    (["import", "x", "{sessions}", "--sessions", "{out}/s", "--samples", "{out}/a"],
+     "sessions holds sample's sessions (manifest.json), written by seqpe: nothing to import. Fix: use it as it "
+     "is: `seqpe augment sample"),
+    (["import", "x", "{samples}", "--format", "srgnn", "--sessions", "{out}/s", "--samples", "{out}/a"],
+     "nothing to import. Fix: use it as it is: `seqpe train sample"),
+    (["import", "x", "{raw}", "--sessions", "{out}/s", "--samples", "{out}/a"],
+     "raw holds sample's raw data (source.json), which no import format reads. Fix: run `seqpe preprocess sample"),
+    (["import", "x", "{samples}/manifest.json", "--sessions", "{out}/s", "--samples", "{out}/a"],
+     "manifest.json is JSON, not SASRec / S3-Rec text (a seqpe folder's record)"),
+])
+def test_import_names_a_folder_or_record_seqpe_wrote(argv, fragment, prepared, tmp_path):
+    paths = {"samples": prepared / "samples", "sessions": prepared / "sessions", "raw": prepared / "raw",
+             "out": tmp_path / "out"}
+    proc = seqpe(*[a.format(**{k: str(v) for k, v in paths.items()}) for a in argv], "--quiet")
+    assert_one_line_error(proc, fragment)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv,fragment", [
     # a split folder inside a prepared one: the fix names the prepared folder itself
     (["train", "sample", "{samples}/valid", "{out}", "--model", "pop"], "pass the prepared folder {samples} itself"),
     (["augment", "sample", "{sessions}/train", "{out}"], "pass the prepared folder {sessions} itself"),

@@ -181,7 +181,8 @@ class NextItemTask:
         for split in SPLITS:
             d = self.data[split]
             if len(d) == 0:
-                was = ((manifest.get("params") or {}).get("preprocess") or {}).get("valid_fraction")
+                pre = (manifest.get("params") or {}).get("preprocess") or {}    # augment nests the sessions' params
+                was = pre.get("valid_fraction", (pre.get("preprocess") or {}).get("valid_fraction"))
                 fix = ("training picks its best epoch on valid: re-run `seqpe preprocess` with preprocess.valid_fraction "
                        f"above 0 (e.g. 0.1{'' if was is None else f'; it was {was}'}), then `seqpe augment`"
                        if not was else "training picks its best epoch on valid: re-run `seqpe preprocess` with a larger "
