@@ -369,6 +369,15 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
     elif (held := _held(dst)) is not None:
         raise DataError(f"{dst} holds {held}; seqpe replaces only a missing or empty folder or its own "
                         f"{_WHAT[kind]} there", "pass a new or empty folder for the output")
+    elif inner := sorted(e for e in entries if (dst / e).is_dir() and _owner(dst / e)[0] == kind):
+        shown = ", ".join(inner[:3]) + (", ..." if len(inner) > 3 else "")       # data/reports for data/reports/X
+        raise DataError(f"{dst} holds the {_PLURAL[kind]} folders of datasets ({shown}), not one dataset's "
+                        f"{_WHAT[kind]}",
+                        f"pass one dataset's folder inside it, e.g. {dst / (dataset or inner[0])}")
+    elif kind != "run" and (runs := sorted({p.parts[-4] for p in dst.glob("*/*/seed-*/run.json")})):
+        shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")          # data/runs for a report
+        raise DataError(f"{dst} holds training runs ({shown}), which seqpe never replaces with its {kind} output",
+                        f"pass a folder of its own for the output, e.g. data/{_PLURAL[kind]}/{dataset or 'DATASET'}")
     else:
         shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
         problem = f"{dst} holds files seqpe did not write ({shown})"

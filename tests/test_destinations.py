@@ -281,6 +281,19 @@ def test_claim_dir_unit_rules(tmp_path):
     io.claim_dir(run, None, "run")
     with pytest.raises(DataError, match="training run"):
         io.claim_dir(run, "x", "samples")
+    reports = tmp_path / "reports"                   # one level up: named as what it holds, the fix one level down
+    (reports / "x").mkdir(parents=True)
+    (reports / "x" / "summary.json").write_text('{"dataset": "x", "configs": []}')
+    with pytest.raises(DataError, match=r"reports holds the reports folders of datasets \(x\), not one dataset's "
+                                        r"evaluation report \(summary.json\). Fix: pass one dataset's folder inside it, "
+                                        r"e.g. .*reports/y$"):
+        io.claim_dir(reports, "y", "report")
+    seeds = tmp_path / "runs" / "x" / "pop-none" / "seed-1"
+    seeds.mkdir(parents=True)
+    (seeds / "run.json").write_text('{"dataset": "x", "name": "pop-none"}')
+    with pytest.raises(DataError, match=r"runs holds training runs \(x\), which seqpe never replaces with its "
+                                        r"report output. Fix: pass a folder of its own .* data/reports/x"):
+        io.claim_dir(tmp_path / "runs", "x", "report")
 
 
 @pytest.mark.parametrize("argv, fragment", [
