@@ -609,6 +609,10 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None =
         data = _read_yaml(path) or {}
         if not isinstance(data, dict):
             raise ParamsError(f"{path} must be a mapping of sections", "see the README for its layout")
+    elif required and path.is_dir():
+        hint = f" ({path / 'params.yaml'} is there)" if (path / "params.yaml").is_file() else ""
+        raise ParamsError(f"--params {path} is a folder, not a params file", f"pass the YAML file itself, e.g. "
+                          f"--params {path / 'params.yaml'}{hint}")
     elif required:
         raise ParamsError(f"params file {path} not found", "run from the project root or pass --params PATH")
     else:
