@@ -224,6 +224,10 @@ def check_import_name(dataset: str, fmt: str) -> None:
         raise DataError(f"'{dataset}' is not a usable dataset name",
                         "use lower-case letters, digits, '_' and '-' (it names data/ folders)")
     spec = all_datasets().get(dataset)
+    if spec is not None and fmt in CTR_FORMATS and spec.source.archive == "generated":
+        raise DataError(f"'{dataset}' is a registered dataset that seqpe generates (`seqpe download {dataset}`), "
+                        f"and --format {fmt} files are imported under a name of their own",
+                        f"import under another name, e.g. {dataset}_own")
     if spec is not None and fmt in CTR_FORMATS:
         raise DataError(f"'{dataset}' is a registered dataset: its published files are fetched and checked (md5) "
                         f"by `seqpe download {dataset}`, and --format {fmt} files are imported under a name of "

@@ -88,6 +88,9 @@ def test_refusals_name_the_problem_and_write_nothing(prepared, tmp_path):
     with pytest.raises(DataError, match=r"'kuaivideo' is a registered dataset: its published files are fetched and "
                                         r"checked \(md5\) by `seqpe download kuaivideo`.*e\.g\. kuaivideo_own"):
         formats.import_dataset("kuaivideo", raw, "auto", *out, p)
+    with pytest.raises(DataError, match=r"'sample_ctr' is a registered dataset that seqpe generates .*Fix: import "
+                                        r"under another name, e.g. sample_ctr_own$"):      # no "published files"
+        formats.import_dataset("sample_ctr", raw, "auto", *out, p)
     with pytest.raises(DataError, match=r"train.csv has kuaivideo_x1's columns, not amazonelectronics_x1's\. "
                                         r"Fix: pass --format kuaivideo_x1"):
         formats.import_dataset("mine", raw, "amazonelectronics_x1", *out, p)

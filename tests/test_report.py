@@ -286,6 +286,11 @@ def test_ctr_report_uses_log_loss_and_auc_with_the_samples_labels(tmp_path):
     write_split(tmp_path / "other", "test", pl.DataFrame({"item": [1, 2]}))
     with pytest.raises(DataError, match="has no label column"):
         report.run([runs], samples=tmp_path / "other")
+    write_json(tmp_path / "other" / "manifest.json", {"dataset": "beauty", "kind": "sessions",
+                                                       "protocol": "leave_one_out", "shards": []})
+    with pytest.raises(DataError, match="other holds beauty's leave_one_out sessions, and --samples gives the test "
+                                        "labels of CTR runs .*Fix: drop --samples, or pass the CTR dataset's"):
+        report.run([runs], samples=tmp_path / "other")
     # another dataset's labels with as many rows (the same share of positives, even): named, not tested on
     write_split(tmp_path / "shuffled", "test", pl.DataFrame({"label": rng.permutation(labels).astype(np.int8)}))
     with pytest.raises(DataError, match=r"labels passed with --samples are not the ones din-\w+ seed 1 was scored on"):
