@@ -36,7 +36,7 @@ def test_models_and_formats_give_a_did_you_mean():
     from pipeline.formats import export_dataset
     with pytest.raises(UnknownNameError, match="unknown model 'sasrek'. Fix: did you mean 'sasrec'"):
         build_model("sasrek")
-    with pytest.raises(UnknownNameError, match="unknown format 'srgn'. Fix: did you mean 'srgnn'"):
+    with pytest.raises(UnknownNameError, match="unknown export format 'srgn'. Fix: did you mean 'srgnn'"):
         export_dataset("nowhere", "nowhere", "srgn")
 
 

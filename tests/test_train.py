@@ -407,7 +407,7 @@ def test_a_run_folder_another_command_is_writing_is_refused(tmp_path, toy_regist
     ("samples/state", "holds toyset's samples"),
     ("runs", "is a runs folder"),
     ("runs/toy-toy_lpe", "is a configuration's runs folder"),
-    ("runs/toy-toy_lpe/state", "is inside a configuration's runs folder")])
+    ("runs/toy-toy_lpe/state", "which holds toyset's seeds of one configuration")])
 def test_a_state_root_that_is_not_a_folder_of_its_own_is_refused_naming_seqpe_state(tmp_path, toy_registry,
                                                                                     monkeypatch, where, message):
     samples = make_samples(tmp_path / "samples")
