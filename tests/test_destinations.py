@@ -112,16 +112,6 @@ def test_train_on_a_sessions_folder_names_the_samples_folder(prepared, tmp_path)
     (["augment", "sample", "{raw}", "{out}"], "holds raw data (source.json), but `seqpe augment` reads sessions"),
     (["preprocess", "sample", "{sessions}", "{out}"], "`seqpe preprocess` reads a raw folder"),
     (["train", "sample", "{raw}", "{out}", "--model", "pop"], "holds raw data (source.json), but `seqpe train`"),
-])
-def test_inputs_of_the_wrong_kind_are_named(argv, fragment, prepared, tmp_path):
-    paths = {"samples": prepared / "samples", "sessions": prepared / "sessions", "raw": prepared / "raw",
-             "out": tmp_path / "out"}
-    proc = seqpe(*[a.format(**{k: str(v) for k, v in paths.items()}) for a in argv], "--quiet")
-    assert_one_line_error(proc, fragment)
-    assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.parametrize("argv,fragment", [
     # `seqpe import x data/sessions/sample` suggested its manifest.json as "the SASRec text file itself"
     (["import", "x", "{sessions}", "--sessions", "{out}/s", "--samples", "{out}/a"],
      "sessions holds sample's sessions (manifest.json), written by seqpe: nothing to import. Fix: use it as it "
@@ -133,7 +123,7 @@ def test_inputs_of_the_wrong_kind_are_named(argv, fragment, prepared, tmp_path):
     (["import", "x", "{samples}/manifest.json", "--sessions", "{out}/s", "--samples", "{out}/a"],
      "manifest.json is JSON, not SASRec / S3-Rec text (a seqpe folder's record)"),
 ])
-def test_import_names_a_folder_or_record_seqpe_wrote(argv, fragment, prepared, tmp_path):
+def test_inputs_of_the_wrong_kind_are_named(argv, fragment, prepared, tmp_path):
     paths = {"samples": prepared / "samples", "sessions": prepared / "sessions", "raw": prepared / "raw",
              "out": tmp_path / "out"}
     proc = seqpe(*[a.format(**{k: str(v) for k, v in paths.items()}) for a in argv], "--quiet")
