@@ -103,9 +103,8 @@ def detect_format(src: str | Path) -> str:
     if len(csvs) == 1:
         return _ctr_format(csvs[0])
     if src.is_dir():
-        _refuse_seqpe_folder(src)
         from .io import _owner
-        kind, owner = _owner(src)
+        kind, owner = _owner(src)         # (import_dataset has refused seqpe's other folders before)
         if kind == "raw":                 # a download of a registered dataset: its own stage reads it
             raise DataError(f"{src} holds {owner}'s raw data (source.json), which no import format reads",
                             f"run `seqpe preprocess {owner} {src}`")

@@ -208,8 +208,9 @@ PROJECT_MARKS = ("dvc.yaml", ".dvc", "params.yaml", ".git", "pyproject.toml")
 def check_runs_dir(runs_dir: Path, dataset: str) -> None:
     """A DataError when the runs folder `runs_dir` (MODEL-ENCODING/seed-N/run.json inside) holds another
     dataset's runs, or is the parent of runs folders (`data/runs`), a project's root or the folder of seqpe's
-    data folders (`data`): a new seed there would be mixed into another dataset's reports, or into none (`seqpe train sample data/samples/sample data/runs` made
-    data/runs/sasrec-none beside the datasets' folders, and the next `seqpe report` failed)."""
+    data folders (`data`): a new seed there would be mixed into another dataset's reports, or into none
+    (`seqpe train sample data/samples/sample data/runs` made data/runs/sasrec-none beside the datasets'
+    folders, and the next `seqpe report` failed)."""
     runs_dir = Path(runs_dir)
     fix = f"pass that dataset's own runs folder, e.g. data/runs/{dataset}"
     for path in sorted(runs_dir.glob("*/seed-*/run.json")):
