@@ -50,7 +50,7 @@ def read_source(dataset: str, src: Path, source_name: str | None = None) -> dict
                         f"pass data/raw/{dataset} (written by `seqpe download {dataset}`), or preprocess it as "
                         f"`seqpe preprocess {owner} {src} ...`")
     _verify_raw(dataset, Path(src), meta)
-    keep = ("source", "filename", "origin", "sha256", "md5", "bytes", "files")
+    keep = ("source", "filename", "origin", "sha256", "md5", "bytes", "files", "generator")
     return {k: meta[k] for k in keep if k in meta}
 
 
@@ -134,7 +134,7 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
     rows_per_shard = params.preprocess.rows_per_shard
     manifest = {
         "stage": stage, "kind": "sessions", "dataset": dataset, "protocol": spec.protocol,
-        "params": {"preprocess": to_dict(params.preprocess), "options": dict(spec.options)},
+        "params": {"preprocess": _generated_with(dataset, spec, source, params), "options": dict(spec.options)},
         "source": source, "steps": result.steps, "n_items": int(result.n_items),
         "max_len": _max_len(result), "augment": dict(result.augment), "splits": {}, "shards": [],
         "protocol_info": result.extra,
@@ -169,6 +169,26 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
             manifest["shards"] += entries
         io.write_json(tmp / io.MANIFEST, manifest)
     return manifest
+
+
+def _generated_with(dataset: str, spec, source: dict, params: Params) -> dict:
+    """The preprocess params the manifest records. For a dataset seqpe generates (`sample`, `sample_ctr`,
+    ...), its generator section (preprocess.sample or .sample_ctr) is the one the raw data was made with,
+    from source.json's "generator", not the one in effect now: after `seqpe download sample --set
+    preprocess.sample.sessions=30`, a plain `seqpe preprocess sample` reads 30 sessions' clicks and says so,
+    with a note that the params in effect differ. A raw folder written before source.json kept the
+    settings has none: the params in effect are recorded, as they always were."""
+    pre = to_dict(params.preprocess)
+    section, made = spec.source.generate_params, source.get("generator")
+    if spec.source.archive != "generated" or not isinstance(made, dict) or not isinstance(pre.get(section), dict):
+        return pre
+    differ = [f"{k}={made[k]!r} (params: {pre[section].get(k)!r})" for k in sorted(made)
+              if made[k] != pre[section].get(k)]
+    if differ:
+        sys.stderr.write(f"note: the raw data of '{dataset}' was generated with preprocess.{section}."
+                         f"{', '.join(differ)}: the manifest records the settings it was generated with\n")
+    pre[section] = dict(made)
+    return pre
 
 
 def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:

@@ -87,3 +87,24 @@ def test_protocol_sizes_and_sequential_signal(default_sample):
             hit_pop += items[k] in top
             n += 1
     assert hit_seq / n > 0.4 and hit_seq > 2 * hit_pop
+
+
+def test_manifest_records_the_settings_the_sample_was_generated_with(tmp_path, capsys):
+    """`download sample --set preprocess.sample.sessions=300`, then a plain `preprocess sample`: the
+    manifest records 300 (from source.json's "generator"), with a note that the params in effect differ;
+    downloading again with the defaults rewrites the record."""
+    from pipeline import download, preprocess
+    from pipeline.io import read_json
+    from pipeline.params import DownloadParams
+    small = SampleParams(sessions=300)
+    download.run("sample", tmp_path / "raw", DownloadParams(), sample=small, progress=False)
+    assert read_json(tmp_path / "raw" / "source.json")["generator"]["sessions"] == 300
+    manifest = preprocess.run("sample", tmp_path / "raw", tmp_path / "sessions", Params())
+    assert manifest["params"]["preprocess"]["sample"]["sessions"] == 300
+    assert manifest["source"]["generator"]["sessions"] == 300
+    assert manifest["steps"][0]["sessions"] == 300
+    assert "generated with preprocess.sample.sessions=300 (params: 4000)" in capsys.readouterr().err
+    download.run("sample", tmp_path / "raw", DownloadParams(), progress=False)
+    assert read_json(tmp_path / "raw" / "source.json")["generator"]["sessions"] == 4000
+    again = preprocess.run("sample", tmp_path / "raw", tmp_path / "sessions", Params())
+    assert again["params"]["preprocess"]["sample"]["sessions"] == 4000 and "note" not in capsys.readouterr().err
