@@ -495,7 +495,13 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
             console.print(_kv_table("recommend", summary))
         return
     one = pl.DataFrame({"session_id": [0], "items": [rec.parse_ids(items)]})
-    frame = model.recommend_frame(one, k, raw_ids=raw_ids, drop_unknown=drop_unknown, exclude_seen=exclude_seen)
+    try:
+        frame = model.recommend_frame(one, k, raw_ids=raw_ids, drop_unknown=drop_unknown, exclude_seen=exclude_seen)
+    except DataError as e:                     # one session: "(session 0)", a file's row label, says nothing here
+        if " (session 0)" not in e.problem and not e.problem.startswith("session 0 "):
+            raise
+        problem = e.problem.replace(" (session 0)", " (in --items)").replace("session 0 ", "the --items session ", 1)
+        raise DataError(problem, e.fix) from None
     if frame.height < k:
         err_console.print(_short_list(f"{frame.height} listed, fewer", k, model, exclude_seen), highlight=False,
                           markup=False, soft_wrap=True)
@@ -522,16 +528,23 @@ def _short_list(got: str, k: int, model, exclude_seen: Optional[bool]) -> str:
 # --------------------------------------------------------------------------- encodings
 
 @app.command()
-def state(prune: Annotated[bool, typer.Option("--prune", help="delete every resume file and finished copy that "
-                                               "no running training holds or needs")] = False,
+def state(prune: Annotated[bool, typer.Option("--prune", help="delete the resume files and finished copies no "
+                                               "command of this checkout will read (other code's, damaged, "
+                                               "time-limited runs' copies) and unheld lock files")] = False,
+          everything: Annotated[bool, typer.Option("--all", help="with --prune: also the work this checkout "
+                                                   "would go on from (resumable seeds start afresh, finished "
+                                                   "seeds kept for their configuration are trained again)")] = False,
           as_json: JsonOpt = False):
     """List what `seqpe train` keeps in .seqpe/ (or $SEQPE_STATE): resume files, finished seeds; or prune it."""
     from .train import state as train_state
     root = train_state.check_root()
     train_state.note_state_above()
     where = root.absolute()
+    if everything and not prune:
+        raise DataError("--all goes with --prune (it widens what --prune deletes)",
+                        "run `seqpe state --prune --all`, or `seqpe state` to list")
     if prune:
-        deleted, kept, locks = train_state.prune()
+        deleted, kept, locks = train_state.prune(everything)
         freed = sum(e["bytes"] for e in deleted)
         if as_json:
             from .tables import to_json
@@ -540,7 +553,9 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete every resu
         console.print(f"deleted {len(deleted)} entr{'y' if len(deleted) == 1 else 'ies'} of {where} "
                       f"({freed / 1e6:,.1f} MB)"
                       + (f" and {locks} unheld lock file{'s' * (locks != 1)}" if locks else "")
-                      + (f"; kept {len(kept)} that a running training holds or needs" if kept else ""),
+                      + (f"; kept {len(kept)} that a running training holds or needs" if kept and everything
+                         else f"; kept {len(kept)} that this checkout would go on from (resumable or finished "
+                              f"seeds: --prune --all deletes them too)" if kept else ""),
                       highlight=False, markup=False, soft_wrap=True)
         return
     entries = train_state.entries()
@@ -564,9 +579,10 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete every resu
             what += f" ({e['processes']} processes)"
         t.add_row(e["kind"], what, epoch, f"{e['bytes'] / 1e6:,.1f}", e["modified"], e["status"])
     console.print(t)
-    console.print("`seqpe state --prune` deletes the resume files and finished copies no running training holds "
-                  "or needs (a resumable seed then starts afresh); the spill maps go by hand, when no training "
-                  "runs", highlight=False)
+    console.print("`seqpe state --prune` deletes the entries no command of this checkout will read (other code's, "
+                  "damaged, time-limited runs' copies); `--prune --all` also the resumable and finished seeds "
+                  "no running training holds or needs (they are then trained again); the spill maps go by "
+                  "hand, when no training runs", highlight=False)
 
 
 encodings_app = typer.Typer(help="Positional encodings: list them, or draw one (PosRec Figs. 7-12).",
@@ -580,9 +596,19 @@ PAPERS = ("papers: 000 PosRec (Qiu et al., TOIS 2021), 001 CAPE (Yuan et al., WW
 
 @encodings_app.callback()
 def encodings(ctx: typer.Context):
+    """List every positional encoding (`seqpe encodings`, or `seqpe encodings list`): paper, family, learnable,
+    forward/backward-aware, options."""
+    if ctx.invoked_subcommand is None:
+        _list_encodings()
+
+
+@encodings_app.command("list")
+def encodings_list():
     """List every positional encoding: paper, family, learnable, forward/backward-aware, options."""
-    if ctx.invoked_subcommand is not None:
-        return
+    _list_encodings()
+
+
+def _list_encodings() -> None:
     from models.encodings import ENCODINGS  # torch-free metadata
 
     from .tables import Col, print_tables

@@ -350,6 +350,12 @@ def _not_another_sources(dataset, src, path: Path) -> None:
     for name, spec in all_datasets().items():
         other = spec.source
         if other.name != src.name and path.name in {other.filename, *other.files, *other.alternates} - mine:
+            if sniff.sasrec_text(path):     # Beauty.txt: S3-Rec's file as well as CARCA's interactions, by name
+                raise DownloadError(f"{path} is SASRec / S3-Rec text (a user and their item ids per line), not "
+                                    f"{dataset}'s {src.filename}: `seqpe import` reads such a file under a name "
+                                    f"of your choice", f"run `seqpe import NAME {path} --format sasrec`"
+                                    + (f", or `seqpe download {name} --from FOLDER` with a folder holding "
+                                       f"{', '.join(other.files)}" if len(other.files) > 1 else ""))
             raise DownloadError(f"{path.name} is the file of dataset '{name}', not of '{dataset}'",
                                 f"pass {dataset}'s {src.filename}, or run `seqpe download {name} --from {path}`")
 

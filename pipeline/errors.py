@@ -82,8 +82,19 @@ def did_you_mean(name: str, known: Iterable) -> Optional[str]:
     same = [k for k in names if k.lower() == str(name).lower()]
     if same:
         return same[0]
+    swapped = [k for k in names if _one_swap(str(name).lower(), k.lower())]
+    if swapped:                        # two neighbours swapped (`rpoe`): difflib's ratio preferred `rspe`
+        return swapped[0]
     close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.6)
     return close[0] if close else None
+
+
+def _one_swap(a: str, b: str) -> bool:
+    """Whether `a` is `b` with two neighbouring characters swapped."""
+    if len(a) != len(b) or a == b:
+        return False
+    diff = [i for i in range(len(a)) if a[i] != b[i]]
+    return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
 
 
 def unknown(kind: str, name: str, known, fix: Optional[str] = None) -> UnknownNameError:

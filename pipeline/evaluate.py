@@ -77,7 +77,7 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
                             f"computed (it has {show(cuts)})",
                             "set evaluate.ks to cut-offs the runs have, or retrain them with the new ks")
         r["test"] = {k: v for k, v in r["test"].items() if "@" not in k or k.split("@")[1] in ks}
-    rows = report.aggregate(records)
+    rows, records = report.pooled(records, (lambda name: name not in order) if all_runs else None)  # grid: all
     names = [row["name"] for row in rows]
     if len(set(names)) != len(names):
         raise DataError(f"{runs_dir} mixes protocols for one configuration",

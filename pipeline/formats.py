@@ -54,6 +54,7 @@ import pickle
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
+from typing import Optional
 
 import polars as pl
 
@@ -93,6 +94,20 @@ class Imported:
 
 # --------------------------------------------------------------------------- import
 
+def _raw_files_of(folder: Path) -> Optional[tuple[str, list[str]]]:
+    """(dataset, its raw files found) when `folder` holds two or more of a registered download's own files
+    (MovieLens' users.dat and movies.dat), the dataset with the most found; else None."""
+    from .datasets import all_datasets
+    best = None
+    for name, spec in sorted(all_datasets().items()):
+        if spec.source.archive == "generated":
+            continue
+        found = [f for f in spec.source.files if (folder / Path(f).name).is_file()]
+        if len(found) >= 2 and (best is None or len(found) > len(best[1])):
+            best = (name, found)
+    return best
+
+
 def detect_format(src: str | Path) -> str:
     """What `seqpe import` without --format reads `src` as, from what it is: a folder is SR-GNN's
     (its pickles) or, holding train.csv, BARS CTR files (told apart by their header), a text file
@@ -111,9 +126,19 @@ def detect_format(src: str | Path) -> str:
         texts = [] if any((src / f).exists() for f in ("all_train_seq.txt", "train.txt", "test.txt")) else \
             [f for f in sorted(src.iterdir()) if f.is_file() and sniff.describe(sniff.head(f, 4096)) == "text"
              and not _json(f)]
+        raw = _raw_files_of(src)
+        if raw is not None:    # e.g. MovieLens' ml-1m/ folder: its download reads it
+            name, found = raw
+            raise DataError(f"{src} holds {name}'s raw files ({', '.join(found)}), which no import format reads",
+                            f"run `seqpe download {name} --from {src}`, then `seqpe preprocess {name}`")
+        seqs = [f for f in texts if sniff.sasrec_text(f)]
         if texts:   # e.g. S3-Rec's data/ folder, passed where its Beauty.txt was meant
-            raise DataError(f"{src} is a folder without SR-GNN's all_train_seq.txt, but it holds text files",
-                            f"pass the SASRec / S3-Rec text file itself, e.g. {texts[0]}")
+            raise DataError(f"{src} is a folder without SR-GNN's all_train_seq.txt, but it holds text files"
+                            + (f", {len(seqs)} of them SASRec / S3-Rec text" if seqs else
+                               ", none of them SASRec / S3-Rec text (lines of whole numbers)"),
+                            f"pass the SASRec / S3-Rec text file itself, e.g. {seqs[0]}" if seqs else
+                            "pass SR-GNN's folder (all_train_seq.txt, train.txt, test.txt) or a SASRec / S3-Rec "
+                            "text file")
         return "srgnn"
     if not src.exists():
         raise DataError(f"{src} does not exist", "pass the SR-GNN folder or the SASRec / S3-Rec text file")
@@ -321,7 +346,7 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
     steps = [_step("read all_train_seq.txt", train_all),
              _step(f"read test.txt: {given.height} samples as sessions ({test_mode})", test),
              _step("train (after carving valid)", train),
-             _step(f"valid: most recent {n_valid} train sessions", valid)]
+             _step(f"valid: most recent {n_valid:,} train sessions", valid)]
     summary = {"format": "srgnn",
                "train sessions (train+valid)": train_all.height,
                "train sessions": train.height, "valid sessions": valid.height, "test sessions": test.height,

@@ -40,6 +40,7 @@ Output (`write_topk`): Parquet with session_id, rank (1..K), item, score, sessio
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -79,11 +80,13 @@ class RunModel:
         if self.items is None:
             raise ParamsError("raw ids need the dataset's items.parquet", "pass the sessions folder (--sessions DIR)")
         table = dict(zip(self.items.get_column("raw_id").to_list(), self.items.get_column("item_id").to_list()))
-        out = []
+        out, dropped, touched = [], 0, 0
         for s, session in enumerate(sessions):
             ids = []
             for raw in session:
                 new = table.get(str(raw))
+                if new is None and drop_unknown:
+                    dropped += 1
                 if new is None and not drop_unknown:
                     sid = session_ids[s] if session_ids is not None else s
                     raise DataError(f"raw item id {printable(str(raw), 40)!r} (session {printable(str(sid), 40)}) is "
@@ -92,7 +95,11 @@ class RunModel:
                                     "check the ids, or pass --drop-unknown to leave such clicks out")
                 if new is not None:
                     ids.append(int(new))
+            touched += len(ids) < len(session)
             out.append(ids)
+        if dropped:                       # --drop-unknown: said, so a session scored on fewer clicks is known
+            sys.stderr.write(f"note: --drop-unknown left out {dropped:,} click{'s' * (dropped != 1)} of raw ids not in "
+                             f"the vocabulary, in {touched:,} of {len(out):,} session{'s' * (len(out) != 1)}\n")
         return out
 
     def to_raw(self, items: np.ndarray) -> list[list[Optional[str]]]:
@@ -296,6 +303,15 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
             df = pl.read_parquet(path)
         else:
             sniff.require_text(path, "write a header line and one session per row (`seqpe recommend --help`)")
+            first = sniff.head(path, 1024).lstrip(b"\xef\xbb\xbf \t\r\n")
+            if first[:1] in (b"{", b"["):        # was read as a CSV: "has columns [{"session_id":1, items":[1..."
+                raise DataError(f"{path} is JSON, and the sessions file is Parquet or CSV",
+                                "write it as a CSV with a header line (session_id,items) or as Parquet "
+                                "(`seqpe recommend --help`)")
+            header = first.split(b"\n")[0]
+            if b"\t" in header and b"," not in header:  # a TSV: its one column was "session_id\titems"
+                raise DataError(f"{path} separates its columns with tabs, and the sessions file is CSV (commas) "
+                                f"or Parquet", "write the columns separated by commas: session_id,items")
             df = pl.read_csv(path, infer_schema=False)
     except (pl.exceptions.ComputeError, pl.exceptions.NoDataError, OSError) as e:
         raise DataError(f"{path} could not be read as Parquet or CSV ({printable(str(e).splitlines()[0], 120)})",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Optional
@@ -153,6 +154,9 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
         if isinstance(x, dict) and isinstance(y, dict):
             if x != y:
                 out += _differences(x, y, f"{prefix}{k}.")
+        elif k == "world_size" and not prefix:      # torchrun's process count, said as the README says it
+            if (x or 1) != (y or 1):
+                out.append(f"processes (torchrun): {x or 1} vs {y or 1}")
         elif x != y:
             out.append(f"{prefix}{k}: {x!r} vs {y!r}")
     return out
@@ -195,14 +199,24 @@ def _check_pooled(name: str, recs: list[dict]) -> None:
                             "retrain one of them with the other's settings, or give the variant its own --tag")
 
 
-def aggregate(records: list[dict]) -> list[dict]:
+def aggregate(records: list[dict], skippable=None) -> list[dict]:
     """Group runs by (dataset, protocol, model, encoding, tag); summarise every test metric over seeds
-    (refused when a group's seeds repeat or were trained with different settings)."""
+    (refused when a group's seeds repeat or were trained with different settings). `skippable(name)`: such a
+    group is left out with a note on stderr instead, and the others are reported (one configuration whose
+    seeds differ made the whole `seqpe report` print nothing); refused all the same when every group is."""
     groups = _by_config(records)
-    rows = []
+    rows, refused = [], []
     for (dataset, protocol, model, encoding, tag), recs in sorted(groups.items()):
         recs = sorted(recs, key=lambda r: r["seed"])
-        _check_pooled(f"{dataset} {config_name(model, encoding, tag or None)}", recs)
+        name = config_name(model, encoding, tag or None)
+        try:
+            _check_pooled(f"{dataset} {name}", recs)
+        except DataError as e:
+            if skippable is None or not skippable(name):
+                raise
+            refused.append(e)
+            sys.stderr.write(f"note: left out of the report: {e}\n")
+            continue
         keys = sorted({k for r in recs for k in r["test"]}, key=metric_order)
         rows.append({
             "dataset": dataset, "protocol": protocol, "model": model, "encoding": encoding, "tag": tag or None,
@@ -212,7 +226,18 @@ def aggregate(records: list[dict]) -> list[dict]:
             "checkouts": [_checkout(r) for r in recs],
             "metrics": {k: summarize([r["test"][k] for r in recs if k in r["test"]]) for k in keys},
         })
+    if refused and not rows:
+        raise refused[0]
     return rows
+
+
+def pooled(records: list[dict], skippable) -> tuple[list[dict], list[dict]]:
+    """(rows, records) of `aggregate(records, skippable)`, the records of the configurations it left out dropped
+    (the paired tests must not see them either)."""
+    rows = aggregate(records, skippable)
+    kept = {(row["dataset"], row["protocol"], row["name"]) for row in rows}
+    return rows, [r for r in records if (_config_key(r)[0], _config_key(r)[1],
+                                         config_name(r["model"], r["encoding"], r.get("tag") or None)) in kept]
 
 
 def metric_keys(rows: list[dict]) -> list[str]:
@@ -420,7 +445,7 @@ def to_markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for row in rows:
         cells = [row["dataset"], row["protocol"], row["model"], row["encoding"], row.get("tag") or "",
-                 str(len(row["seeds"]))]
+                 str(len(row["seeds"])) + (" (unfinished)" if row.get("unfinished") else "")]   # see its note
         cells += [_cell(row["metrics"].get(k), _scale(k)) for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [CTR_NOTE if _ctr_only(rows) else TIE_NOTE]
@@ -460,8 +485,8 @@ def to_csv(rows: list[dict]) -> str:
     metrics = _seed_metrics(rows)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    head = ["dataset", "protocol", "model", "encoding", "tag", "n_seeds", "seeds",
-            *[f"{k}_{s}" for k in keys for s in ("mean", "std", "ci95")]]
+    head = ["dataset", "protocol", "model", "encoding", "tag", "n_seeds", "seeds", "unfinished_seeds",
+            *[f"{k}_{s}" for k in keys for s in ("mean", "std", "ci95")]]     # unfinished: stopped by time_limit
     if _compared(rows):
         head += ["baseline", "common_seeds",
                  *[f"{m}_{s}" for m in metrics for s in ("diff", "diff_ci95_lo", "diff_ci95_hi", "t_p", "dz")],
@@ -470,7 +495,7 @@ def to_csv(rows: list[dict]) -> str:
     w.writerow(head)
     for row in rows:
         out = [row["dataset"], row["protocol"], row["model"], row["encoding"], row.get("tag") or "", len(row["seeds"]),
-               " ".join(str(s) for s in row["seeds"])]
+               " ".join(str(s) for s in row["seeds"]), " ".join(str(s) for s in row.get("unfinished") or [])]
         for k in keys:
             stat = row["metrics"].get(k) or {"mean": None, "std": None, "ci95": None}
             out += ["" if stat[s] is None else repr(stat[s]) for s in ("mean", "std", "ci95")]
@@ -593,7 +618,7 @@ def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Opt
     records = find_runs(roots)
     if not records:
         raise DataError(f"no run.json under {', '.join(str(r) for r in roots)}", "run `seqpe train DATASET` first")
-    rows = aggregate(records)
+    rows, records = pooled(records, lambda name: True)
     labels = significance.read_test_labels(samples) if samples is not None else None
     compare(records, rows, baseline, labels)
     if out is not None:

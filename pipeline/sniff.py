@@ -89,3 +89,13 @@ def require_text(path: str | Path, empty_fix: str = "re-download it (`seqpe down
             if kind_of_bytes(data) in ARCHIVES else ""
         raise DataError(f"{path} is {found}, not the text file seqpe reads{unpack}",
                         "use the original file (`seqpe download DATASET` fetches and unpacks it)")
+
+
+def sasrec_text(path: str | Path) -> bool:
+    """Whether `path` starts as SASRec / S3-Rec text: lines of two or more whole numbers split by spaces."""
+    try:
+        data = head(path, 4096)
+    except OSError:
+        return False
+    lines = [line for line in data.split(b"\n")[:-1] if line.strip()][:20]     # whole lines only
+    return bool(lines) and all(len(t := line.split()) >= 2 and all(w.isdigit() for w in t) for line in lines)

@@ -196,6 +196,13 @@ def test_download_from_the_ratings_csv_installs_it_under_its_own_name(tmp_path):
     with pytest.raises(DownloadError, match="ratings_Toys_and_Games.csv is the file of dataset 'toys', not of 'beauty'"):
         download.run("beauty", raw, DownloadParams(), from_path=other, progress=False)
     assert sorted(p.name for p in raw.iterdir()) == ["ratings_Beauty.csv", "source.json"]
+    s3rec = tmp_path / "s3rec" / "Beauty.txt"          # S3-Rec's file, named as CARCA's interactions (walk 28)
+    s3rec.parent.mkdir()
+    s3rec.write_text("1 5 9 2\n2 7 5\n")
+    with pytest.raises(DownloadError, match=r"Beauty.txt is SASRec / S3-Rec text .* not beauty's "
+                                            r"reviews_Beauty_5.json.gz.*Fix: run `seqpe import NAME .*Beauty.txt "
+                                            r"--format sasrec`"):
+        download.run("beauty", raw, DownloadParams(), from_path=s3rec, progress=False)
 
 
 # books_hllm (CAPE 001 Table 3, HLLM's filter). Core users A..E rate P..T; X is rated by A..D and by

@@ -152,7 +152,7 @@ def test_a_seed_of_two_processes_is_neither_reused_nor_resumed_nor_pooled_by_one
     assert both.returncode == 0, both.stderr[-3000:]
     report = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(runs), "--quiet"], cwd=tmp_path,
                             env=env, capture_output=True, text=True)
-    assert report.returncode == 1 and "world_size: 1 vs 2" in report.stderr, report.stderr
+    assert report.returncode == 1 and "processes (torchrun): 1 vs 2" in report.stderr, report.stderr
 
 
 def test_fewer_batches_than_processes_stops_with_one_line(samples, tmp_path):
@@ -185,7 +185,7 @@ def test_check_under_torchrun_says_ok_once_and_refuses_fewer_batches_than_proces
     noted = torchrun("train", "toyset", str(samples), str(tmp_path / "runs"), "--params", str(params_file(tmp_path)),
                      "--check", cwd=tmp_path, state=tmp_path / "s")       # its notes: once, not once per rank
     assert noted.returncode == 0 and noted.stderr.count("holds a run trained with other settings (train.epochs: "
-                                                        "1 vs 3; world_size: 1 vs 2)") == 1, noted.stderr[-3000:]
+                                                        "1 vs 3; processes (torchrun): 1 vs 2)") == 1, noted.stderr[-3000:]
 
 
 @pytest.mark.parametrize("signame, said", [("SIGINT", "interrupted"), ("SIGTERM", "terminated (SIGTERM)")])

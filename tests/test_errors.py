@@ -21,6 +21,7 @@ def test_unknown_name_suggests_the_closest_and_lists_the_known():
     (lambda: get("yoochose_1_64"), "unknown dataset 'yoochose_1_64'. Fix: did you mean 'yoochoose_1_64'?"),
     (lambda: get_spec("ldep"), "unknown encoding 'ldep'. Fix: did you mean 'ldpe'?"),
     (lambda: get_spec("LPE"), "unknown encoding 'LPE'. Fix: did you mean 'lpe'?"),     # case: below difflib's cutoff
+    (lambda: get_spec("rpoe"), "unknown encoding 'rpoe'. Fix: did you mean 'rope'?"),   # a swap: difflib said 'rspe'
     (lambda: get("Diginetica"), "unknown dataset 'Diginetica'. Fix: did you mean 'diginetica'?"),
     (lambda: resolve({"paper": {}}, "papr", "sasrec", "sample"), "unknown preset 'papr' for model 'sasrec'. Fix: "
                                                                  "did you mean 'paper'?"),

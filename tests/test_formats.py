@@ -420,6 +420,15 @@ def test_without_a_format_the_source_says_what_it_is(tmp_path):
     (tmp_path / "s3rec" / "Beauty.txt").write_text("1 2 3 4\n")                  # S3-Rec's data/ folder
     with pytest.raises(DataError, match=r"s3rec is a folder without SR-GNN's all_train_seq.txt.*e\.g\. .*Beauty.txt"):
         formats.detect_format(tmp_path / "s3rec")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README").write_text("SUMMARY\n=======\n")
+    with pytest.raises(DataError, match=r"notes is a folder .* none of them SASRec / S3-Rec text.*Fix: pass SR-GNN's"):
+        formats.detect_format(tmp_path / "notes")                     # was: "e.g. .../README"
+    (tmp_path / "notes" / "users.dat").write_text("1::F::1::10::48067\n")
+    (tmp_path / "notes" / "movies.dat").write_text("1::Toy Story (1995)::Animation\n")
+    with pytest.raises(DataError, match=r"notes holds ml_1m's raw files \(users.dat, movies.dat\).*Fix: run `seqpe "
+                                        r"download ml_1m --from .*notes`, then `seqpe preprocess ml_1m`"):
+        formats.detect_format(tmp_path / "notes")                     # MovieLens' folder (walk 28)
     (tmp_path / "empty").mkdir()
     assert formats.detect_format(tmp_path / "empty") == "srgnn"    # whose reader names the missing files
     (tmp_path / "x.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(20))

@@ -89,6 +89,8 @@ def test_overrides_apply_and_are_checked(tmp_path):
 def test_invalid_yaml_and_missing_required_file(tmp_path):
     with pytest.raises(ParamsError, match="not valid YAML at line"):
         load_params(write(tmp_path, "train: [\n"))
+    with pytest.raises(ParamsError, match="not valid YAML at line 3 .could not find expected ':'"):
+        load_params(write(tmp_path, "train:\n  lr: 0.1\n  epochs 5\n  dim: 4\n"))    # the line without ':', not the next
     with pytest.raises(ParamsError, match="not found"):
         load_params(tmp_path / "nope.yaml", required=True)
     with pytest.raises(ParamsError, match=r"line 2 \(found character '\\t' .*Fix: indent with spaces, not tabs"):

@@ -90,12 +90,19 @@ def test_batch_files_list_and_long_layouts_give_the_same_parquet(trained, tmp_pa
     (tmp_path / "gap.csv").write_text('session_id,items\n7,"1 2 3"\n3,"4,,6"\n')
     with pytest.raises(DataError, match=r"gap.csv row 2: items '4,,6' has two separators with nothing between"):
         recommend.read_sessions(tmp_path / "gap.csv")
+    (tmp_path / "s.tsv").write_text("session_id\titems\n7\t1 2 3\n")   # walk 28: named as if two good columns
+    with pytest.raises(DataError, match=r"s.tsv separates its columns with tabs.*Fix: write the columns separated by "
+                                        r"commas"):
+        recommend.read_sessions(tmp_path / "s.tsv")
+    (tmp_path / "s.json").write_text('[{"session_id": 7, "items": [1, 2, 3]}]\n')   # was parsed as a CSV header
+    with pytest.raises(DataError, match=r"s.json is JSON, and the sessions file is Parquet or CSV"):
+        recommend.read_sessions(tmp_path / "s.json")
     for sid, items in sessions.items():
         want = [i for i, _ in full_ranking(model, items)[:4]]
         assert back.filter(pl.col("session_id") == sid).get_column("item").to_list() == want
 
 
-def test_raw_ids_map_through_items_parquet(trained):
+def test_raw_ids_map_through_items_parquet(trained, capsys):
     _, run, sessions = trained
     model = recommend.load_run(run, sessions)
     items = pl.read_parquet(sessions / "items.parquet")
@@ -109,8 +116,10 @@ def test_raw_ids_map_through_items_parquet(trained):
                               k=5, raw_ids=True)                   # the file's session_id, not its row (1)
     kept = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [["nope", raw_of[3]]]}), k=5,
                                  raw_ids=True, drop_unknown=True)
+    assert "note: --drop-unknown left out 1 click of raw ids not in the vocabulary, in 1 of 1 session" \
+        in capsys.readouterr().err                                  # was silent (walk 28)
     alone = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [[raw_of[3]]]}), k=5, raw_ids=True)
-    assert kept.equals(alone)
+    assert kept.equals(alone) and "--drop-unknown" not in capsys.readouterr().err
     with pytest.raises(DataError, match=r"session 4 has no item in the run's vocabulary: --drop-unknown dropped all 2 "
                                         r"of its raw ids\. Fix: check they are this dataset's raw ids"):
         model.recommend_frame(pl.DataFrame({"session_id": [4], "items": [["nope", "nix"]]}), k=5, raw_ids=True,
@@ -202,7 +211,8 @@ def test_the_output_file_is_checked_before_any_scoring(trained, tmp_path):
              (["--input", str(src), "--out", str(tmp_path / "top.parquet"), "-k", "100000"],
               "-k 100000 is outside", "Fix: pass e.g. -k 10"),
              (["--items", "1,2", "--drop-unknown"], "--drop-unknown applies to raw ids"),     # was ignored
-             (["--items", "1,2", "--batch-size", "0"], "--batch-size 0 is not positive"))    # was accepted
+             (["--items", "1,2", "--batch-size", "0"], "--batch-size 0 is not positive"),    # was accepted
+             (["--items", "1,99999"], "item id 99999 is outside", "(in --items)"))           # was "(session 0)"
     for args, *fragments in cases:
         proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), *args], cwd=trained[0],
                               capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))

@@ -69,13 +69,13 @@ def test_markdown_and_csv_tables(tmp_path):
                      f"| 10.00 ± {ci / 2:.2f} (sd 5.00) |")
     assert md[4] == "| toyset | srgnn | sasrec | lpe | anc | 1 | 40.00 | 30.00 |"
     csv_lines = report.to_csv(rows).splitlines()
-    assert csv_lines[0].startswith("dataset,protocol,model,encoding,tag,n_seeds,seeds,hr@10_mean,hr@10_std,"
-                                   "hr@10_ci95,ndcg@10_mean,ndcg@10_std,ndcg@10_ci95,baseline,common_seeds,")
-    assert csv_lines[1].startswith("toyset,srgnn,pop,none,,1,1,0.05,,,0.02,,,")   # the baseline: no test
+    assert csv_lines[0].startswith("dataset,protocol,model,encoding,tag,n_seeds,seeds,unfinished_seeds,hr@10_mean,"
+                                   "hr@10_std,hr@10_ci95,ndcg@10_mean,ndcg@10_std,ndcg@10_ci95,baseline,common_seeds,")
+    assert csv_lines[1].startswith("toyset,srgnn,pop,none,,1,1,,0.05,,,0.02,,,")   # the baseline: no test
     cells = csv_lines[2].split(",")
-    assert cells[:7] == ["toyset", "srgnn", "sasrec", "lpe", "", "3", "1 2 3"]
-    assert [float(c) for c in cells[7:13]] == pytest.approx([0.2, 0.1, ci / 100, 0.1, 0.05, ci / 200])
-    assert csv_lines[3].startswith("toyset,srgnn,sasrec,lpe,anc,1,1,0.4,")
+    assert cells[:8] == ["toyset", "srgnn", "sasrec", "lpe", "", "3", "1 2 3", ""]
+    assert [float(c) for c in cells[8:14]] == pytest.approx([0.2, 0.1, ci / 100, 0.1, 0.05, ci / 200])
+    assert csv_lines[3].startswith("toyset,srgnn,sasrec,lpe,anc,1,1,,0.4,")
     out = report.write_report(rows, tmp_path / "r.csv")
     assert out.read_text() == report.to_csv(rows)
 
@@ -107,6 +107,8 @@ def test_seeds_stopped_at_the_time_limit_are_not_pooled_with_finished_ones(tmp_p
     [row] = report.run([tmp_path / "sasrec-none" / "seed-1"], tmp_path / "one.md")   # every seed cut: marked
     assert row["unfinished"] == [1] and report.to_json([row])[0]["unfinished"] == [1]
     assert "Unfinished: every seed of toyset sasrec-none stopped at train.time_limit" in (tmp_path / "one.md").read_text()
+    assert "| toyset | srgnn | sasrec | none |  | 1 (unfinished) |" in (tmp_path / "one.md").read_text()  # the row too
+    assert report.to_csv([row]).splitlines()[1].startswith("toyset,srgnn,sasrec,none,,1,1,1,")   # unfinished_seeds
     assert report.run([tmp_path / "sasrec-none" / "seed-2"])[0]["unfinished"] == []
 
 
@@ -336,6 +338,35 @@ def test_seeds_trained_differently_or_repeated_are_not_pooled(tmp_path):
     write_run(tmp_path / "c", "sasrec", "none", 1, test)
     with pytest.raises(DataError, match="sasrec-none has seed 1 twice"):
         report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "c"]))
+
+
+def test_a_configuration_whose_seeds_differ_is_left_out_and_the_others_reported(tmp_path):
+    """Walk 28: one configuration with seeds trained at 5 and 2 epochs made `seqpe report` (and `evaluate --all`)
+    print nothing, exit 1. The others are now reported, that one left out with a note saying why; the grid's
+    own configurations still refuse (evaluate's metrics need them), and so does a folder holding nothing else."""
+    import json
+    for seed in (1, 2):
+        write_run(tmp_path, "sasrec", "none", seed, {"hr@10": 0.5 + seed / 10})
+        write_run(tmp_path, "pop", "none", seed, {"hr@10": 0.2})
+        write_run(tmp_path, "sasrec", "none", seed, {"hr@10": 0.6}, tag="tl")
+        path = tmp_path / "sasrec-none-tl" / f"seed-{seed}" / "run.json"
+        write_json(path, {**json.loads(path.read_text()), "train": {"epochs": 7 - 2 * seed}})
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(tmp_path), "--json"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(r["configuration"] for r in json.loads(proc.stdout)) == ["pop-none", "sasrec-none"]
+    assert "note: left out of the report: toyset sasrec-none-tl: seed 1 and seed 2 were trained with different " \
+           "settings (train.epochs: 5 vs 3)" in " ".join(proc.stderr.split())
+    with pytest.raises(DataError, match="sasrec-none-tl: seed 1 and seed 2"):
+        report.aggregate(report.find_runs([tmp_path]))                               # not skippable: refused
+    with pytest.raises(DataError, match="sasrec-none-tl"):
+        report.pooled(report.find_runs([tmp_path]), lambda name: name != "sasrec-none-tl")
+    rows, records = report.pooled(report.find_runs([tmp_path]), lambda name: True)
+    assert {r["name"] for r in records} == {"pop-none", "sasrec-none"} and len(records) == 4
+    for name in ("pop-none", "sasrec-none"):
+        shutil.rmtree(tmp_path / name)
+    with pytest.raises(DataError, match="sasrec-none-tl: seed 1 and seed 2"):       # nothing else: refused
+        report.pooled(report.find_runs([tmp_path]), lambda name: True)
 
 
 def test_seeds_of_different_checkouts_are_pooled_with_a_note(tmp_path):

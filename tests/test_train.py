@@ -276,18 +276,59 @@ def test_state_lists_what_train_keeps_and_prune_spares_a_seed_being_trained(tmp_
         status = {(e["kind"], e["what"]): e["status"] for e in json.loads(_state("--json"))}
         assert status[("resume", f"{a} 1")] == status[("finished", f"{a} 1")] == "training now"
         assert status[("resume", f"{a} 2")] == status[("finished", f"{a} 2")] == "kept: its configuration is training"
-        pruned = json.loads(_state("--prune", "--json"))
-        assert sorted(e["what"] for e in pruned["deleted"]) == [b, b], pruned
-        assert sorted(e["what"] for e in pruned["kept"]) == [f"{a} 1", f"{a} 1", f"{a} 2", f"{a} 2"]
+        pruned = json.loads(_state("--prune", "--json"))          # the time-limited copy: never read again
+        assert [(e["kind"], e["what"]) for e in pruned["deleted"]] == [("finished", b)], pruned
         assert pruned["bytes_freed"] > 0
+        pruned = json.loads(_state("--prune", "--all", "--json"))  # and the resumable seed
+        assert [(e["kind"], e["what"]) for e in pruned["deleted"]] == [("resume", b)], pruned
+        assert sorted(e["what"] for e in pruned["kept"]) == [f"{a} 1", f"{a} 1", f"{a} 2", f"{a} 2"]
     finally:
         holder.kill()
         holder.wait()
-    assert "deleted 4 entries" in _state("--prune")
+    out = " ".join(_state("--prune").split())
+    assert "deleted 2 entries" in out and "kept 2 that this checkout would go on from" in out \
+        and "--prune --all deletes them too" in out, out
+    assert "deleted 2 entries" in _state("--prune", "--all")
     assert state_files("resume") == ["my-model.pt"] and state_files("done") == ["thesis"]   # not seqpe's: kept
     assert (root / "done" / "thesis" / "chapter1.tex").read_text() == "years of work"
     assert "holds no training state" in _state()
     assert (tmp_path / "runs" / "toy-toy_lpe" / "seed-2" / "run.json").is_file()     # runs are not state
+
+
+def test_prune_keeps_finished_and_resumable_seeds_of_this_code_unless_all(tmp_path, toy_registry, monkeypatch):
+    """Seed 1 finished, seed 2 stopped (a crash, Ctrl-C): seed 1's copy waits for its configuration, which the
+    next `dvc repro` restores instead of retraining seed 1. A plain --prune keeps it and seed 2's resume file
+    (walk 28: it deleted seed 1, which was then trained again) and deletes the copy of a seed that other code
+    finished; --prune --all deletes them all."""
+    samples = make_samples(tmp_path / "samples")
+    code = run_files.code_versions()
+    stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1, 2), epochs=3, patience=0, time_limit=1e-9),
+              progress=False, tag="z")
+    monkeypatch.setattr(run_files, "code_versions", lambda: {**code, "seqpe_code": "edited"})
+    stage.run("toyset", samples, tmp_path / "runs2", params(seeds=(1, 2), epochs=3, patience=0, time_limit=1e-9),
+              progress=False, tag="w")
+    monkeypatch.setattr(run_files, "code_versions", lambda: code)
+    for copy in state_files("done"):                # stopped by the time limit, as copies read; made finished
+        path = run_files.state_root() / "done" / copy / "run.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "stopped": "epochs"}))
+    status = sorted((e["kind"], e["what"].split()[1], e["status"]) for e in json.loads(_state("--json")))
+    assert status == [
+        ("finished", "toy-toy_lpe-w", "finished by other seqpe code"),
+        ("finished", "toy-toy_lpe-w", "finished by other seqpe code"),
+        ("finished", "toy-toy_lpe-z", "kept until its configuration finishes"),
+        ("finished", "toy-toy_lpe-z", "kept until its configuration finishes"),
+        ("resume", "toy-toy_lpe-w", "resumable by other seqpe code"),
+        ("resume", "toy-toy_lpe-w", "resumable by other seqpe code"),
+        ("resume", "toy-toy_lpe-z", "resumable"), ("resume", "toy-toy_lpe-z", "resumable")], status
+    pruned = json.loads(_state("--prune", "--json"))
+    assert sorted(e["what"].split()[1] for e in pruned["deleted"]) == ["toy-toy_lpe-w"] * 4
+    assert sorted(e["status"] for e in pruned["kept"]) == ["kept until its configuration finishes"] * 2 + \
+        ["resumable"] * 2
+    assert len(state_files("done")) == 2 and len(state_files("resume")) == 2
+    proc = _state_cli("--all")
+    assert proc.returncode == 1 and "--all goes with --prune" in proc.stderr
+    assert len(json.loads(_state("--prune", "--all", "--json"))["deleted"]) == 4
+    assert state_files("done") == [] and state_files("resume") == []
 
 
 def test_prune_keeps_the_finished_seeds_of_a_configuration_still_training(tmp_path, toy_registry):
@@ -507,7 +548,7 @@ def test_a_seed_starting_afresh_beside_its_resume_file_of_other_inputs_says_why(
     assert (f"note: toyset toy-toy_lpe seed 1 starts at epoch 1: {run_files.state_root() / 'resume' / kept} holds its "
             f"first 1 epoch(s) from a run of other inputs (train.lr: 0.02 vs 0.03), which this command cannot go on "
             f"from; a command of those inputs would") in err
-    assert "`seqpe state --prune` deletes it" in err
+    assert "`seqpe state --prune --all` deletes it" in err             # the same code's: usable, so --all
     for path in (run_files.state_root() / "resume").glob("*.pt"):         # the lr 0.03 run's file: the newer one
         os.utime(path, (1, 1) if path.name == kept else None)
     code = run_files.code_versions()
@@ -569,6 +610,10 @@ def test_check_refuses_what_the_run_would_and_says_what_it_would_reuse_or_replac
     assert "holds a run trained with other settings (train.lr: 0.02 vs 0.05)" in capfd.readouterr().err
     stage.run("toyset", samples, runs, params(epochs=1, threads=2), progress=False, check=True)
     assert "other settings (train.threads: 'auto' vs 2)" in capfd.readouterr().err   # in the fingerprint, not report's
+    other = params(epochs=1)
+    other = dataclasses.replace(other, evaluate=dataclasses.replace(other.evaluate, batch_size=128))
+    stage.run("toyset", samples, runs, other, progress=False, check=True)            # was "the same settings, ..."
+    assert "other settings (evaluate.batch_size: 64 vs 128)" in capfd.readouterr().err
     monkeypatch.setitem(MODELS, "toy", dataclasses.replace(MODELS["toy"], presets={"paper": PAPER}))
     stage.run("toyset", samples, runs, params(), preset="paper", progress=False, tag="p")
     capfd.readouterr()
@@ -1124,6 +1169,19 @@ def test_a_memory_budget_trains_the_same_model(tmp_path, toy_registry):
     wb = torch.load(tmp_path / "b" / "toy-toy_lpe" / "seed-1" / "checkpoint.pt", weights_only=True)["model"]
     assert all(torch.equal(wa[k], wb[k]) for k in wa) and a["test"] == b["test"]
     assert (run_files.state_root() / "spill").is_dir()          # the maps were used (and kept for reuse)
+    # so the budget is not part of the fingerprint (walk 28: adding one retrained a finished seed, and an
+    # interrupted seed could not go on from its resume file); nor is `device: cpu` against auto without CUDA
+    stamp = (tmp_path / "a" / "toy-toy_lpe" / "seed-1" / "timing.json").read_bytes()
+    stage.run("toyset", samples, tmp_path / "a", params(epochs=2, memory_budget=0.001), progress=False)
+    if not torch.cuda.is_available():
+        stage.run("toyset", samples, tmp_path / "a", params(epochs=2, device="cpu"), progress=False)
+    assert (tmp_path / "a" / "toy-toy_lpe" / "seed-1" / "timing.json").read_bytes() == stamp      # reused
+    stage.run("toyset", samples, tmp_path / "c", params(epochs=4, patience=0, time_limit=1e-9), progress=False)
+    [c] = stage.run("toyset", samples, tmp_path / "c", params(epochs=4, patience=0, memory_budget=0.001),
+                    progress=False)
+    assert c["epochs_run"] == 4
+    assert json.loads((tmp_path / "c" / "toy-toy_lpe" / "seed-1" / "timing.json").read_text())[
+        "resumed_from_epoch"] == 1                                  # went on from the unbudgeted run's epoch 1
 
 
 @pytest.mark.skipif("sasrec" not in MODELS, reason="needs sasrec")
@@ -1278,3 +1336,14 @@ def test_the_fingerprint_follows_the_code_not_the_commit(tmp_path, monkeypatch):
     assert v.source_hash(tmp_path) != v.code_hash()
     monkeypatch.setattr(v, "code_hash", lambda: "edited")
     assert runs.fingerprint(tp, ps, manifest, 1) != fp
+
+
+def test_a_configuration_folder_given_for_a_run_names_its_seeds(tmp_path):
+    """`encodings inspect --run data/runs/X/sasrec-lpe` (or recommend's run) said only "pass a run folder"."""
+    (tmp_path / "sasrec-lpe" / "seed-2").mkdir(parents=True)
+    (tmp_path / "sasrec-lpe" / "seed-2" / "checkpoint.pt").write_bytes(b"x")
+    with pytest.raises(DataError, match=r"no checkpoint.pt in .*sasrec-lpe, a configuration's folder of seeds. Fix: "
+                                        r"pass one of its seeds' run folders, e.g. .*sasrec-lpe/seed-2"):
+        run_files.load_checkpoint(tmp_path / "sasrec-lpe")
+    with pytest.raises(DataError, match=r"no checkpoint.pt in .*Fix: pass a run folder written by `seqpe train`"):
+        run_files.load_checkpoint(tmp_path)

@@ -308,7 +308,7 @@ def build_in_memory(spec, raw_dir: Path, params) -> ProtocolResult:
     valid = train.slice(train.height - n_valid, n_valid)
     train = train.slice(0, train.height - n_valid)
     steps.append(step(STEP["carved"], *_stats(train)))
-    steps.append(step(STEP["valid"].format(n_valid=n_valid), *_stats(valid)))
+    steps.append(step(STEP["valid"].format(n_valid=f"{n_valid:,}"), *_stats(valid)))
     extra = protocol_info(split_days, maxdate, splitdate, min_count, fraction, info)
 
     items = (pl.DataFrame({"item_id": new_ids, "raw_id": order})

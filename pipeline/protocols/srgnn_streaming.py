@@ -440,7 +440,7 @@ def _build(spec, raw_dir: Path, params, scratch: Path) -> ProtocolResult:
     if fraction > 1:
         steps.append(step(STEP["fraction"].format(fraction=fraction), *tally["train"].stats(tally["valid"])))
     steps.append(step(STEP["carved"], *tally["train"].stats()))
-    steps.append(step(STEP["valid"].format(n_valid=n_valid), *tally["valid"].stats()))
+    steps.append(step(STEP["valid"].format(n_valid=f"{n_valid:,}"), *tally["valid"].stats()))
     items = (pl.DataFrame({"item_id": new_ids, "raw_id": order})
              .join(counts, left_on="raw_id", right_on="item_id", how="left", maintain_order="left")
              .select("item_id", pl.col("raw_id").cast(pl.String), "count"))

@@ -42,6 +42,7 @@ from ..versions import code_versions
 
 STATE_ENV = "SEQPE_STATE"
 FILES = ("checkpoint.pt", "run.json", "test_samples.parquet", "timing.json")
+CODE_JSON = "code.json"     # beside a finished copy in the state root (not a run file): the code versions it has
 
 
 def state_root() -> Path:
@@ -52,8 +53,15 @@ def fingerprint_inputs(tp: TrainParams, params: Params, manifest: dict, seed: in
     """Everything a run depends on, the key `fingerprint` hashes. `world`, torchrun's process count, is one
     of them (W processes step on W batches at once, so the same seed trains another model): a seed trained
     by 2 processes is neither reused nor resumed by 1 or 3. It enters the key only when > 1, so
-    one-process fingerprints are those of earlier versions."""
-    train = {k: v for k, v in to_dict(tp).items() if k != "time_limit"}    # a longer limit continues it
+    one-process fingerprints are those of earlier versions.
+    train.time_limit is left out (a longer limit continues a run), and so is train.memory_budget (chunked
+    loading gives the same batches, so the same weights: a user who ran out of RAM adds a budget and goes on
+    from the resume file, or keeps the finished seeds); train.device enters as the device it picks (auto
+    and cpu on a machine without CUDA are one run). Threads and evaluate.batch_size stay: they can change
+    floating-point sums, so the bits of the result."""
+    from .setup import pick_device
+    train = {k: v for k, v in to_dict(tp).items() if k not in ("time_limit", "memory_budget")}
+    train["device"] = pick_device(tp.device).type
     key = {"train": train, "model": params.models.get(tp.model, {}), "seed": seed,
            "encoding": params.encodings.get(tp.encoding, {}), "evaluate": to_dict(params.evaluate),
            "n_items": manifest.get("n_items"), "shards": manifest.get("shards"), "versions": code_versions(),
@@ -105,7 +113,10 @@ def load_checkpoint(run_dir: Path) -> dict:
     import torch
     path = Path(run_dir) / "checkpoint.pt"
     if not path.is_file():
-        raise DataError(f"no checkpoint.pt in {run_dir}", "pass a run folder written by `seqpe train`")
+        seeds = sorted(Path(run_dir).glob("seed-*/checkpoint.pt"), key=lambda p: (len(p.parent.name), p.parent.name))
+        raise DataError(f"no checkpoint.pt in {run_dir}" + (", a configuration's folder of seeds" if seeds else ""),
+                        f"pass one of its seeds' run folders, e.g. {seeds[0].parent}" if seeds else
+                        "pass a run folder written by `seqpe train`")
     fix = f"re-run `seqpe train` for it (or `dvc pull` / `dvc checkout` {run_dir})"
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
@@ -133,6 +144,7 @@ def save_run(run_dir: Path, net, record: dict, timing: dict, per_sample) -> None
         write_parquet(tmp / "test_samples.parquet", per_sample)
         write_json(tmp / "timing.json", timing)
     _copy_tree(run_dir, done_path(record["fingerprint"]))
+    write_json(done_path(record["fingerprint"]) / CODE_JSON, code_versions())   # `seqpe state`: which code wrote it
 
 
 def finished(run_dir: Path, fp: str, restore: bool = True) -> Optional[dict]:

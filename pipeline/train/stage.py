@@ -254,6 +254,9 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
         finally:
             if lock is not None:
                 lock.release()
+        if reused and dist.main and progress:         # was silent: only the table, as if it had trained
+            sys.stderr.write(f"{label}: finished with these settings in {run_dirs[seed]}: reused, not trained "
+                             f"again\n")
         if reused and live_dir is not None and dist.main:
             runs.write_curves(live_dir, seed, record["history"])
         records.append(record)
@@ -317,7 +320,12 @@ def _note_replacing(run_dir: Path, fp: str, settings: dict) -> None:
     if not why:                                  # a machine setting in the fingerprint (threads: other float sums)
         was, now = old.get("train") or {}, settings["train"]
         machine = [f"train.{k}: {was.get(k)!r} vs {now.get(k)!r}"
-                   for k in ("threads", "device", "memory_budget", "compile") if was.get(k) != now.get(k)]
+                   for k in ("threads", "compile") if was.get(k) != now.get(k)]
+        if old.get("device") not in (None, now_device := setup.pick_device(now.get("device", "auto")).type):
+            machine.append(f"device: {old.get('device')} vs {now_device}")
+        was, now = (old.get("evaluate") or {}).get("batch_size"), settings["evaluate"].get("batch_size")
+        if was != now:
+            machine.append(f"evaluate.batch_size: {was!r} vs {now!r}")
         why = "; ".join(machine) or "the same settings, from another code version or other samples"
     sys.stderr.write(f"note: {run_dir} holds a run trained with other settings ({why}); this run replaces it when "
                      f"it ends (--tag NAME keeps both)\n")
@@ -357,7 +365,8 @@ def _note_other_resume(label: str, fp: str, key: dict) -> None:
     more = f" ({len(others) - 1} more of this seed are kept)" if len(others) > 1 else ""
     sys.stderr.write(f"note: {label} starts at epoch 1: {o['path']} holds its first {o['epoch']} epoch(s) from a "
                      f"run of other inputs ({runs.inputs_change(o.get('inputs'), key)}), which this command cannot go "
-                     f"on from{more}; a command of those inputs would, and `seqpe state --prune` deletes it\n")
+                     f"on from{more}; a command of those inputs would, and `seqpe state --prune"
+                     f"{'' if state._other_code(o.get('inputs')) else ' --all'}` deletes it\n")
 
 
 def _lock(fp: str, run_dir: Path, what: dict, dist):

@@ -12,8 +12,11 @@ with `seqpe state --prune` when no process holds them.
 
 `seqpe state` lists the resume files and finished copies (only entries named by a fingerprint, 20 hex
 digits, and for a copy a run.json that says so: anything else under the root is not seqpe's and is
-neither listed nor ever deleted), and `--prune` deletes those no running training holds, each under its
-seed's lock, a copy renamed before it goes, so that no `seqpe train` can start on half-deleted state.
+neither listed nor ever deleted). `--prune` deletes those no command of this checkout will read (other
+code's, damaged ones, copies of time-limited runs) and `--prune --all` also the work it would go on from
+(resumable seeds, finished seeds kept for their configuration), never what a running training holds or
+needs; each under its seed's lock, a copy renamed before it goes, so that no `seqpe train` can start on
+half-deleted state.
 """
 from __future__ import annotations
 
@@ -243,6 +246,7 @@ def entries() -> list[dict]:
             continue
         status = ("training now" if path.name in training else
                   "kept: its configuration is training" if (rec.get("dataset"), rec.get("name")) in configs else
+                  "finished by other seqpe code" if _other_code(_code_of(path)) else
                   "stopped by train.time_limit" if rec.get("stopped") == "time_limit" else
                   "kept until its configuration finishes")
         found.append({"kind": "finished", "fingerprint": path.name,
@@ -262,29 +266,44 @@ def entries() -> list[dict]:
     return found
 
 
+def _code_of(copy: Path) -> Optional[dict]:
+    """{"versions": ...} of a finished copy, from the code.json save_run writes beside it (None when there is
+    none, or it cannot be read: a copy written before copies kept it counts as this code's)."""
+    try:
+        return {"versions": json.loads((copy / runs.CODE_JSON).read_text(encoding="utf-8"))}
+    except (OSError, ValueError):
+        return None
+
+
 def _other_code(inputs) -> bool:
     """Whether a resume file's fingerprint inputs name other libraries or seqpe source than this checkout's
     (False for a file written before resume files kept them: unknown)."""
     if not isinstance(inputs, dict) or not isinstance(inputs.get("versions"), dict):
         return False
-    from ..versions import code_versions
-    return inputs["versions"] != code_versions()
+    return inputs["versions"] != runs.code_versions()
 
 
-_PRUNABLE = ("resumable", "resumable by other seqpe code", "damaged", "stopped by train.time_limit", "kept until its configuration finishes")
+# What no command of this checkout will ever read: resume files and finished copies of other code (the
+# fingerprint includes the code), damaged files, and the copies of runs stopped by train.time_limit (only
+# their resume file continues them; `runs.finished` never takes such a copy for a finished seed).
+_UNUSABLE = ("resumable by other seqpe code", "damaged", "finished by other seqpe code", "stopped by train.time_limit")
+# ... and, with --all, the work this checkout would go on from: an unfinished seed's resume file (it then
+# starts afresh) and a finished seed kept for its configuration (it is then trained again).
+_PRUNABLE = (*_UNUSABLE, "resumable", "kept until its configuration finishes")
 
 
-def prune() -> tuple[list[dict], list[dict], int]:
-    """Delete every listed resume file and finished copy that no running training holds or needs (the entries
-    of a configuration that is training stay: its command goes on to them), then the lock files no process
-    holds (a seed killed before its first epoch leaves one and nothing else); returns (deleted, kept,
-    lock files removed). Each goes under its lock; a copy is renamed first, so an interrupted prune leaves
-    nothing a rerun could take for a finished seed."""
+def prune(everything: bool = False) -> tuple[list[dict], list[dict], int]:
+    """Delete the resume files and finished copies no command of this checkout will read (`_UNUSABLE`), or with
+    `everything` also those it would go on from (`_PRUNABLE`), then the lock files no process holds (a seed
+    killed before its first epoch leaves one and nothing else); returns (deleted, kept, lock files removed).
+    The entries a running training holds or needs stay either way (its command goes on to them). Each goes
+    under its lock; a copy is renamed first, so an interrupted prune leaves nothing a rerun could take for a
+    finished seed."""
     deleted, kept = [], []
     for entry in entries():
         if entry["kind"] == "spill":
             continue
-        if entry["status"] not in _PRUNABLE:
+        if entry["status"] not in (_PRUNABLE if everything else _UNUSABLE):
             kept.append(entry)
             continue
         handle = _lock_file(entry["fingerprint"])
