@@ -682,6 +682,12 @@ def _interrupted_note(argv: list[str]) -> str:
     command = next((a for a in argv if not a.startswith("-")), None)
     if command == "train" and "--check" in argv:
         return "nothing was written: --check trains nothing"
+    if command == "train" and "torch" in sys.modules:
+        from .train.loop import LAST_SAVED
+        if LAST_SAVED:                  # "if one finished" said nothing of which: name it
+            label, epoch = LAST_SAVED
+            return (f"the seed being trained has no run folder yet (seeds finished before it are kept); {label} is "
+                    f"saved as of its epoch {epoch}, so the same command continues from there")
     return INTERRUPTED.get(command, "nothing was left half-written")
 
 

@@ -217,7 +217,7 @@ def test_ctrl_c_stops_every_process_at_once_with_one_line(samples, tmp_path, sig
     out, _ = proc.communicate(timeout=120)
     took = time.monotonic() - t0
     assert took < 20, f"the processes took {took:.0f} s to stop"
-    assert out.count(f"{said}: the seed being trained wrote nothing") == 1, out[-3000:]
+    assert out.count(f"{said}: the seed being trained has no run folder yet") == 1, out[-3000:]
     assert not list((tmp_path / "runs").glob("*/seed-1/run.json"))
 
 

@@ -118,3 +118,16 @@ def test_readme_test_command_is_what_ci_runs():
     assert ci_command().replace("pip install -q ", "pip install ") == readme_test_command()
     readme = README.read_text()
     assert set(re.findall(r"torch==(\S+?)[`\s]", readme)) == {str(PINS["torch"])}  # every install command
+
+
+def test_hand_prepared_datasets_are_git_ignored_but_dvc_files_are_not():
+    """Walk 28: `seqpe import beauty_s3rec` left data/samples/beauty_s3rec/ untracked, one `git add -A` from
+    being committed; a `dvc add` file beside it must stay visible to git (DVC refuses a git-ignored one)."""
+    import shutil
+    import subprocess
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = ["data/samples/hand_x/manifest.json", "data/sessions/hand_x/items.parquet", "data/raw/hand_x/a.csv",
+             "data/samples/hand_x.dvc", "data/raw/.gitignore"]
+    out = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert out.stdout.split() == paths[:3], out

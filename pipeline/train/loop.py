@@ -176,6 +176,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
     loop = {"epoch": 0, "best_epoch": 0, "best_value": float("-inf"), "best_state": None, "stale": 0,
             "start_loss": None}
     resumed = 0
+    LAST_SAVED.clear()                                  # this seed's own, from its resume file or its epochs
     saved = _load_resume(resume_path, label if dist.main else None)
     if saved is not None:
         net.load_state_dict(saved["model"])
@@ -189,6 +190,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
             torch.cuda.set_rng_state_all(saved["cuda_rng"])
         loop.update(saved["loop"])
         resumed = loop["epoch"]
+        LAST_SAVED[:] = [label, resumed]
         history += saved["history"]
         timing += saved["timing"]
         if on_epoch is not None and history:
@@ -253,6 +255,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                     "loop": loop, "history": history, "timing": timing,
                     "label": label, "epochs": tp.epochs, "world": dist.world,     # for `seqpe state`
                     "inputs": inputs})
+                LAST_SAVED[:] = [label, epoch]                   # what a Ctrl-C's note names
             if on_epoch is not None and dist.main:
                 on_epoch(history)
             if (why := decide()) is not None:
@@ -282,6 +285,9 @@ def _load_resume(path: Optional[Path], label: Optional[str] = None) -> Optional[
             sys.stderr.write(f"note: {label}: its resume file {path} was damaged (unreadable) and is deleted; the "
                              "seed starts afresh from epoch 1\n")
         return None
+
+
+LAST_SAVED: list = []      # [label, epoch] of the last resume file this process wrote (the Ctrl-C note names it)
 
 
 def _save_resume(path: Path, state: dict) -> None:

@@ -15,7 +15,7 @@ from ..params import EvaluateParams, Params, check_seeds, to_dict
 from ..report import config_name
 from ..versions import versions
 from . import distributed, heap, runs, setup, state, threads
-from .loop import checked, fit_epochs
+from .loop import LAST_SAVED, checked, fit_epochs
 from .tasks import make_task, selection
 
 
@@ -246,6 +246,7 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                     runs.save_run(run_dirs[seed], net, record, timing, per_sample)
                     if record["stopped"] != "time_limit":    # kept: the same command with a longer limit goes on
                         runs.resume_path(fp).unlink(missing_ok=True)
+                    LAST_SAVED.clear()                        # its run folder is written: not "being trained"
                 dist.barrier()
         except BaseException as e:                        # nothing to resume, or a resume that would end the
             if lock is not None and (isinstance(e, ConstantModel) or not runs.resume_path(fp).exists()):
