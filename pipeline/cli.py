@@ -546,6 +546,8 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete the resume
     if prune:
         deleted, kept, locks = train_state.prune(everything)
         freed = sum(e["bytes"] for e in deleted)
+        held = [e for e in kept if e["status"] not in train_state.PRUNABLE]       # a training holds or needs it
+        usable = [e for e in kept if e["status"] in train_state.PRUNABLE]
         if as_json:
             from .tables import to_json
             to_json({"deleted": deleted, "kept": kept, "bytes_freed": freed, "lock_files_removed": locks})
@@ -553,9 +555,9 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete the resume
         console.print(f"deleted {len(deleted)} entr{'y' if len(deleted) == 1 else 'ies'} of {where} "
                       f"({freed / 1e6:,.1f} MB)"
                       + (f" and {locks} unheld lock file{'s' * (locks != 1)}" if locks else "")
-                      + (f"; kept {len(kept)} that a running training holds or needs" if kept and everything
-                         else f"; kept {len(kept)} that this checkout would go on from (resumable or finished "
-                              f"seeds: --prune --all deletes them too)" if kept else ""),
+                      + (f"; kept {len(held)} that a running training holds or needs" if held else "")
+                      + (f"; kept {len(usable)} that this checkout would go on from (resumable or finished "
+                         f"seeds: --prune --all deletes them too)" if usable else ""),
                       highlight=False, markup=False, soft_wrap=True)
         return
     entries = train_state.entries()

@@ -289,12 +289,12 @@ def _other_code(inputs) -> bool:
 _UNUSABLE = ("resumable by other seqpe code", "damaged", "finished by other seqpe code", "stopped by train.time_limit")
 # ... and, with --all, the work this checkout would go on from: an unfinished seed's resume file (it then
 # starts afresh) and a finished seed kept for its configuration (it is then trained again).
-_PRUNABLE = (*_UNUSABLE, "resumable", "kept until its configuration finishes")
+PRUNABLE = (*_UNUSABLE, "resumable", "kept until its configuration finishes")
 
 
 def prune(everything: bool = False) -> tuple[list[dict], list[dict], int]:
     """Delete the resume files and finished copies no command of this checkout will read (`_UNUSABLE`), or with
-    `everything` also those it would go on from (`_PRUNABLE`), then the lock files no process holds (a seed
+    `everything` also those it would go on from (`PRUNABLE`), then the lock files no process holds (a seed
     killed before its first epoch leaves one and nothing else); returns (deleted, kept, lock files removed).
     The entries a running training holds or needs stay either way (its command goes on to them). Each goes
     under its lock; a copy is renamed first, so an interrupted prune leaves nothing a rerun could take for a
@@ -303,7 +303,7 @@ def prune(everything: bool = False) -> tuple[list[dict], list[dict], int]:
     for entry in entries():
         if entry["kind"] == "spill":
             continue
-        if entry["status"] not in (_PRUNABLE if everything else _UNUSABLE):
+        if entry["status"] not in (PRUNABLE if everything else _UNUSABLE):
             kept.append(entry)
             continue
         handle = _lock_file(entry["fingerprint"])
