@@ -126,7 +126,7 @@ def detect_format(src: str | Path) -> str:
         texts = [] if any((src / f).exists() for f in ("all_train_seq.txt", "train.txt", "test.txt")) else \
             [f for f in sorted(src.iterdir()) if f.is_file() and sniff.describe(sniff.head(f, 4096)) == "text"
              and not _json(f)]
-        raw = _raw_files_of(src)
+        raw = _raw_files_of(src) if texts else None
         if raw is not None:    # e.g. MovieLens' ml-1m/ folder: its download reads it
             name, found = raw
             raise DataError(f"{src} holds {name}'s raw files ({', '.join(found)}), which no import format reads",
