@@ -494,14 +494,9 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
         elif not quiet:
             console.print(_kv_table("recommend", summary))
         return
-    one = pl.DataFrame({"session_id": [0], "items": [rec.parse_ids(items)]})
-    try:
-        frame = model.recommend_frame(one, k, raw_ids=raw_ids, drop_unknown=drop_unknown, exclude_seen=exclude_seen)
-    except DataError as e:                     # one session: "(session 0)", a file's row label, says nothing here
-        if " (session 0)" not in e.problem and not e.problem.startswith("session 0 "):
-            raise
-        problem = e.problem.replace(" (session 0)", " (in --items)").replace("session 0 ", "the --items session ", 1)
-        raise DataError(problem, e.fix) from None
+    one = pl.DataFrame({"session_id": pl.Series([None], dtype=pl.Int64), "items": [rec.parse_ids(items)]})
+    frame = model.recommend_frame(one, k, raw_ids=raw_ids, drop_unknown=drop_unknown,   # no id: messages say
+                                  exclude_seen=exclude_seen)                              # "--items", not "session 0"
     if frame.height < k:
         err_console.print(_short_list(f"{frame.height} listed, fewer", k, model, exclude_seen), highlight=False,
                           markup=False, soft_wrap=True)

@@ -125,7 +125,7 @@ def detect_format(src: str | Path) -> str:
                             f"run `seqpe preprocess {owner} {src}`")
         texts = [] if any((src / f).exists() for f in ("all_train_seq.txt", "train.txt", "test.txt")) else \
             [f for f in sorted(src.iterdir()) if f.is_file() and sniff.describe(sniff.head(f, 4096)) == "text"
-             and not _json(f)]
+             and not sniff.starts_as_json(f)]   # a manifest.json beside the data
         raw = _raw_files_of(src) if texts else None
         if raw is not None:    # e.g. MovieLens' ml-1m/ folder: its download reads it
             name, found = raw
@@ -165,14 +165,9 @@ def _refuse_seqpe_folder(src: Path) -> None:
                            "pass an SR-GNN folder, a SASRec / S3-Rec text file or a folder of BARS CSVs"))
 
 
-def _json(path: Path) -> bool:
-    """Whether a text file starts as JSON ({ or [): a manifest.json or source.json beside the data."""
-    return sniff.head(path, 64).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
-
-
 def _require_text_file(src: Path) -> None:
     """A DataError naming what `src` is unless it is text (or empty: the reader says so)."""
-    if src.is_file() and _json(src):
+    if src.is_file() and sniff.starts_as_json(src):
         raise DataError(f"{src} is JSON, not SASRec / S3-Rec text" + (" (a seqpe folder's record)" if src.name in
                         (MANIFEST, "source.json", "run.json", "summary.json") else ""),
                         "pass the `user item item ...` (or `user item`) text file, or an SR-GNN folder")

@@ -89,7 +89,7 @@ class RunModel:
                     dropped += 1
                 if new is None and not drop_unknown:
                     sid = session_ids[s] if session_ids is not None else s
-                    raise DataError(f"raw item id {printable(str(raw), 40)!r} (session {printable(str(sid), 40)}) is "
+                    raise DataError(f"raw item id {printable(str(raw), 40)!r} ({_where(sid)}) is "
                                     f"not in the vocabulary of "
                                     f"{self.run_dir} ({self.n_items:,} items)",
                                     "check the ids, or pass --drop-unknown to leave such clicks out")
@@ -149,12 +149,12 @@ class RunModel:
             [self._session_ids(s, sid) for sid, s in zip(ids.to_list(), lists)]
         for sid, s, given in zip(ids.to_list(), internal, lists):
             if not s and given and raw_ids:              # --drop-unknown dropped every one of its ids
-                raise DataError(f"session {printable(str(sid), 40)} has no item in the run's vocabulary: "
+                raise DataError(f"{_which(sid)} has no item in the run's vocabulary: "
                                 f"--drop-unknown dropped all {len(given)} of its raw ids",
                                 "check they are this dataset's raw ids (items.parquet raw_id, as in the raw log), "
                                 "or leave that session out")
             if not s:
-                raise DataError(f"session {printable(str(sid), 40)} has no item", "leave empty sessions out of the input")
+                raise DataError(f"{_which(sid)} has no item", "leave empty sessions out of the input")
         top = self.recommend(internal, k, exclude_seen=exclude_seen, batch_size=batch_size)
         s_idx, rank = np.nonzero(top.items >= 0)
         item_col = top.items[s_idx, rank]
@@ -184,7 +184,7 @@ class RunModel:
         try:
             return [self._item_id(i) for i in items]
         except DataError as e:
-            raise DataError(f"{e.problem} (session {printable(str(sid), 40)})", e.fix) from None
+            raise DataError(f"{e.problem} ({_where(sid)})", e.fix) from None
 
     def _item_id(self, value) -> int:
         """An internal item id 1..n_items (an id past int64 was an OverflowError in NumPy)."""
@@ -303,12 +303,11 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
             df = pl.read_parquet(path)
         else:
             sniff.require_text(path, "write a header line and one session per row (`seqpe recommend --help`)")
-            first = sniff.head(path, 1024).lstrip(b"\xef\xbb\xbf \t\r\n")
-            if first[:1] in (b"{", b"["):        # was read as a CSV: "has columns [{"session_id":1, items":[1..."
+            if sniff.starts_as_json(path):      # was read as a CSV: "has columns [{"session_id":1, items":[1..."
                 raise DataError(f"{path} is JSON, and the sessions file is Parquet or CSV",
                                 "write it as a CSV with a header line (session_id,items) or as Parquet "
                                 "(`seqpe recommend --help`)")
-            header = first.split(b"\n")[0]
+            header = sniff.head(path, 1024).lstrip(b"\xef\xbb\xbf").split(b"\n")[0]
             if b"\t" in header and b"," not in header:  # a TSV: its one column was "session_id\titems"
                 raise DataError(f"{path} separates its columns with tabs, and the sessions file is CSV (commas) "
                                 f"or Parquet", "write the columns separated by commas: session_id,items")
@@ -346,6 +345,15 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
     if out.get_column("session_id").n_unique() != out.height:
         raise DataError(f"{path} lists a session_id twice", "give every session one row (list layout)")
     return out
+
+
+def _which(sid) -> str:
+    """How messages name a session: by its id in the input file; the one session of `--items` (id None)."""
+    return "the --items session" if sid is None else f"session {printable(str(sid), 40)}"
+
+
+def _where(sid) -> str:
+    return "in --items" if sid is None else f"session {printable(str(sid), 40)}"
 
 
 def parse_ids(text: str) -> list[str]:

@@ -99,3 +99,8 @@ def sasrec_text(path: str | Path) -> bool:
         return False
     lines = [line for line in data.split(b"\n")[:-1] if line.strip()][:20]     # whole lines only
     return bool(lines) and all(len(t := line.split()) >= 2 and all(w.isdigit() for w in t) for line in lines)
+
+
+def starts_as_json(path: str | Path) -> bool:
+    """Whether a text file starts as JSON ({ or [, after a BOM and blanks)."""
+    return head(path, 64).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
