@@ -54,7 +54,10 @@ def comparison_csv(rows: list[dict], metrics: list[str]) -> str:
             if stat is None:
                 continue
             half = stat["ci95"] or 0.0
-            w.writerow([r["name"], m, repr(stat["mean"]), repr(stat["mean"] - half), repr(stat["mean"] + half),
+            lo, hi = stat["mean"] - half, stat["mean"] + half
+            if not m.startswith("logloss"):       # as the PNG's axis: a t-interval may pass a rate's bounds
+                lo, hi = max(lo, 0.0), min(hi, 1.0)
+            w.writerow([r["name"], m, repr(stat["mean"]), repr(lo), repr(hi),
                         len(r["seeds"]), f"{r['name']} {m}"])
     return buf.getvalue()
 
@@ -67,6 +70,7 @@ def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: 
     import matplotlib.pyplot as plt
 
     names = [r["name"] for r in rows]
+    labels = [f"{r['name']} (unfinished)" if r.get("unfinished") else r["name"] for r in rows]   # as report.md
     height = 1.2 + 0.42 * len(names)
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), height), squeeze=False, dpi=110)
     for ax, metric in zip(axes[0], metrics):
@@ -81,7 +85,7 @@ def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: 
             vals = [s * v for v in per_seed.get(name, {}).get(metric, [])]
             ax.plot(vals, [yi] * len(vals), "o", color="#222222", markersize=3.5, zorder=3)
         ax.set_yticks(y)
-        ax.set_yticklabels(names if ax is axes[0][0] else [""] * len(names), fontsize=9)
+        ax.set_yticklabels(labels if ax is axes[0][0] else [""] * len(names), fontsize=9)
         unit = " (x100)" if s == 100.0 else ""
         ax.set_xlabel(f"test {metric.upper()}{unit}, mean and 95% CI over seeds", fontsize=9)
         lo = min(m - h for m, h in zip(means, halves)) if means else 0.0
@@ -128,7 +132,8 @@ def curve_series(records: list[dict], names: list[str], metric: str) -> dict[str
         seeds = by_name.get(name, [])
         hists = [r.get("history") or [] for r in seeds]
         trained = [[h for h in hist if h.get("epoch", 0) >= 1] for hist in hists]
-        series = {"seeds": [], "mean_loss": [], "mean_valid": [], "best": [], "fitted": None, "n": len(seeds)}
+        series = {"seeds": [], "mean_loss": [], "mean_valid": [], "best": [], "fitted": None, "n": len(seeds),
+                  "unfinished": any(r.get("stopped") == "time_limit" for r in seeds)}
         if not any(trained):
             levels = [s * h["valid"][metric] for hist in hists for h in hist if metric in h.get("valid", {})]
             series["fitted"] = math.fsum(levels) / len(levels) if levels else None
@@ -177,7 +182,7 @@ def curves_png(records: list[dict], names: list[str], metric: str, title: str) -
                     ax.plot(*zip(*pts), color=colour, lw=0.7, alpha=0.35, ls=style)
         if c["best"]:
             valid_ax.plot(*zip(*c["best"]), "o", color=colour, markersize=3.5)
-        label = f"{name} ({c['n']} seed{'s' if c['n'] != 1 else ''})"
+        label = f"{name} ({c['n']} seed{'s' if c['n'] != 1 else ''}{', unfinished' if c['unfinished'] else ''})"
         line = None
         for ax, pts in ((loss_ax, c["mean_loss"]), (valid_ax, c["mean_valid"])):
             if pts:

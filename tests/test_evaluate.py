@@ -102,6 +102,39 @@ def test_learning_curves_overlay_every_configuration(tmp_path):
     assert (tmp_path / "b" / "comparison.png").read_bytes() == (tmp_path / "a" / "comparison.png").read_bytes()
 
 
+def test_figures_mark_a_configuration_whose_seeds_stopped_at_the_time_limit(tmp_path):
+    """report.md says "3 (unfinished)"; the comparison bars and the curves' legend said nothing."""
+    from pipeline import figures
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        write_run(runs, "sasrec", "lpe", seed, {"hr@10": 0.3 + 0.01 * seed, "ndcg@10": 0.1})
+    stage.run("toyset", runs, tmp_path / "a", params())
+    for seed in (1, 2):
+        record = runs / "sasrec-lpe" / f"seed-{seed}" / "run.json"
+        record.write_text(json.dumps({**json.loads(record.read_text()), "stopped": "time_limit"}))
+    records = [json.loads(p.read_text()) for p in sorted(runs.rglob("run.json"))]
+    assert figures.curve_series(records, ["sasrec-lpe"], "ndcg@10")["sasrec-lpe"]["unfinished"]
+    summary = stage.run("toyset", runs, tmp_path / "b", params())
+    assert summary["configs"][0]["unfinished"] == [1, 2]
+    assert (tmp_path / "b" / "comparison.png").read_bytes() != (tmp_path / "a" / "comparison.png").read_bytes()
+    assert "2 (unfinished)" in (tmp_path / "b" / "report.md").read_text()
+
+
+def test_comparison_csv_keeps_a_rates_interval_within_its_bounds(tmp_path):
+    """Two seeds 0.0 and 0.9: the t-interval runs to about -5.3 and +6.2, which no HR@10 can be."""
+    from pipeline import figures
+    runs = tmp_path / "runs"
+    for seed, hr in ((1, 0.0), (2, 0.9)):
+        write_run(runs, "sasrec", "lpe", seed, {"hr@10": hr, "logloss": 0.5 + hr})
+    summary = stage.run("toyset", runs, tmp_path / "reports", params())
+    row = summary["configs"][0]
+    assert row["metrics"]["hr@10"]["ci95"] > 1.0                       # the statistic itself is kept
+    csv_rows = figures.comparison_csv([row], ["hr@10", "logloss"]).splitlines()[1:]
+    lines = {line.split(",")[1]: line.split(",") for line in csv_rows}
+    assert (float(lines["hr@10"][3]), float(lines["hr@10"][4])) == (0.0, 1.0)
+    assert float(lines["logloss"][3]) < 0.0                              # a loss has no such bound
+
+
 def test_cut_offs_the_runs_never_computed_are_named(tmp_path):
     """evaluate.ks edited to [15] after training: matplotlib's "Number of columns must be a positive integer"."""
     write_run(tmp_path / "runs", "sasrec", "lpe", 1, {"hr@10": 0.3, "ndcg@10": 0.1, "hr@20": 0.5})
