@@ -48,7 +48,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .errors import DataError, NonFiniteScores, ParamsError, printable
-from .io import claim_file, read_json, read_manifest, refuse_nested, special_kind, verify_shards, write_parquet
+from .io import (MANIFEST, claim_file, read_json, read_manifest, refuse_nested, sha256_file, special_kind,
+                 verify_shards, write_parquet)
 from .lazy import lazy
 
 pl = lazy("polars")
@@ -239,8 +240,8 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
         raise DataError(f"{run_dir}/checkpoint.pt does not describe a next-item model (config: model "
                         f"{cfg.get('model')!r}, n_items {cfg.get('n_items')!r})", "re-run `seqpe train` for it")
     record = {**record, "n_items": cfg["n_items"], "max_len": cfg["max_len"]}
-    items = _vocabulary(Path(sessions_dir), cfg["n_items"], run_dir, record.get("dataset")) \
-        if sessions_dir is not None else None
+    items = _vocabulary(Path(sessions_dir), cfg["n_items"], run_dir, record.get("dataset"),
+                        record.get("sessions_manifest")) if sessions_dir is not None else None
     tp = from_dict(TrainParams, dict(cfg["train"]), "train", run=True)
     spec = MODELS[cfg["model"]]
     encoding = build_encoding(tp.encoding, tp, cfg.get("encoding_options", {})) if spec.uses_encoding else None
@@ -263,8 +264,12 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
     return RunModel(run_dir, net, record, dev, items)
 
 
-def _vocabulary(folder: Path, n_items: int, run_dir: Path, dataset: Optional[str] = None) -> "pl.DataFrame":
-    """items.parquet of a sessions folder, checked to be the run's vocabulary (its dataset, n_items, ids 1..n)."""
+def _vocabulary(folder: Path, n_items: int, run_dir: Path, dataset: Optional[str] = None,
+                made_from: Optional[str] = None) -> "pl.DataFrame":
+    """items.parquet of a sessions folder, checked to be the run's vocabulary: its dataset, n_items, ids 1..n, and
+    `made_from` (run.json's sha256 of the sessions manifest its samples were augmented from; runs before it was
+    recorded have none): a folder re-made with as many items (the sample regenerated with another seed)
+    numbered other raw ids, and --raw-ids mapped them through it silently."""
     manifest = read_manifest(folder)
     owner = manifest.get("dataset")
     if isinstance(dataset, str) and isinstance(owner, str) and owner != dataset:
@@ -274,6 +279,11 @@ def _vocabulary(folder: Path, n_items: int, run_dir: Path, dataset: Optional[str
         raise DataError(f"{folder} has n_items {manifest.get('n_items')}, but {run_dir} was trained on {n_items:,} "
                         "items: another dataset, or another preprocessing", "pass the sessions folder the run's "
                         "samples came from")
+    if isinstance(made_from, str) and sha256_file(folder / MANIFEST) != made_from:
+        raise DataError(f"{folder} is not the sessions folder {run_dir}'s samples were made from (its manifest.json "
+                        "differs: the sessions were re-made since, so item ids may stand for other raw ids)",
+                        "pass the sessions folder the run was trained from with --sessions, or retrain on samples "
+                        "augmented from this one")
     path = folder / "items.parquet"
     if not path.is_file():
         raise DataError(f"{folder} has no items.parquet (raw ids): it is not a sessions folder",

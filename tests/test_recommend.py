@@ -196,6 +196,33 @@ def test_refusals_are_one_line_errors(trained, tmp_path):
     assert recommend.parse_ids(" 3 , 5;9  12") == ["3", "5", "9", "12"]
 
 
+def test_a_sessions_folder_re_made_with_as_many_items_is_refused(trained, tmp_path):
+    """Only the dataset and n_items were compared: the sample regenerated with another seed (the same item count)
+    mapped --raw-ids through a numbering the run never saw, exit 0. run.json names the sessions manifest."""
+    import shutil
+    root, run, sessions = trained
+    made_from = read_json(run / "run.json")["sessions_manifest"]
+    assert made_from == read_json(root / "samples" / "manifest.json")["sessions_manifest"]
+    copy = tmp_path / "copy"
+    shutil.copytree(sessions, copy)                            # the same folder elsewhere (a teammate's dvc pull)
+    assert recommend.load_run(run, copy).items is not None
+    manifest = read_json(sessions / "manifest.json")
+    remade = {**manifest, "source": {**manifest.get("source", {}), "generator": {"seed": 6}}}
+    write_json(copy / "manifest.json", remade)                 # same dataset, same n_items, other data
+    with pytest.raises(DataError, match=r"is not the sessions folder .* samples were made from .*re-made since.*"
+                                        r"Fix: pass the sessions folder the run was trained from with --sessions"):
+        recommend.load_run(run, copy)
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items", "1",
+                           "--sessions", str(copy)], cwd=root, capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS="200"))
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1 and len(lines) == 1 and "re-made since" in lines[0], proc.stderr
+    old = tmp_path / "old-run"                                 # a run from before the sha was recorded
+    shutil.copytree(run, old)
+    write_json(old / "run.json", {k: v for k, v in read_json(run / "run.json").items() if k != "sessions_manifest"})
+    assert recommend.load_run(old, copy).items is not None
+
+
 def test_the_output_file_is_checked_before_any_scoring(trained, tmp_path):
     """A wrong --out was found only after every session was scored (`.csv`), or was written into the
     samples folder (a DVC output replaced whole by the next augment); --out beside --items was ignored."""

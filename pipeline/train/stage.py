@@ -425,6 +425,7 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
         "encoding_options": params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {},
         "evaluate": to_dict(params.evaluate), "samples": task.sizes, "device": device.type,
         "world_size": dist.world,
+        "sessions_manifest": manifest.get("sessions_manifest"),   # which sessions folder numbered its items
         "parameters": sum(p.numel() for p in net.parameters()), "versions": versions(),
         "history": history, "epochs_run": 0 if spec.fitted else len(history),
         "best_epoch": best_epoch, "stopped": stopped,
