@@ -818,6 +818,43 @@ def test_a_metrics_file_is_not_written_for_seeds_the_time_limit_stopped(tmp_path
     assert json.loads(metrics.read_text())["seeds"] == 2
 
 
+def test_a_study_stage_checks_the_whole_grid_before_its_configuration_trains(tmp_path):
+    """dvc repro trained the grid's other configurations first and failed at the bad pair's own stage, with a
+    command-line fix ("drop --encoding") for a user who typed none."""
+    samples = make_samples(tmp_path / "samples")
+
+    def grid(models, encodings, baselines=()):
+        base = dict(epochs=1, batch_size=32, dim=16, layers=1, heads=1, max_len=8, device="cpu",
+                    select_metric="ndcg@5")
+        return from_dict(Params, {"datasets": [], "train": base, "evaluate": {"ks": [1, 5], "batch_size": 64},
+                                  "study": {"seeds": [1], "next_item": {"models": list(models),
+                                                                        "encodings": list(encodings),
+                                                                        "baselines": list(baselines)}, "ctr": {}},
+                                  "models": {m: {} for m in (*models, *baselines)},
+                                  "encodings": {e: {} for e in encodings}})
+
+    metrics = tmp_path / "metrics" / "sasrec-lpe.json"
+    with pytest.raises(ParamsError, match=r"study.next_item.models lists 'gru4rec', which takes no positional "
+                                          r"encoding.*Fix: move gru4rec to study.next_item.baselines"):
+        stage.run("toyset", samples, tmp_path / "runs", grid(["sasrec", "gru4rec"], ["lpe"]), model="sasrec",
+                  encoding="lpe", progress=False, metrics_path=metrics)
+    with pytest.raises(ParamsError, match=r"study.next_item.baselines lists 'din', a CTR model.*move it to "
+                                          r"study.ctr.baselines"):
+        stage.run("toyset", samples, tmp_path / "runs", grid(["sasrec"], ["lpe"], ["din"]), model="sasrec",
+                  encoding="lpe", progress=False, metrics_path=metrics)
+    with pytest.raises(ParamsError, match=r"the study grid \(study.next_item\) pairs stamp with rope, which cannot "
+                                          r"run: STAMP adds the encoding.*Fix: take rope out of "
+                                          r"study.next_item.encodings or stamp out of study.next_item.models"):
+        stage.run("toyset", samples, tmp_path / "runs", grid(["sasrec", "stamp"], ["lpe", "rope"]),
+                  model="sasrec", encoding="lpe", progress=False, metrics_path=metrics)
+    assert not (tmp_path / "runs").exists() and not metrics.exists()        # refused before anything trained
+    stage.run("toyset", samples, tmp_path / "runs", grid(["sasrec", "stamp"], ["lpe", "rope"]), model="sasrec",
+              encoding="lpe", progress=False)                          # by hand (no --metrics): its own pair only
+    stage.run("toyset", samples, tmp_path / "runs", grid(["sasrec", "stamp"], ["lpe"], ["pop"]), model="stamp",
+              encoding="lpe", progress=False, metrics_path=metrics)    # a grid that can run: trains
+    assert metrics.is_file()
+
+
 def test_the_same_samples_under_another_dataset_name_train_their_own_runs(tmp_path, toy_registry, monkeypatch):
     """One file imported as two datasets, the first's seeds 1-2 interrupted in seed 2: the second's seed 1
     was restored from the first's finished copy, run.json naming the first dataset, and every later train

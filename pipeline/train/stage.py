@@ -82,6 +82,10 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
                                 (live_dir, "curves", f"e.g. data/live/{dataset}/CONFIG")):
         if path is not None:
             refuse_nested(path, what, instead, itself=what == "curves")
+    grid = getattr(params.study, kind)
+    in_grid = metrics_path is not None and tag is None and config in grid.configs()
+    if in_grid:                                         # a study stage of dvc repro: the whole grid, before any
+        _check_grid_names(grid, kind, MODELS)           # configuration trains (was: at the bad pair's own stage)
     if live_dir is not None:
         runs.claim_curves(live_dir, f"data/live/{dataset}/{config}")
     if metrics_path is not None:
@@ -114,7 +118,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         heap.keep()                                    # reuse freed step buffers (pipeline/train/heap.py)
     try:
         results = _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs,
-                         tag, device, dist, progress, metrics_path, live_dir)
+                         tag, device, dist, progress, metrics_path, live_dir, in_grid)
     except BaseException:
         distributed.teardown(dist, clean=False)
         raise
@@ -174,6 +178,51 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
     return summary
 
 
+def _check_grid_names(grid, kind: str, models: dict) -> None:
+    """Every model of study.<kind> is registered, of the grid's task, and (under models:) takes an encoding. DVC
+    ran the grid's stages one by one, so `gru4rec` under models: failed at its own stage, after the others had
+    trained, with a fix for the command line ("drop --encoding") that a `dvc repro` user never typed."""
+    from ..errors import unknown
+    for part in ("models", "baselines"):
+        for name in getattr(grid, part):
+            if name not in models:
+                raise unknown(f"model under study.{kind}.{part}:", name, models)
+            spec = models[name]
+            if spec.task != kind:
+                other = "ctr" if spec.task == "ctr" else "next_item"
+                raise ParamsError(f"study.{kind}.{part} lists '{name}', a {setup.TASKS[spec.task]} model, and this "
+                                  f"grid trains {setup.TASKS[kind]} datasets", f"move it to study.{other}.{part}")
+            if part == "models" and not spec.uses_encoding:
+                raise ParamsError(f"study.{kind}.models lists '{name}', which takes no positional encoding, so the "
+                                  f"grid's {name} x {', '.join(grid.encodings)} cannot run",
+                                  f"move {name} to study.{kind}.baselines (trained once, as {name}-none)")
+
+
+def _check_grid_builds(task, params: Params, kind: str) -> None:
+    """Every model x encoding of study.<kind> built once on the CPU from this stage's samples, so a pair a model
+    refuses (STAMP with an attention-stage encoding, DIN with RMHA) is said before this configuration trains,
+    not at that pair's own stage hours later. Building draws no seeded stream: each seed reseeds before its own."""
+    import copy
+
+    import torch
+    from models import MODELS
+    grid = getattr(params.study, kind)
+    pairs = [(m, e) for m in grid.models for e in grid.encodings] + [(b, "none") for b in grid.baselines]
+    rng = torch.random.get_rng_state()
+    try:
+        for model, encoding in pairs:
+            other = copy.copy(task)
+            other.tp, other.spec = dataclasses.replace(task.tp, model=model, encoding=encoding), MODELS[model]
+            try:
+                other.build(params)
+            except ParamsError as e:
+                raise ParamsError(f"the study grid (study.{kind}) pairs {model} with {encoding}, which cannot run: "
+                                  f"{e.problem}", f"take {encoding} out of study.{kind}.encodings or {model} out of "
+                                  f"study.{kind}.models" + (f" ({e.fix})" if e.fix else "")) from None
+    finally:
+        torch.random.set_rng_state(rng)
+
+
 def _check_graphs(tp) -> None:
     """train.compile: reduce-overhead captures each training step as CUDA graphs: one process on a CUDA device."""
     if distributed.world_size() > 1:
@@ -217,9 +266,11 @@ def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> P
 
 
 def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag, device,
-           dist, progress, metrics_path, live_dir) -> list[dict]:
+           dist, progress, metrics_path, live_dir, in_grid: bool = False) -> list[dict]:
     """Every seed of the configuration (only rank 0 writes when distributed; the others return [])."""
     task = make_task(kind, samples_dir, manifest, tp, params, spec, device, dist if dist.active else None)
+    if in_grid:
+        _check_grid_builds(task, params, kind)
     select = setup.select_metric(tp, task)
     if dist.main:
         _note_siblings(run_dirs, _settings(tp, params, spec, task, applied, dist.world))
