@@ -135,6 +135,20 @@ def test_comparison_csv_keeps_a_rates_interval_within_its_bounds(tmp_path):
     assert float(lines["logloss"][3]) < 0.0                              # a loss has no such bound
 
 
+@pytest.mark.parametrize("metric,means,halves", [
+    ("auc", [53.81, 52.93, 53.85, 53.01], [0.2, 0.3, 0.1, 0.4]),     # close AUCs above chance: the axis from 50
+    ("ndcg@10", [39.70, 39.68, 39.61], [0.0, 0.0, 0.0]),               # one seed each: no interval, no spread
+    ("hr@10", [12.0, 88.0], [1.0, 30.0]),                              # an interval past 100
+    ("logloss", [0.6931, 0.6925], [0.001, 0.002])])
+def test_the_comparison_axis_leaves_room_for_the_longest_bars_value(metric, means, halves):
+    """The right pad was a quarter of the means' spread: the closer the configurations (an encoding study's usual
+    case), the less of the top label showed, "53.81" drawn as "5"."""
+    from pipeline import figures
+    left, right, hi = figures.axis_range(metric, means, halves)
+    assert left <= min(means) and hi >= max(means) and hi <= (100.0 if metric != "logloss" else hi)
+    assert (right - hi) / (right - left) >= 0.13                        # about 0.6 inch of a 5.2-inch panel
+
+
 def test_cut_offs_the_runs_never_computed_are_named(tmp_path):
     """evaluate.ks edited to [15] after training: matplotlib's "Number of columns must be a positive integer"."""
     write_run(tmp_path / "runs", "sasrec", "lpe", 1, {"hr@10": 0.3, "ndcg@10": 0.1, "hr@20": 0.5})
