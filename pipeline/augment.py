@@ -239,8 +239,11 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     says stage "import" and carries the protocol and augment modes, which is all augment reads)."""
     src, dst = Path(src), Path(dst)
     peek = io.read_json(src / io.MANIFEST) if (src / io.MANIFEST).is_file() else None
-    if not (isinstance(peek, dict) and peek.get("stage") == "import" and peek.get("dataset") == dataset):
-        get(dataset)                     # an imported name is known by its manifest alone
+    named = peek.get("dataset") if isinstance(peek, dict) else None
+    # an imported name is known by its manifest alone; a folder of another dataset is said by require_kind
+    # (it was "unknown dataset 'sample_rt'" for an imported name given with another dataset's folder)
+    if not (isinstance(named, str) and (named != dataset or peek.get("stage") == "import")):
+        get(dataset)
     sessions_manifest = io.require_kind(src, "sessions", dataset, "augment")
     io.claim_dir(dst, dataset, "samples")
     io.verify_shards(src, sessions_manifest)

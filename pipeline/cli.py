@@ -622,7 +622,8 @@ def encodings_inspect(ctx: typer.Context, name: str,
                       lengths: Annotated[list[int], typer.Option("--lengths", help="session lengths, e.g. --lengths 10 20")],
                       out: Annotated[Path, typer.Option("--out", help="folder for the PNGs")],
                       run: Annotated[Optional[Path], typer.Option("--run", help="trained run folder (checkpoint.pt) for learned weights")] = None,
-                      dim: Annotated[int, typer.Option(help="encoding width without --run (PosRec: 100)")] = 100,
+                      dim: Annotated[Optional[int], typer.Option(help="encoding width without --run (default 100, "
+                                                                     "PosRec's)")] = None,
                       quiet: QuietOpt = False):
     """Write PNGs of an encoding's matrices and dot-product heatmaps (PosRec Figs. 7-12)."""
     from models.encodings.plots import inspect
@@ -630,7 +631,10 @@ def encodings_inspect(ctx: typer.Context, name: str,
     extra = list(ctx.args)  # `--lengths 10 20`: click leaves the values after the first here
     if not all(a.isdigit() for a in extra):
         raise ParamsError(f"unexpected arguments {extra}", "pass lengths as --lengths 10 20")
-    summary = inspect(name, [*lengths, *map(int, extra)], out, run_dir=run, dim=dim)
+    if run is not None and dim is not None:    # was ignored without a word
+        raise ParamsError(f"--dim {dim} sets the width of an encoding drawn without --run, and --run {run} draws the "
+                          "run's own encoding at the width it was trained with", "drop --dim (or --run)")
+    summary = inspect(name, [*lengths, *map(int, extra)], out, run_dir=run, dim=100 if dim is None else dim)
     if not quiet:
         console.print(_kv_table(f"encodings inspect {name}", {k: v for k, v in summary.items() if k != "files"}))
         for f in summary["files"]:

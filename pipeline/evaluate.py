@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import figures, report
-from .errors import DataError
+from .errors import DataError, ParamsError
 from .io import absent, claim_dir, cleanup_new_folders, deferred_interrupt, dumps_json, write_bytes
 from .params import Params
 
@@ -58,6 +58,11 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
     order = {c: i for i, c in enumerate(grid[1])} if grid is not None else {}   # --all too: the grid's first leads
     if grid is not None and not all_runs:
         task, configs = grid
+        if baseline is not None and baseline not in configs and any(r.get("name") == baseline for r in records):
+            raise ParamsError(f"baseline '{baseline}' has runs under {runs_dir} but is not in the study grid of "
+                              f"'{dataset}', which is what evaluate reports without --all",
+                              "add --all to report every configuration of the runs folder (hand runs too), or "
+                              f"add it to the grid in params.yaml")
         seeds = set(params.study.seeds)
         records = [r for r in records if r.get("name") in configs and r["seed"] in seeds]
         have = {(r["name"], r["seed"]) for r in records}

@@ -564,8 +564,8 @@ def export_dataset(sessions_dir: str | Path, out_dir: str | Path, fmt: str = "sr
                       "writes)" if fmt in FORMATS else None)
     sessions_dir, out_dir = Path(sessions_dir), Path(out_dir)
     refuse_nested(out_dir, "export", "e.g. a new folder next to data/")
-    manifest = read_manifest(sessions_dir) if dataset is None else require_kind(sessions_dir, "sessions", dataset,
-                                                                                 "export")
+    manifest = read_manifest(sessions_dir) if dataset is None else require_kind(
+        sessions_dir, "sessions", dataset, "export", f"`seqpe export {{owner}} {out_dir} --sessions {sessions_dir}`")
     if manifest.get("protocol") == "ctr":      # (user, item, label) rows: no sessions to write as either format
         raise DataError(f"{sessions_dir} holds CTR data ({manifest.get('dataset')}): labelled (user, item) rows, "
                         "not sessions of items", "export a next-item dataset (srgnn or leave-one-out protocol)")

@@ -451,11 +451,15 @@ def absent(folder: str | Path) -> str:
     return "is a file, not a folder" if Path(folder).exists() else "does not exist"
 
 
-def require_kind(src: str | Path, kind: str, dataset: str, stage: str) -> dict:
+def require_kind(src: str | Path, kind: str, dataset: str, stage: str, usage: Optional[str] = None) -> dict:
     """The manifest of `src`, which `stage` reads as a `kind` ("sessions" | "samples") folder; a
-    missing manifest or a folder of another kind is a DataError naming the folder to pass."""
+    missing manifest or a folder of another kind is a DataError naming the folder to pass. `usage`: how the
+    command takes the folder, `{owner}` the dataset it holds (default `seqpe STAGE {owner} SRC ...`; export's
+    second argument is its output)."""
+    from .datasets import all_datasets
     src = Path(src)
-    right = f"data/{kind}/{dataset} (written by `seqpe {_MAKER[kind]} {dataset}`)"
+    maker = _MAKER[kind] if dataset in all_datasets() else "import"     # an imported name: preprocess knows none
+    right = f"data/{kind}/{dataset} (written by `seqpe {maker} {dataset}{' ...' if maker == 'import' else ''}`)"
     if not src.exists():
         made = f"run `seqpe {_MAKER[kind]} {dataset}` first (or `seqpe import`, or `dvc repro`)"
         raise DataError(f"{kind} folder {src} does not exist",
@@ -473,8 +477,8 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str) -> dict:
     if found != kind:
         raise DataError(f"{src} holds {found or 'an unknown kind of data'}, but `seqpe {stage}` reads {kind}",
                         f"pass {right}")
-    require_dataset(src, manifest, dataset, f"name the dataset it holds (`seqpe {stage} {{owner}} {src} ...`), "
-                    f"or pass {right}")
+    usage = usage or f"`seqpe {stage} {{owner}} {src} ...`"
+    require_dataset(src, manifest, dataset, f"name the dataset it holds ({usage}), or pass {right}")
     return manifest
 
 

@@ -623,8 +623,16 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None =
         # tables instead of replacing them (else the default study's `sasrec: {}` entry would vanish).
         data = {name: table for name, table in dataclasses.asdict(Params()).items()     # (deep copies)
                 if name in ("models", "encodings", "imports")}
+    defaults = dataclasses.asdict(Params())
     for text in overrides or []:
         keys, value = _parse_override(text)
+        section = defaults                      # `--set train=1` was "'train' must be a mapping. Fix: fix that
+        for k in keys:                          # section in params.yaml", or blamed the next --set train.epochs=2
+            section = section.get(k) if isinstance(section, dict) else None
+        if isinstance(section, dict) and not isinstance(value, dict):
+            example = next((k for k in section if k not in ("model", "encoding")), "KEY")   # (run-only keys)
+            raise ParamsError(f"override '{text}': '{'.'.join(keys)}' is a section of params, not a value",
+                              f"set one of its keys, e.g. --set {'.'.join(keys)}.{example}=...")
         node = data
         for k in keys[:-1]:
             node = node.setdefault(k, {})

@@ -515,6 +515,12 @@ def test_inspect_reads_learned_weights_from_a_run(tmp_path):
     assert summary["source"].startswith("trained run")
     with pytest.raises(Exception, match="trained with encoding 'ldpe', not 'lpe'"):
         inspect("lpe", [3], tmp_path / "fig", run_dir=tmp_path)
+    from typer.testing import CliRunner
+    from pipeline.cli import app
+    r = CliRunner().invoke(app, ["encodings", "inspect", "ldpe", "--lengths", "3", "--run", str(tmp_path),
+                                 "--dim", "32", "--out", str(tmp_path / "fig2"), "-q"])   # --dim was ignored silently
+    assert "--dim 32 sets the width of an encoding drawn without --run" in str(r.exception), r.output
+    assert not (tmp_path / "fig2").exists()
 
 
 def test_inspect_refuses_a_ctr_run_and_an_out_folder_inside_a_stages_folder(tmp_path):

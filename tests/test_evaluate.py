@@ -213,6 +213,25 @@ def test_the_reference_applies_to_its_own_grid_and_is_checked_with_the_params(tm
         with_reference("sasrec-lpee")
 
 
+def test_a_baseline_run_by_hand_beside_the_grid_points_at_all(tmp_path):
+    """--baseline sasrec-alibi, a hand run in the grid's runs folder, was "not a configuration of these runs. Fix:
+    did you mean 'sasrec-lpe'?": it was right there, and only --all reports it."""
+    from pipeline.errors import ParamsError
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        write_run(runs, "sasrec", "lpe", seed, {"hr@10": 0.3 + seed / 100, "ndcg@10": 0.1}, dataset="sample")
+        write_run(runs, "pop", "none", seed, {"hr@10": 0.05, "ndcg@10": 0.01}, dataset="sample")
+        write_run(runs, "sasrec", "alibi", seed, {"hr@10": 0.2 + seed / 100, "ndcg@10": 0.1}, dataset="sample")
+    with pytest.raises(ParamsError, match=r"baseline 'sasrec-alibi' has runs under .*runs but is not in the study "
+                                          r"grid of 'sample'.*Fix: add --all to report every configuration"):
+        stage.run("sample", runs, tmp_path / "a", params(grid=True), baseline="sasrec-alibi")
+    assert not (tmp_path / "a").exists()
+    assert stage.run("sample", runs, tmp_path / "a", params(grid=True), baseline="sasrec-alibi",
+                     all_runs=True)["reference"] == "sasrec-alibi"
+    with pytest.raises(ParamsError, match=r"baseline 'sasrec-lpee' is not a configuration of these runs"):
+        stage.run("sample", runs, tmp_path / "b", params(grid=True), baseline="sasrec-lpee")
+
+
 def test_reports_never_land_among_a_users_files(tmp_path):
     """evaluate used to write report.md & co. into any folder, over a user's own report.md."""
     runs = tmp_path / "runs"

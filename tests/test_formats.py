@@ -82,8 +82,11 @@ def test_import_srgnn_tiny_exact(tmp_path):
     for split in io.SPLITS:
         ours = sorted((tmp_path / "again" / split).glob("*.parquet"))
         assert [f.read_bytes() for f in ours] == [f.read_bytes() for f in sorted((a / split).glob("*.parquet"))]
-    with pytest.raises(UnknownNameError, match="unknown dataset 'tinny'"):
+    with pytest.raises(DataError, match=r"sessions holds tiny's sessions, but the command names 'tinny'. Fix: name "
+                                        r"the dataset it holds \(`seqpe augment tiny .*/sessions \.\.\.`\)"):
         augment.run("tinny", s, tmp_path / "other", params())     # a name the import did not give
+    with pytest.raises(UnknownNameError, match="unknown dataset 'tinny'"):
+        augment.run("tinny", tmp_path / "nothing", tmp_path / "other", params())
 
 
 def test_import_then_export_round_trip_is_byte_exact(tmp_path):
@@ -228,6 +231,27 @@ def test_export_refuses_other_files_and_other_protocols(tmp_path):
     with pytest.raises(UnknownNameError, match="unknown export format 'txt'. Fix: use one of: sasrec, srgnn"):
         formats.export_dataset(tmp_path / "s", tmp_path / "e", "txt")
     assert not (tmp_path / "e").exists()
+
+
+def test_another_datasets_folder_names_fixes_that_work(tmp_path):
+    """export's fix put the sessions folder where its output goes (`seqpe export yc64 data/sessions/yc64`, then
+    "already holds other files"); an imported name's folder was "written by `seqpe preprocess NAME`" (unknown
+    dataset there); augment said "unknown dataset" for an imported name given another dataset's folder."""
+    dump(tmp_path / "in" / "all_train_seq.txt", SEQS)
+    dump(tmp_path / "in" / "test.txt", TEST)
+    for name in ("tiny", "other"):
+        formats.import_dataset(name, tmp_path / "in", "srgnn", tmp_path / f"s_{name}", tmp_path / f"a_{name}", params())
+    with pytest.raises(DataError, match=r"s_other holds other's sessions, but the command names 'tiny'. Fix: name "
+                                        r"the dataset it holds \(`seqpe export other .*/out --sessions .*/s_other`\), "
+                                        r"or pass data/sessions/tiny \(written by `seqpe import tiny \.\.\.`\)"):
+        formats.export_dataset(tmp_path / "s_other", tmp_path / "out", dataset="tiny")
+    with pytest.raises(DataError, match=r"s_other holds other's sessions, but the command names 'tiny'.*written by "
+                                        r"`seqpe import tiny \.\.\.`"):
+        augment.run("tiny", tmp_path / "s_other", tmp_path / "aug", params())
+    with pytest.raises(DataError, match=r"pass data/sessions/sample \(written by `seqpe preprocess sample`\)"):
+        augment.run("sample", tmp_path / "s_other", tmp_path / "aug", params())     # a registered name
+    assert not (tmp_path / "out").exists() and not (tmp_path / "aug").exists()
+    formats.export_dataset(tmp_path / "s_other", tmp_path / "out", dataset="other")   # the fix works
 
 
 # --------------------------------------------------------------------------- srgnn, the real files

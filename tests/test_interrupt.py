@@ -221,3 +221,26 @@ def test_main_leaves_the_signal_handlers_as_it_found_them(capsys):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     code, _ = seqpe(["--help"], capsys)
     assert code == 0 and (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_ctrl_c_while_the_console_script_imports_the_cli_is_one_line():
+    """The CLI installs its Ctrl-C handler once imported (typer, rich: about 0.15 s): a Ctrl-C before that printed
+    KeyboardInterrupt's traceback. The console script (pipeline.entry) guards that import; here the import itself
+    raises it, as a Ctrl-C landing in it would."""
+    code = textwrap.dedent("""
+        import sys
+        class CtrlC:
+            def find_spec(self, name, path=None, target=None):
+                if name == "pipeline.cli":
+                    raise KeyboardInterrupt
+        sys.meta_path.insert(0, CtrlC())
+        sys.argv = ["seqpe", "datasets"]
+        from pipeline.entry import main
+        main()
+    """)
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 130 and proc.stderr == "interrupted: seqpe was starting, nothing was done\n", proc.stderr
+    proc = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['seqpe', '--version']; "
+                           "from pipeline.entry import main; main()"], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0 and "seqpe" in proc.stdout, proc.stderr          # and it runs the CLI

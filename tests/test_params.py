@@ -84,6 +84,11 @@ def test_overrides_apply_and_are_checked(tmp_path):
     assert "or --set train.epochs=" in bad_type.value.fix   # the fix names both places a value comes from
     with pytest.raises(ParamsError, match=r"'study.seeds' lists -1: not a seed"):
         load_params(path, ["study.seeds=[1,-1]"], strict=False)
+    for text, key, example in (("train=1", "train", "train.epochs"), ("models.sasrec=x", "models.sasrec", None),
+                               ("study.next_item=3", "study.next_item", "study.next_item.datasets")):
+        with pytest.raises(ParamsError, match=rf"override '{re.escape(text)}': '{key}' is a section of params, not a "
+                                              rf"value. Fix: set one of its keys, e.g. --set {example or key}"):
+            load_params(path, [text, "train.epochs=2"], strict=False)    # not blamed on the next --set, nor the file
 
 
 def test_invalid_yaml_and_missing_required_file(tmp_path):
