@@ -62,7 +62,7 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
             raise ParamsError(f"baseline '{baseline}' has runs under {runs_dir} but is not in the study grid of "
                               f"'{dataset}', which is what evaluate reports without --all",
                               "add --all to report every configuration of the runs folder (hand runs too), or "
-                              f"add it to the grid in params.yaml")
+                              "add it to the grid in params.yaml")
         seeds = set(params.study.seeds)
         records = [r for r in records if r.get("name") in configs and r["seed"] in seeds]
         have = {(r["name"], r["seed"]) for r in records}
