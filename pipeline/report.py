@@ -111,13 +111,14 @@ def _check_record(rec, path: Path, root: Path) -> None:
 
 
 def protocol_label(rec: dict) -> str:
-    """A run's protocol column: the data protocol, and the evaluation protocol when it is not full ranking
-    (evaluate.candidates > 0), so runs of different protocols are never pooled or compared."""
+    """A run's protocol column: the data protocol, and the evaluation protocol when it is not full ranking of
+    every item (evaluate.candidates > 0, or evaluate.mask_history), so runs of different protocols are never
+    pooled or compared (a full ranking with and without the session's own items was compared as two models)."""
     ev = rec.get("evaluate") or {}
     n = int(ev.get("candidates") or 0)
-    if n == 0:
-        return str(rec.get("protocol"))
     history = ", input items excluded" if ev.get("mask_history") else ""
+    if n == 0:
+        return f"{rec.get('protocol')}{history}"
     return f"{rec.get('protocol')}, {n} sampled candidates ({ev.get('candidate_sampling', 'uniform')}{history})"
 
 
@@ -308,7 +309,8 @@ def _scale(key: str) -> float:
 
 
 TIE_NOTE = ("Ranking metrics x100 (full ranking, pipeline/REFERENCE.md §5, unless the protocol names sampled candidates: "
-            "then the rank among that many sampled items per sample, evaluate.candidates). Ties: a target with g items above it and t "
+            "then the rank among that many sampled items per sample, evaluate.candidates; \"input items excluded\": "
+            "a session's own items are not ranked, evaluate.mask_history). Ties: a target with g items above it and t "
             "tied with it is credited the exact mean over ranks g+1..g+t+1 (HR@K = clamp((K-g)/(t+1), 0, 1)); "
             "NaN/inf scores are errors; AUC and gAUC count tied pairs one half. Cells: mean ± half-width of the "
             "95% confidence interval (Student t over seeds) (sd = sample std); one seed shows the mean only.")

@@ -473,3 +473,17 @@ def test_terminal_tables_name_the_evaluation_protocol(tmp_path):
     assert "protocol" in out and "srgnn, 100 sampled candidates (uniform)" in out
     [one] = [r for r in rows if r["name"] == "sasrec-abs"]
     assert "· toyset · srgnn, 100 sampled candidates (uniform)" in " ".join(shown([one]).split())   # the title wraps
+
+
+def test_full_ranking_with_and_without_the_sessions_own_items_are_two_protocols(tmp_path):
+    """evaluate.mask_history shows only for sampled candidates: a full ranking with and without a session's own
+    items was one protocol, and the same weights scored both ways were compared as if the models differed."""
+    for tag, masked, hr in (("masked", True, 0.30), ("plain", False, 0.21)):
+        write_run(tmp_path / "runs", "sasrec", "none", 1, {"hr@10": hr}, protocol="leave_one_out", tag=tag)
+        path = tmp_path / "runs" / f"sasrec-none-{tag}" / "seed-1" / "run.json"
+        write_json(path, {**json.loads(path.read_text()), "evaluate": {"candidates": 0, "mask_history": masked}})
+    records = report.find_runs([tmp_path / "runs"])
+    assert sorted(report.protocol_label(r) for r in records) == ["leave_one_out", "leave_one_out, input items excluded"]
+    rows = report.compare(records, report.aggregate(records), "sasrec-none-plain")
+    assert [(r["protocol"], r["comparison"], r["no_baseline"]) for r in rows] == [
+        ("leave_one_out", None, None), ("leave_one_out, input items excluded", None, "sasrec-none-plain")]
