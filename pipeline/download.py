@@ -82,10 +82,10 @@ def _run(spec, dataset: str, dst: Path, params: DownloadParams, from_path, mirro
     if from_path is not None:
         alternate = _alternate(Path(from_path).expanduser(), src)
         if alternate is not None:
-            return _install_copied(dataset, src, dst, alternate, alternate=True)
+            return _install_copied(dataset, src, dst, alternate, alternate=True, previous=previous)
         path, extracted = _local(Path(from_path).expanduser(), src)
         if extracted:
-            return _install_copied(dataset, src, dst, path)
+            return _install_copied(dataset, src, dst, path, previous=previous)
         return _install_local(dataset, src, dst, path, previous)
     if previous is not None and _present(previous, dst, src):
         return _summary(dataset, src, previous, "already present (files match source.json)")
@@ -310,7 +310,7 @@ def _verify(path: Path, src, expected, where: str, dst: Path) -> tuple[int, str,
     algo, want, origin = expected
     got = sha if algo == "sha256" else md5
     if got != want:
-        fix = (f"if {src.filename} changed at its source on purpose, delete {dst / SOURCE_JSON} and run again"
+        fix = (f"if {src.filename} changed at its source on purpose, delete the folder {dst} and run again"
                if origin.startswith("recorded") else
                f"download it again, or pass a good copy with --from PATH/{src.filename}")
         raise _Mismatch(f"{algo} of {src.filename} does not match: expected {want} ({origin}), got {got} "
@@ -333,9 +333,9 @@ def _install_local(dataset, src, dst: Path, path: Path, previous) -> dict:
     if found == "text":
         alternate = _text_alternate(data, src)
         if alternate is not None:
-            return _install_copied(dataset, src, dst, path, alternate=True, as_name=alternate)
+            return _install_copied(dataset, src, dst, path, alternate=True, as_name=alternate, previous=previous)
         if len(src.files) == 1 and not src.files[0].lower().endswith(".gz"):
-            return _install_copied(dataset, src, dst, path, as_name=src.files[0])
+            return _install_copied(dataset, src, dst, path, as_name=src.files[0], previous=previous)
         raise DownloadError(f"{path} is a text file, but {dataset} needs {_needs(src)}",
                             f"pass the downloaded {src.filename}, or a folder holding {', '.join(src.files)}")
     raise DownloadError(f"{path} is {sniff.describe(data)}, not {_expected_kind(src)}",
@@ -431,6 +431,8 @@ def _install(dataset, src, dst: Path, path: Path, origin: str, where: str, previ
             record = _record(dataset, src, origin, n, sha, md5, written)
             if generator is not None:
                 record["generator"] = generator
+            if origin != "generated":
+                _same_as_recorded(dst, src, previous, record)
             write_json(tmp / SOURCE_JSON, record)
     finally:
         if owned:
@@ -439,7 +441,7 @@ def _install(dataset, src, dst: Path, path: Path, origin: str, where: str, previ
 
 
 def _install_copied(dataset, src, dst: Path, path: Path, alternate: bool = False,
-                    as_name: Optional[str] = None) -> dict:
+                    as_name: Optional[str] = None, previous: Optional[dict] = None) -> dict:
     """`--from` files that need no unpacking: the already-extracted files (only published member
     md5s can be checked), or an alternate file (see SourceSpec.alternates) kept under its own
     name; the raw folder then holds only that file, so the reader cannot pick a stale one.
@@ -453,6 +455,7 @@ def _install_copied(dataset, src, dst: Path, path: Path, alternate: bool = False
         record = _record(dataset, src, "file", None, None, None, placed)
         if alternate:
             record["filename"] = name
+        _same_as_recorded(dst, src, previous, record)
         write_json(tmp / SOURCE_JSON, record)
     renamed = f" ({path.name}, recognised by its content)" if as_name and as_name != path.name else ""
     if alternate:
@@ -483,6 +486,29 @@ def _check_readable(dataset: str, folder: Path, name: str, given: Path) -> None:
                                                                                               str(given))
         raise DownloadError(f"{given} does not read as {dataset}'s {name}: {problem}",
                             f"pass the original {name} or the downloaded archive") from None
+
+
+def _same_as_recorded(dst: Path, src, previous: Optional[dict], record: dict) -> None:
+    """Trust on first use, whatever the form: files that differ from those an earlier download recorded in DST
+    are refused as a different archive is. Only the archive was compared, so the same other data given as
+    extracted files (or an alternate file) replaced DST without a word, and then the first archive passed again.
+    Generated data (the embedded samples, regenerated with other settings) is not a download and may change."""
+    if previous is None or previous.get("origin") == "generated" or previous.get("source") != src.name:
+        return
+    old, new = previous.get("files") or {}, record["files"]
+    if not old:
+        return
+    changed = sorted(set(old) ^ set(new)) or [n for n in sorted(new)
+                                              if not isinstance(old[n], dict) or old[n].get("sha256") != new[n]["sha256"]]
+    if not changed:
+        return
+    name = changed[0]
+    what = (f"{name}: sha256 {str((old[name] if isinstance(old[name], dict) else {}).get('sha256'))[:12]}… recorded, "
+            f"{new[name]['sha256'][:12]}… now" if name in old and name in new else
+            f"it recorded {', '.join(sorted(old))}, these are {', '.join(sorted(new))}")
+    raise DownloadError(f"{dst} holds the files of an earlier download (its source.json), and these differ ({what})",
+                        f"to replace them on purpose, delete the folder {dst} and run again (then preprocess and "
+                        "augment again: what was made from the old files is stale), or download into another folder")
 
 
 def _record(dataset, src, origin, n, sha, md5, written: dict[str, Path]) -> dict:

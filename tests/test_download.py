@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import random
+import shutil
 import socket
 import sys
 import zipfile
@@ -123,6 +124,32 @@ def test_without_published_checksum_records_sha256_then_checks_it(srv, tmp_path)
     with pytest.raises(DownloadError, match=f"expected {sha(ZIP)} \\(recorded by an earlier download\\)"):
         download.run(name, dst, FAST, progress=False)
     assert (dst / "clicks.csv").read_bytes() == b"damaged"              # left as it was
+
+
+def test_other_data_as_extracted_files_is_refused_as_another_archive_is(tmp_path):
+    """Only the archive's sha256 was held against source.json: the same other data given as an extracted folder
+    replaced DST silently, and the first archive was then accepted again. One rule now, whatever the form."""
+    name = dataset()
+    dst = tmp_path / "raw" / name
+    (tmp_path / "data.zip").write_bytes(ZIP)
+    download.run(name, dst, FAST, progress=False, from_path=tmp_path / "data.zip")
+    before = snapshot(dst)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "clicks.csv").write_bytes(CLICKS + b"2;NA;1;1;2016-05-10\n")
+    with pytest.raises(DownloadError, match=r"raw/toy holds the files of an earlier download \(its source.json\), "
+                                            r"and these differ \(clicks.csv: sha256 .* recorded, .* now\).*Fix: to "
+                                            r"replace them on purpose, delete the folder .*raw/toy and run again"):
+        download.run(name, dst, FAST, progress=False, from_path=tmp_path / "other")
+    assert snapshot(dst) == before                                      # left as it was
+    (tmp_path / "same").mkdir()
+    (tmp_path / "same" / "clicks.csv").write_bytes(CLICKS)             # the same files, extracted: accepted
+    download.run(name, dst, FAST, progress=False, from_path=tmp_path / "same")
+    (tmp_path / "other.zip").write_bytes(make_zip({"clicks.csv": b"x" * 40}))
+    with pytest.raises(DownloadError, match=r"these differ \(clicks.csv"):   # the record of extracted files has no
+        download.run(name, dst, FAST, progress=False, from_path=tmp_path / "other.zip")   # archive sha to check
+    shutil.rmtree(dst)                                                 # the documented way to replace them
+    download.run(name, dst, FAST, progress=False, from_path=tmp_path / "other")
+    assert (dst / "clicks.csv").read_bytes().endswith(b"2016-05-10\n")
 
 
 # --------------------------------------------------------------------------- resume
