@@ -853,6 +853,9 @@ def test_a_study_stage_checks_the_whole_grid_before_its_configuration_trains(tmp
     stage.run("toyset", samples, tmp_path / "runs", grid(["sasrec", "stamp"], ["lpe"], ["pop"]), model="stamp",
               encoding="lpe", progress=False, metrics_path=metrics)    # a grid that can run: trains
     assert metrics.is_file()
+    for model in ("carca", "sasrec"):     # CARCA's stage built sasrec and pop with its side information: TypeError
+        stage.run("toyset", samples, tmp_path / "runs", grid(["sasrec", "carca"], ["lpe"], ["pop"]), model=model,
+                  encoding="lpe", progress=False, metrics_path=tmp_path / "metrics" / f"{model}-lpe.json")
 
 
 def test_the_same_samples_under_another_dataset_name_train_their_own_runs(tmp_path, toy_registry, monkeypatch):
