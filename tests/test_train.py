@@ -858,6 +858,21 @@ def test_a_study_stage_checks_the_whole_grid_before_its_configuration_trains(tmp
                   encoding="lpe", progress=False, metrics_path=tmp_path / "metrics" / f"{model}-lpe.json")
 
 
+def test_samples_cut_shorter_than_train_max_len_are_noted(tmp_path, toy_registry, capsys):
+    """ML-1M's preset sets train.max_len 200; samples augmented with augment.max_len 20 trained at 20 without a
+    word, and run.json said 200."""
+    samples = make_samples(tmp_path / "samples")                       # prefixes of up to 6 items
+    manifest = json.loads((samples / "manifest.json").read_text())
+    write_json(samples / "manifest.json", {**manifest, "max_len": 5, "params": {"max_len_applied": 5}})
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=1, max_len=8), progress=False)
+    assert "note: train.max_len is 8, but " in capsys.readouterr().err
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=1, max_len=8), progress=False, check=True)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "holds sequences cut to their last 5 items (augment.max_len 5), so the model sees at most 5" in err
+    stage.run("toyset", samples, tmp_path / "runs2", params(epochs=1, max_len=5), progress=False)
+    assert "cut to their last" not in capsys.readouterr().err                  # no longer than the cut: quiet
+
+
 def test_the_same_samples_under_another_dataset_name_train_their_own_runs(tmp_path, toy_registry, monkeypatch):
     """One file imported as two datasets, the first's seeds 1-2 interrupted in seed 2: the second's seed 1
     was restored from the first's finished copy, run.json naming the first dataset, and every later train

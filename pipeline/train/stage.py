@@ -99,6 +99,9 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     note = presets.variant_note(spec.presets, res, spec.name, dataset)     # once the command is known to be good
     if note and os.environ.get("RANK", "0") == "0":                       # torchrun: once, from rank 0
         sys.stderr.write(f"note: {note}\n")
+    cut = _cut_shorter(manifest, tp, samples_dir, applied, explicit)
+    if cut and os.environ.get("RANK", "0") == "0":
+        sys.stderr.write(f"note: {cut}\n")
     owner = runs.dvc_output_of(Path(runs_dir) / config)
     if owner is not None and owner[1] != (Path(runs_dir) / config).resolve():
         where = "is" if owner[1] == Path(runs_dir).resolve() else f"is inside {owner[1]},"
@@ -176,6 +179,21 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
             _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, world))
             _note_other_resume(f"{dataset} {config} seed {seed}", fp, key)
     return summary
+
+
+def _cut_shorter(manifest: dict, tp, samples_dir, applied, explicit) -> Optional[str]:
+    """A note when `seqpe augment` cut the sequences shorter than train.max_len: the model then never sees more
+    than the cut, while run.json records train.max_len (ML-1M's preset sets 200; samples augmented with
+    augment.max_len 20 trained at 20 without a word)."""
+    cut = (manifest.get("params") or {}).get("max_len_applied")
+    longest = manifest.get("max_len")
+    if not isinstance(cut, int) or cut <= 0 or tp.max_len <= cut or not isinstance(longest, int) or longest < cut:
+        return None
+    source = (f" (--preset {applied.name} sets it)" if "max_len" in applied.train and "max_len" not in explicit
+              else "")
+    return (f"train.max_len is {tp.max_len}{source}, but {samples_dir} holds sequences cut to their last {cut} items "
+            f"(augment.max_len {cut}), so the model sees at most {cut}: re-run `seqpe augment` with augment.max_len "
+            f">= {tp.max_len} for the longer setting")
 
 
 def _check_grid_names(grid, kind: str, models: dict) -> None:
