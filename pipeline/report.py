@@ -116,6 +116,8 @@ def protocol_label(rec: dict) -> str:
     pooled or compared (a full ranking with and without the session's own items was compared as two models)."""
     ev = rec.get("evaluate") or {}
     n = int(ev.get("candidates") or 0)
+    if isinstance(rec.get("n_items"), int) and n >= rec["n_items"] - 1:    # every other item: full ranking again
+        n = 0
     history = ", input items excluded" if ev.get("mask_history") else ""
     if n == 0:
         return f"{rec.get('protocol')}{history}"

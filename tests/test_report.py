@@ -484,6 +484,11 @@ def test_full_ranking_with_and_without_the_sessions_own_items_are_two_protocols(
         write_json(path, {**json.loads(path.read_text()), "evaluate": {"candidates": 0, "mask_history": masked}})
     records = report.find_runs([tmp_path / "runs"])
     assert sorted(report.protocol_label(r) for r in records) == ["leave_one_out", "leave_one_out, input items excluded"]
+    sampled = {**records[0], "n_items": 60, "evaluate": {"candidates": 100, "mask_history": True}}
+    assert report.protocol_label(sampled) == "leave_one_out, input items excluded"     # >= n_items - 1: all ranked
+    assert report.protocol_label({**sampled, "evaluate": {"candidates": 59}}) == "leave_one_out"
+    assert report.protocol_label({**sampled, "evaluate": {"candidates": 58}}) == \
+        "leave_one_out, 58 sampled candidates (uniform)"
     rows = report.compare(records, report.aggregate(records), "sasrec-none-plain")
     assert [(r["protocol"], r["comparison"], r["no_baseline"]) for r in rows] == [
         ("leave_one_out", None, None), ("leave_one_out, input items excluded", None, "sasrec-none-plain")]
