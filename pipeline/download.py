@@ -498,13 +498,13 @@ def _same_as_recorded(dst: Path, src, previous: Optional[dict], record: dict) ->
     old, new = previous.get("files") or {}, record["files"]
     if not old:
         return
-    changed = sorted(set(old) ^ set(new)) or [n for n in sorted(new)
-                                              if not isinstance(old[n], dict) or old[n].get("sha256") != new[n]["sha256"]]
+    recorded = {n: e.get("sha256") if isinstance(e, dict) else None for n, e in old.items()}
+    changed = sorted(set(old) ^ set(new)) or [n for n in sorted(new) if recorded[n] != new[n]["sha256"]]
     if not changed:
         return
     name = changed[0]
-    what = (f"{name}: sha256 {str((old[name] if isinstance(old[name], dict) else {}).get('sha256'))[:12]}… recorded, "
-            f"{new[name]['sha256'][:12]}… now" if name in old and name in new else
+    what = (f"{name}: sha256 {str(recorded[name])[:12]}… recorded, {new[name]['sha256'][:12]}… now"
+            if name in old and name in new else
             f"it recorded {', '.join(sorted(old))}, these are {', '.join(sorted(new))}")
     raise DownloadError(f"{dst} holds the files of an earlier download (its source.json), and these differ ({what})",
                         f"to replace them on purpose, delete the folder {dst} and run again (then preprocess and "

@@ -231,8 +231,6 @@ def _check_grid_builds(task, params: Params, kind: str) -> None:
         for model, encoding in pairs:
             other = copy.copy(task)
             other.tp, other.spec = dataclasses.replace(task.tp, model=model, encoding=encoding), MODELS[model]
-            if hasattr(other, "side") and not getattr(MODELS[model], "side", False):   # CARCA's side information:
-                other.side = None                                                     # for the models that take it
             try:
                 other.build(params)
             except ParamsError as e:

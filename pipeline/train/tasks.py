@@ -249,7 +249,7 @@ class NextItemTask:
         tp = self.tp
         encoding = (setup.build_encoding(tp.encoding, tp, params.encodings.get(tp.encoding, {}))
                     if self.spec.uses_encoding else None)
-        extra = {"side": self.side} if self.side is not None else {}
+        extra = {"side": self.side} if self.side is not None and getattr(self.spec, "side", False) else {}
         return build_model(tp.model, n_items=self.n_items, max_len=tp.max_len, train=tp,
                            options=params.models.get(tp.model, {}), encoding=encoding, **extra)
 
