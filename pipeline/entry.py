@@ -13,3 +13,7 @@ def main() -> None:
         sys.stderr.write("interrupted: seqpe was starting, nothing was done\n")
         sys.exit(130)
     cli_main()
+
+
+if __name__ == "__main__":      # `python -m pipeline.entry ...` ran nothing and exited 0 before
+    main()

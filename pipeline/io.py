@@ -461,6 +461,15 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str, usage: Op
     maker = _MAKER[kind] if dataset in all_datasets() else "import"     # an imported name: preprocess knows none
     right = f"data/{kind}/{dataset} (written by `seqpe {maker} {dataset}{' ...' if maker == 'import' else ''}`)"
     if not src.exists():
+        if maker == "import" and not (Path("data") / kind / dataset).is_dir():
+            # neither registered nor prepared here: a misspelt name (`digenetica`) was told to run
+            # `seqpe augment digenetica`, which refuses the name in turn
+            from .errors import did_you_mean
+            close = did_you_mean(dataset, all_datasets())
+            raise DataError(f"{kind} folder {src} does not exist, and '{dataset}' is no dataset seqpe registers"
+                            + (f" (did you mean '{close}'?)" if close else ""),
+                            f"pass the {kind} folder that `seqpe {_MAKER[kind]} DATASET` or `seqpe import {dataset} "
+                            f"...` wrote, with its dataset's name (`seqpe datasets` lists both)")
         made = f"run `seqpe {_MAKER[kind]} {dataset}` first (or `seqpe import`, or `dvc repro`)"
         raise DataError(f"{kind} folder {src} does not exist",
                         made if src == Path("data") / kind / dataset else f"{made}, or pass {right}")

@@ -252,6 +252,17 @@ def test_evaluate_outside_the_grid_says_so_and_takes_a_baseline(tmp_path):
     assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == sorted(wrote[0].split(": ")[1].split(", "))
 
 
+@pytest.mark.parametrize("module", ["pipeline", "pipeline.entry"])
+def test_python_dash_m_runs_the_cli(module):
+    """`python -m pipeline.entry` ran nothing and exited 0; `python -m pipeline` was refused by Python."""
+    proc = subprocess.run([sys.executable, "-m", module, "--version"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("seqpe "), (proc.stdout, proc.stderr)
+    proc = subprocess.run([sys.executable, "-m", module, "train", "digenetica", "a"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert_one_line_error(proc, "samples folder a does not exist, and 'digenetica' is no dataset seqpe registers "
+                                "(did you mean 'diginetica'?)", "`seqpe import digenetica ...`")
+
+
 def test_version_json_and_80_columns(tmp_path):
     proc = seqpe("--version")
     assert proc.returncode == 0 and re.fullmatch(r"seqpe \d+\.\d+\.\d+ \((git [0-9a-f]{12}(, modified)?|not a git "
