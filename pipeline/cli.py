@@ -762,7 +762,8 @@ def _os_error(e: OSError) -> str:
     fixes = {errno.EACCES: f"make {place} writable (or readable), or pass a destination elsewhere",
              errno.EPERM: f"make {place} writable (or readable), or pass a destination elsewhere",
              errno.EROFS: "pass a destination on a writable disk",
-             errno.ENOSPC: "free space on that disk, or pass a destination on another one",
+             errno.ENOSPC: f"free space on the disk that holds {place}, or pass a destination on another one"
+             if path else "free space on that disk, or pass a destination on another one",
              errno.EISDIR: "that path is a folder: pass a file path",
              errno.ENOTDIR: "a part of that path is a file: pass a path whose parents are folders",
              errno.EEXIST: "a file is in the way: move it, or pass another path"}
@@ -832,11 +833,15 @@ def _main() -> None:
             sys.exit(e.exit_code)
         except typer.Abort:
             raise KeyboardInterrupt() from None
-        except Exception:
+        except Exception as e:
             # A Ctrl-C landing inside an import (Polars, loaded lazily) can leave that module half made, and the
             # code after it fails with an AttributeError instead of the interrupt: report the interrupt.
             if Interrupted.seen:
                 raise Interrupted() from None
+            from .errors import as_os_error
+            named = as_os_error(e)              # a full disk inside Polars: its ComputeError, said as the OSError
+            if named is not None and named is not e:
+                raise named from None
             raise
     except SeqpeError as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)

@@ -110,3 +110,28 @@ def unknown(kind: str, name: str, known, fix: Optional[str] = None) -> UnknownNa
     else:
         advice = f"use one of: {listing}"
     return UnknownNameError(f"unknown {kind} '{printable(str(name), 60)}'", advice)
+
+
+def as_os_error(e: BaseException, path=None) -> Optional[OSError]:
+    """The OSError behind a failed write or read, named after `path`, or None when `e` is no I/O failure.
+
+    Polars' Rust reader and writer report the system's error inside their own exception
+    (`ComputeError: parquet: ... underlying IO error: No space left on device (os error 28)`), which a
+    full disk turned into a 40-line traceback, or into "the raw file is damaged" where a read error was
+    caught as a parse error. An OSError without a file name (a `write()` that hit a full disk: only
+    `open()` names its file) gets `path`, so the message says which disk filled up. An OSError that names
+    its file already is returned as it is."""
+    import errno as _errno
+    import os
+    import re
+    if isinstance(e, OSError):
+        if e.filename is not None or path is None or e.errno is None:
+            return e
+        return OSError(e.errno, e.strerror or os.strerror(e.errno), str(path))
+    if not type(e).__module__.startswith("polars"):
+        return None
+    found = re.search(r"\(os error (\d+)\)", str(e))
+    if found is None or int(found.group(1)) not in _errno.errorcode:
+        return None
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code), *([str(path)] if path is not None else []))

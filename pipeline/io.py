@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from .errors import DataError
+from .errors import DataError, as_os_error
 from .lazy import lazy
 
 pl = lazy("polars")  # imported on first use: `seqpe download` never needs it
@@ -175,10 +175,19 @@ def atomic_path(dst: str | Path) -> Iterator[Path]:
             _publish_mode(tmp_path, directory=False)
             os.replace(tmp_path, dst)
             _fsync_dir(dst.parent)
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(FileNotFoundError):
                 tmp_path.unlink()
+            _raise_named(e, dst)
             raise
+
+
+def _raise_named(e: BaseException, dst: Path) -> None:
+    """Raise the OSError behind `e` named after `dst` where `e` does not name its file (a full disk in
+    `write()`, or in Polars' writer, whose ComputeError carries "(os error 28)"); return to re-raise `e`."""
+    named = as_os_error(e, dst) if isinstance(e, Exception) else None
+    if named is not None and named is not e:
+        raise named from None
 
 
 @contextlib.contextmanager
@@ -224,10 +233,11 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
             _fsync_dir(dst.parent)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
+        except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)
             if old is not None and old.exists() and not dst.exists():
                 os.replace(old, dst)      # the swap failed half-way (another process took dst): put it back
+            _raise_named(e, dst)
             raise
 
 
@@ -609,6 +619,8 @@ def sink_split(root: str | Path, split: str, lf: pl.LazyFrame, rows_per_shard: i
         try:
             lf.sink_parquet(stage, compression="zstd", compression_level=1, maintain_order=True)
         except (pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError) as e:
+            if as_os_error(e) is not None:      # the disk, not the raw files: atomic_dir names the folder
+                raise
             raise DataError(f"the {split} split could not be built from the raw files ({str(e).splitlines()[0]})",
                             "check the raw files are complete and undamaged (re-download them)") from None
         n = pl.scan_parquet(stage).select(pl.len()).collect().item()

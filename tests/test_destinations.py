@@ -530,3 +530,56 @@ def test_outputs_inside_a_configurations_seeds_folder_and_runs_in_a_project_root
                           "data holds seqpe's data folders (samples/sample), not runs", "e.g. data/runs/sample")
     assert sorted(p.name for p in project.iterdir()) == ["data", "dvc.yaml"]
     assert sorted(p.name for p in (project / "data").iterdir()) == ["samples"]
+
+
+def test_polars_and_nameless_os_errors_are_said_as_the_os_error_of_the_path(tmp_path):
+    """A full disk came as Polars' ComputeError (a 40-line traceback) or as an OSError without a file name
+    ("No space left on device. Fix: free space on that disk": which disk?)."""
+    import errno
+
+    import polars as pl
+
+    from pipeline.errors import as_os_error
+    full = pl.exceptions.ComputeError("parquet: File out of specification: underlying IO error: No space left on "
+                                      "device (os error 28)")
+    named = as_os_error(full, tmp_path / "x.parquet")
+    assert isinstance(named, OSError) and named.errno == errno.ENOSPC and named.filename == str(tmp_path / "x.parquet")
+    assert as_os_error(pl.exceptions.ComputeError("could not parse `a` as dtype i64 at column 'x'")) is None
+    assert as_os_error(ValueError("(os error 28)")) is None                # not Polars: not an I/O failure
+    own = PermissionError(errno.EACCES, "Permission denied", "/somewhere")
+    assert as_os_error(own, tmp_path) is own                                 # names its file already
+    for block_error in (OSError(errno.ENOSPC, "No space left on device"), full):
+        with pytest.raises(OSError) as caught:
+            with io.atomic_path(tmp_path / "out" / "part.parquet"):
+                raise block_error
+        assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(tmp_path / "out" / "part.parquet")
+        with pytest.raises(OSError) as caught:
+            with io.atomic_dir(tmp_path / "folder"):
+                raise block_error
+        assert caught.value.filename == str(tmp_path / "folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []                 # nothing half-written
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 300 KB tmpfs mounted at tmp_path/disk (root only; skipped where mounting is not allowed)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(disk)], capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+@pytest.mark.parametrize("argv", [["augment", "sample", "{d}/sessions", "{disk}/samples"],
+                                  ["preprocess", "sample", "{d}/raw", "{disk}/sessions"],
+                                  ["download", "sample", "{disk}/raw"]])
+def test_a_full_disk_is_one_line_naming_the_path(argv, prepared, small_disk):
+    (small_disk / "filler").write_bytes(b"\0" * 290 * 1024)
+    proc = seqpe(*[a.format(d=prepared, disk=small_disk) for a in argv], "--quiet", *SMALL)
+    assert_one_line_error(proc, "No space left on device: " + str(small_disk / argv[-1].split("/")[-1]),
+                          f"Fix: free space on the disk that holds {small_disk}")
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]

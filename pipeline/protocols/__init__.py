@@ -88,6 +88,9 @@ def reading(what: str):
         yield
     except (pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError, pl.exceptions.SchemaError,
             pl.exceptions.ShapeError, pl.exceptions.ColumnNotFoundError, pl.exceptions.NoDataError) as e:
+        from ..errors import as_os_error
+        if as_os_error(e) is not None:      # a disk that failed or filled (a streaming spill), not the file's content
+            raise
         first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
         raise DataError(f"could not read {what}: {first}",
                         "check that the raw file is the unmodified original (ids must be integers, "
