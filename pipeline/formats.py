@@ -287,7 +287,7 @@ def _import_ctr(dataset: str, src: Path, fmt: str, sessions_dst: Path, samples_d
     swap = contextlib.ExitStack()
     try:
         with swap, atomic_dir(sessions_dst) as s_tmp, atomic_dir(samples_dst) as a_tmp:
-            result = ctr.build(spec, files["train.csv"].parent, params)
+            result = ctr.build(spec, files["train.csv"].parent, params, own_files=True)
             manifest = write_result(dataset, spec, result, source, s_tmp, params, stage="import")
             augment.run(dataset, s_tmp, a_tmp, params)
             swap.enter_context(deferred_interrupt())     # exits last: after both folders are swapped in
@@ -298,7 +298,8 @@ def _import_ctr(dataset: str, src: Path, fmt: str, sessions_dst: Path, samples_d
         raise
     splits = manifest["splits"]
     return {"format": fmt, "rows (train / valid / test)": " / ".join(f"{splits[s]['rows']:,}" for s in SPLITS),
-            "clicks (label 1)": f"{sum(splits[s]['clicks'] for s in SPLITS):,}", "items": f"{result.n_items:,}",
+            "clicks (label 1)": f"{sum(splits[s]['clicks'] for s in SPLITS):,}",
+            "target items": f"{result.items.height:,} (ids up to {result.n_items - 1:,})",
             "sessions folder": str(sessions_dst), "samples folder": str(samples_dst)}
 
 

@@ -368,6 +368,11 @@ class Params:
                 if not isinstance(spec.get(part), str) or not spec[part]:
                     raise _bad(f"{key}.{part}", spec.get(part), "a non-empty string",
                                f"give {key}.{part} (path: the file or folder to import; format: srgnn | sasrec)")
+            shell = sorted(set(spec["path"]) & set('"$`\\\n'))
+            if shell:       # dvc.yaml quotes the path for the shell ("${item.path}"): these break out of the quotes
+                raise ParamsError(f"params key '{key}.path': {spec['path']!r} holds {shell[0]!r}, which the stage's "
+                                  "shell command cannot quote", "rename the file (or move it) to a path without "
+                                  "quotes, $, backquotes or backslashes")
             if IMPORT_FORMATS.get(spec["format"]) == "ctr":
                 raise ParamsError(f"params key '{key}.format': {spec['format']} (CTR files) is imported with "
                                   "`seqpe import` only, not as a DVC stage of the study",

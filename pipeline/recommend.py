@@ -321,7 +321,7 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
             if b"\t" in header and b"," not in header:  # a TSV: its one column was "session_id\titems"
                 raise DataError(f"{path} separates its columns with tabs, and the sessions file is CSV (commas) "
                                 f"or Parquet", "write the columns separated by commas: session_id,items")
-            df = pl.read_csv(path, infer_schema=False)
+            df = _drop_trailing_blank_lines(path, pl.read_csv(path, infer_schema=False))
     except (pl.exceptions.ComputeError, pl.exceptions.NoDataError, OSError) as e:
         raise DataError(f"{path} could not be read as Parquet or CSV ({printable(str(e).splitlines()[0], 120)})",
                         "pass a Parquet file or a CSV with a header line") from None
@@ -355,6 +355,21 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
     if out.get_column("session_id").n_unique() != out.height:
         raise DataError(f"{path} lists a session_id twice", "give every session one row (list layout)")
     return out
+
+
+def _drop_trailing_blank_lines(path: Path, df: "pl.DataFrame") -> "pl.DataFrame":
+    """A CSV's blank lines (Polars reads each as a row of nulls): those that end the file, an editor's or an
+    export's habit, are dropped; one between sessions is refused, naming its line."""
+    if not df.width or not df.height:
+        return df
+    blank = df.select(pl.all_horizontal(pl.all().is_null())).to_series()
+    if not blank.any():
+        return df
+    last = df.height - 1 - blank.reverse().arg_min() if not blank.all() else -1
+    first = blank.arg_max()
+    if first < last:
+        raise DataError(f"{path} line {first + 2} is blank, between sessions", "remove that line")
+    return df.head(last + 1)
 
 
 def _which(sid) -> str:

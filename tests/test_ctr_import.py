@@ -124,3 +124,62 @@ def test_a_ctr_format_in_params_imports_points_to_the_command(tmp_path):
     with pytest.raises(ParamsError, match=r"imports.mine.format': kuaivideo_x1 \(CTR files\) is imported with "
                                           r"`seqpe import` only.*seqpe import mine inbox/kuai --format kuaivideo_x1"):
         load_params(tmp_path / "params.yaml")
+
+
+def _edited(src: Path, dst: Path, edit) -> Path:
+    """A copy of the BARS folder `src` whose train.csv lines go through `edit` (a list of lines -> lines)."""
+    dst.mkdir()
+    lines = (src / "train.csv").read_text().splitlines(keepends=True)
+    (dst / "train.csv").write_text("".join(edit(lines)))
+    (dst / "test.csv").write_bytes((src / "test.csv").read_bytes())
+    return dst
+
+
+def _field(line: str, i: int, value: str) -> str:
+    fields = line.rstrip("\n").split(",")
+    fields[i] = value
+    return ",".join(fields) + "\n"
+
+
+@pytest.mark.parametrize("edit, problem", [
+    # an empty user fell out of both train and valid (the last_per_user join) and the import said nothing
+    (lambda ls: [ls[0], _field(ls[1], 1, ""), *ls[2:]],
+     r"1 row\(s\) with an empty user_id \(the first on train.csv line 2\)\. Fix: fill or drop those rows"),
+    (lambda ls: [ls[0], *ls[1:4], _field(ls[4], 0, ""), *ls[5:]],        # an empty label was imported
+     r"1 row\(s\) with an empty label \(the first on train.csv line 5\)"),
+    (lambda ls: [ls[0], _field(ls[1], 3, ""), *ls[2:]],                   # "re-run `seqpe preprocess`"
+     r"1 row\(s\) with an empty cate_id \(the first on train.csv line 2\)"),
+    (lambda ls: [ls[0].replace(",", ", "), *ls[1:]],                      # a Polars SchemaError traceback
+     r"train.csv's header has spaces around its column names \(' user_id'\)\. Fix: write the header and the rows "
+     r"with bare commas: label,user_id,item_id"),
+    (lambda ls: [*ls[:3], "\n", *ls[3:]], r"train.csv line 4 is blank \(every field empty\)\. Fix: remove that line"),
+    (lambda ls: [ls[0], _field(ls[1], 2, "2147483647"), *ls[2:]],         # a Polars InvalidOperationError traceback
+     r"an item or category id above 2,147,483,646, the largest seqpe stores \(largest item id 2,147,483,647\)\. "
+     r"Fix: renumber the ids"),
+])
+def test_ones_own_ctr_files_with_empty_fields_or_odd_lines_are_refused_naming_the_line(prepared, tmp_path, edit,
+                                                                                       problem):
+    src = _edited(prepared / "raw-sample_ctr", tmp_path / "own", edit)
+    out = (tmp_path / "s", tmp_path / "a")
+    with pytest.raises(DataError, match=problem):
+        formats.import_dataset("mine", src, "auto", *out, Params())
+    assert not any(path.exists() for path in out)
+
+
+def test_blank_lines_ending_a_ctr_file_are_dropped_and_time_order_is_checked(prepared, tmp_path):
+    """Blank lines at the end of train.csv (an editor's habit) failed as "rows without a target item"; a
+    KuaiVideo-layout train.csv out of time order got an arbitrary valid split (its last rows) in silence."""
+    raw = prepared / "raw-sample_ctr"
+    src = _edited(raw, tmp_path / "blank", lambda ls: [*ls, "\n", "\n"])
+    formats.import_dataset("mine", src, "auto", tmp_path / "s", tmp_path / "a", Params())
+    formats.import_dataset("mine", raw, "auto", tmp_path / "s0", tmp_path / "a0", Params())
+    assert parquet_bytes(tmp_path / "a") == parquet_bytes(tmp_path / "a0")
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert manifest["protocol_info"]["blank_lines_dropped"] == 2
+    kuai = prepared / "raw-sample_kuai"
+    late = _edited(kuai, tmp_path / "late", lambda ls: [ls[0], ls[-1], *ls[1:-1]])   # the last row moved first
+    out = (tmp_path / "ks", tmp_path / "ka")
+    with pytest.raises(DataError, match=r"mine: train.csv is not in time order \(line 3's timestamp is earlier than "
+                                        r"line 2's; 1 such step back\).*Fix: sort train.csv's rows by timestamp"):
+        formats.import_dataset("mine", late, "auto", *out, Params())
+    assert not any(path.exists() for path in out)

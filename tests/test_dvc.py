@@ -172,10 +172,10 @@ def test_imported_files_go_through_the_pipeline_and_train_like_the_dataset_they_
     train and report them with the grid; the round trip is exact, so the metrics equal sample's."""
     b = tmp_path / "b"
     shutil.copytree(clone_a, b, symlinks=True)
-    run([str(BIN / "seqpe"), "export", "sample", "data/inbox/sample_srgnn", "--format", "srgnn",
+    run([str(BIN / "seqpe"), "export", "sample", "data/inbox/sample srgnn", "--format", "srgnn",
          "--sessions", "data/sessions/sample", "--quiet"], b)
     params = yaml.safe_load((b / "params.yaml").read_text())
-    params["imports"] = {"sample_srgnn": {"path": "data/inbox/sample_srgnn", "format": "srgnn"}}
+    params["imports"] = {"sample_srgnn": {"path": "data/inbox/sample srgnn", "format": "srgnn"}}   # a space: quoted
     (b / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     refused = dvc("repro", cwd=b, check=False)                           # imported but trained by no grid
     assert refused.returncode != 0 and "add it to study.next_item.datasets" in refused.stdout + refused.stderr
@@ -191,7 +191,7 @@ def test_imported_files_go_through_the_pipeline_and_train_like_the_dataset_they_
             metrics[f"data/metrics/sample/{config}.json"]["data"]
     assert "| sample_srgnn | srgnn | sasrec | rope |" in (b / "data/reports/sample_srgnn/report.md").read_text()
     assert ran(dvc("repro", cwd=b).stdout) == []
-    test_txt = b / "data/inbox/sample_srgnn/test.txt"                   # rewritten, same content: nothing to do
+    test_txt = b / "data/inbox/sample srgnn/test.txt"                   # rewritten, same content: nothing to do
     test_txt.write_bytes(test_txt.read_bytes())
     os.utime(test_txt, (1, 1))
     assert ran(dvc("repro", cwd=b).stdout) == []

@@ -87,6 +87,12 @@ def test_batch_files_list_and_long_layouts_give_the_same_parquet(trained, tmp_pa
     (tmp_path / "lists.csv").write_text('session_id,items\n7,"1 2 3"\n3,4\n11,"5;5, 6|7 2"\n')   # items as text
     c = model.recommend_frame(recommend.read_sessions(tmp_path / "lists.csv"), k=4)
     assert a.select("session_id", "rank", "item").equals(c.select("session_id", "rank", "item"))
+    (tmp_path / "tail.csv").write_text((tmp_path / "s.csv").read_text() + "\n\n")   # an editor's trailing blank lines
+    d = model.recommend_frame(recommend.read_sessions(tmp_path / "tail.csv"), k=4)
+    assert a.select("session_id", "rank", "item").equals(d.select("session_id", "rank", "item"))
+    (tmp_path / "mid.csv").write_text("session_id,item_id\n7,1\n\n3,4\n")
+    with pytest.raises(DataError, match=r"mid.csv line 3 is blank, between sessions\. Fix: remove that line"):
+        recommend.read_sessions(tmp_path / "mid.csv")
     (tmp_path / "gap.csv").write_text('session_id,items\n7,"1 2 3"\n3,"4,,6"\n')
     with pytest.raises(DataError, match=r"gap.csv row 2: items '4,,6' has two separators with nothing between"):
         recommend.read_sessions(tmp_path / "gap.csv")

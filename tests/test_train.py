@@ -435,7 +435,8 @@ def test_a_run_folder_another_command_is_writing_is_refused(tmp_path, toy_regist
     holder = _hold_lock(lock)
     try:
         with pytest.raises(DataError, match=r"seed-1 is being written right now by another seqpe train \(of toyset "
-                                            r"toy-toy_lpe seed 1, with other settings\)"):
+                                            r"toy-toy_lpe seed 1, with other settings\).*Fix: pass --tag NAME to train these "
+                                            r"settings beside that run; or wait .* which then replaces that run"):
             stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
         assert not (tmp_path / "runs").exists() and state_files("resume") == []
     finally:

@@ -95,7 +95,12 @@ def header(path: Path) -> list[str]:
         first = f.readline().decode("utf-8", errors="replace").lstrip("\ufeff").strip()
     if not first:
         raise DataError(f"{path} is empty", "re-download the dataset")
-    return [c.strip() for c in first.split(",")]
+    names = first.split(",")
+    spaced = [c for c in names if c != c.strip()]
+    if spaced:     # `label, user_id, ...` (a spreadsheet's or pandas' sep=", "): Polars reads the names with the spaces
+        raise DataError(f"{path.name}'s header has spaces around its column names ({printable(repr(spaced[0]), 40)})",
+                        f"write the header and the rows with bare commas: {','.join(c.strip() for c in names)}")
+    return names
 
 
 def scan_bars(path: Path, columns: dict, split: str) -> pl.LazyFrame:
@@ -121,6 +126,7 @@ def reader_for(name: str):
         return pl.concat([scan_bars(find_bars_file(raw_dir, f), columns, f.removesuffix(".csv"))
                           for f in BARS_FILES], how="vertical")
     read.__doc__ = f"Scan the BARS train.csv and test.csv of {name} (header checked)."
+    read.columns = {protocol: raw for raw, (protocol, _) in columns.items() if protocol is not None}  # for messages
     return read
 
 

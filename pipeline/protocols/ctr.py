@@ -34,6 +34,7 @@ manifest's params.options).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import polars as pl
 
@@ -42,6 +43,7 @@ from . import ProtocolResult, step
 
 HIST_PREFIX = "hist_"
 CATE_HISTORIES = ("hist_cates",)
+_INT32_MAX = 2**31 - 1
 
 
 def hist_columns(schema) -> list[str]:
@@ -76,48 +78,91 @@ def samples(lf: pl.LazyFrame, max_history: int) -> pl.LazyFrame:
     return lf.select(cols)
 
 
-def _stats(lf: pl.LazyFrame, name: str) -> dict:
+_REQUIRED = ("label", "user", "item")
+
+
+def _blank() -> pl.Expr:
+    """A row whose every field is empty: how Polars reads a blank line of the CSV."""
+    return pl.all_horizontal([pl.col(c).is_null() for c in _REQUIRED])
+
+
+def _stats(lf: pl.LazyFrame, name: str, columns: Optional[dict] = None) -> dict:
     """One streaming pass over the raw rows: counts per split, id ranges, malformed values
-    (history tokens are cast strictly, so "3^x" or "3^^4" fails here, before anything is written)."""
+    (history tokens are cast strictly, so "3^x" or "3^^4" fails here, before anything is written).
+    Blank lines are counted apart (`build` drops those that end a file; one inside a file is refused),
+    and so are empty fields: a null user fell out of both train and valid (the last_per_user join),
+    a null label passed every check. `columns` names the CSV's columns in messages (protocol -> raw)."""
     schema = lf.collect_schema()
     hists = hist_columns(schema)
     item_lists = [c for c in hists if c not in CATE_HISTORIES]
     cate_lists = [c for c in hists if c in CATE_HISTORIES]
     negative = pl.sum_horizontal([pl.col(c).str.contains("-", literal=True).fill_null(False) for c in hists] or [0])
     as_ints = lambda c: _id_lists(c, pl.Int64)  # noqa: E731
+    blank = _blank()
+    train = pl.col("split") == "train"
+    required = _REQUIRED + (("cate",) if "cate" in schema else ())
     aggs = [
-        pl.len().alias("rows"),
-        (pl.col("split") == "train").sum().alias("train"),
-        ((pl.col("split") == "train") & (pl.col("label") == 1)).sum().alias("train_clicks"),
+        (~blank).sum().alias("rows"),
+        (train & ~blank).sum().alias("train"),
+        (train & (pl.col("label") == 1)).sum().alias("train_clicks"),
         ((pl.col("split") == "test") & (pl.col("label") == 1)).sum().alias("test_clicks"),
         negative.sum().alias("negative_hist"),
         pl.col("label").is_in([0, 1]).not_().sum().alias("bad_label"),
         pl.min_horizontal(pl.col("item").min(), pl.col("user").min()).alias("min_id"),
         pl.max_horizontal([pl.col("item").max()] + [as_ints(c).list.max().max() for c in item_lists]).alias("max_item"),
-        pl.col("item").null_count().alias("null_item"),
+        blank.sum().alias("blank"),
     ]
     if "cate" in schema:
         aggs.append(pl.max_horizontal([pl.col("cate").max()] + [as_ints(c).list.max().max() for c in cate_lists])
                     .alias("max_cate"))
         aggs.append(pl.col("cate").min().alias("min_cate"))
+    for split in ("train", "test"):      # file line = row + 2 (the header is line 1)
+        here = pl.col("split") == split
+        aggs.append(pl.col("row").filter(~blank & here).max().alias(f"last_{split}_row"))
+        aggs.append(pl.col("row").filter(blank & here).min().alias(f"first_blank_{split}"))
+    for col in required:
+        empty = pl.col(col).is_null() & ~blank
+        aggs.append(empty.sum().alias(f"empty_{col}"))
+        aggs.append(pl.struct("split", "row").filter(empty).first().alias(f"first_empty_{col}"))
+    if "timestamp" in schema:       # the tail rule takes train.csv's last rows for its most recent ones
+        step_back = pl.col("timestamp").filter(train & ~blank).diff() < 0
+        aggs.append(step_back.sum().alias("time_disorder"))
+        aggs.append(pl.col("row").filter(train & ~blank).filter(step_back).first().alias("first_time_disorder"))
     try:
         stats = lf.select(aggs).collect(engine="streaming").row(0, named=True)
     except pl.exceptions.InvalidOperationError as e:  # a strict cast of a history token
         raise DataError(f"{name}: history lists that are not '^'-separated integer ids "
                         f"({str(e).splitlines()[0]})", "the CSV is damaged; re-download it") from None
     except (pl.exceptions.ComputeError, OSError) as e:
+        from ..errors import as_os_error
+        if as_os_error(e) is not None:
+            raise
         raise DataError(f"{name}: the CTR files could not be parsed ({str(e).splitlines()[0]})",
                         "check that train.csv/test.csv are the BARS files (re-download them)") from None
     if stats["rows"] == 0 or stats["train"] == 0 or stats["train"] == stats["rows"]:
         raise DataError(f"{name}: train.csv or test.csv has no rows", "re-download the dataset")
+    fill = "fill or drop those rows (the BARS files have none: in a registered dataset's file they are damage)"
+    for split in ("train", "test"):
+        first, last = stats[f"first_blank_{split}"], stats[f"last_{split}_row"]
+        if first is not None and first < last:          # blank lines that end a file are dropped (`build`)
+            raise DataError(f"{name}: {split}.csv line {first + 2:,} is blank (every field empty)",
+                            "remove that line (the BARS files have none: in a registered dataset's file it is damage)")
+    for col in required:
+        count, first = stats[f"empty_{col}"], stats[f"first_empty_{col}"]
+        if count:
+            raise DataError(f"{name}: {count:,} row(s) with an empty {(columns or {}).get(col, col)} (the first on "
+                            f"{first['split']}.csv line {first['row'] + 2:,})", fill)
     problems = [(stats["negative_hist"], "negative ids in history lists"),
-                (stats["bad_label"], "labels other than 0/1"),
-                (stats["null_item"], "rows without a target item")]
+                (stats["bad_label"], "labels other than 0/1")]
     for count, what in problems:
         if count:
             raise DataError(f"{name}: {count:,} row(s) with {what}", "the CSV is damaged; re-download it")
     if (stats["min_id"] or 0) < 0 or (stats.get("min_cate") or 0) < 0:
         raise DataError(f"{name}: negative ids in the CTR files", "the CSV is damaged; re-download it")
+    if stats["max_item"] + 1 > _INT32_MAX or (stats.get("max_cate") or 0) + 1 > _INT32_MAX:
+        raise DataError(f"{name}: an item or category id above {_INT32_MAX - 1:,}, the largest seqpe stores "
+                        f"(largest item id {stats['max_item']:,})",
+                        "renumber the ids 0..N-1 (a hashed id does not fit in 32 bits)")
     return stats
 
 
@@ -146,13 +191,25 @@ def carve_valid(lf: pl.LazyFrame, rule: str, fraction: float, n_train: int) -> t
             flagged.filter(pl.col("_valid")).drop("_valid"), info)
 
 
-def build(spec, raw_dir: Path, params) -> ProtocolResult:
-    """Run the CTR protocol on `spec.reader(raw_dir)` (lazy: nothing big is collected here)."""
+def build(spec, raw_dir: Path, params, own_files: bool = False) -> ProtocolResult:
+    """Run the CTR protocol on `spec.reader(raw_dir)` (lazy: nothing big is collected here). `own_files`: a
+    user's files in a BARS layout (`seqpe import`), whose train.csv must be in time order where the valid rule
+    takes its last rows (the BARS file is sorted; a log of one's own need not be, and valid was then any 10%)."""
     max_history = params.preprocess.max_history
     lf = spec.reader(Path(raw_dir))
-    stats = _stats(lf, spec.name)
+    columns = getattr(spec.reader, "columns", None)
+    stats = _stats(lf, spec.name, columns)
+    if stats["blank"]:                  # blank lines at the end of a file (_stats refused any other)
+        lf = lf.filter(~_blank())
     n_train, n_test = int(stats["train"]), int(stats["rows"] - stats["train"])
     rule = spec.options.get("valid", "tail")
+    if own_files and rule == "tail" and stats.get("time_disorder"):
+        line = stats["first_time_disorder"] + 2
+        raise DataError(f"{spec.name}: train.csv is not in time order (line {line:,}'s "
+                        f"{(columns or {}).get('timestamp', 'timestamp')} is earlier than line {line - 1:,}'s; "
+                        f"{stats['time_disorder']:,} such step{'s' if stats['time_disorder'] != 1 else ''} back), and valid is its last rows, the most recent "
+                        "ones in a BARS file", "sort train.csv's rows by timestamp (a stable sort keeps the order of "
+                        "equal times), then import it again")
     train_raw, valid_raw, info = carve_valid(lf, rule, params.preprocess.valid_fraction, n_train)
     test_raw = lf.filter(pl.col("split") == "test")
     splits = {"train": samples(train_raw, max_history), "valid": samples(valid_raw, max_history),
@@ -173,6 +230,8 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
         "history_order": "oldest first, truncated to the most recent max_history",
         "items_table": "target items with their target counts over all splits",
         "bars_rows": {"train": n_train, "test": n_test},
+        **({"blank_lines_dropped": int(stats["blank"])} if stats["blank"] else {}),
+        **({"train_time_steps_back": int(stats["time_disorder"])} if stats.get("time_disorder") else {}),
         **info,
     }
     return ProtocolResult(

@@ -111,7 +111,9 @@ def _seed_locks(fp: str, run_dir: Path, label: str) -> tuple[tuple[str, DataErro
     return ((fp, DataError(f"{label} is being trained right now by another seqpe process started from this folder "
                            f"(it holds {runs.state_root() / 'locks' / fp}); {race}", fix)),
             (dir_lock(run_dir), DataError(f"{run_dir} is being written right now by another seqpe train (of {label}, "
-                                          f"with other settings); {race}", fix)))
+                                          f"with other settings); {race}",
+                                          "pass --tag NAME to train these settings beside that run; or wait for it "
+                                          "to finish and run this command again, which then replaces that run")))
 
 
 def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
