@@ -117,6 +117,10 @@ def detect_format(src: str | Path) -> str:
         if src.is_dir() else []                                        # BARS' zip holds a folder
     if len(csvs) == 1:
         return _ctr_format(csvs[0])
+    packed = sorted(p.name for p in src.glob("train.csv.*")) if src.is_dir() and not csvs else []
+    if packed:                      # BARS CSVs compressed one by one: it was "has no all_train_seq.txt"
+        raise DataError(f"{src} holds {packed[0]}, a compressed train.csv", "unpack train.csv and test.csv in "
+                        f"that folder first (e.g. `gunzip {src / packed[0]}`), then import it")
     if src.is_dir():
         from .io import _owner
         kind, owner = _owner(src)         # (import_dataset has refused seqpe's other folders before)
@@ -186,7 +190,20 @@ CTR_FORMATS = {"kuaivideo_x1": "kuaivideo", "amazonelectronics_x1": "amazon_elec
 def _ctr_format(path: Path) -> str:
     """The BARS format whose columns `path`'s header has, or a DataError naming both layouts."""
     from .datasets.ctr import COLUMNS, header
-    cols = header(path)
+    try:
+        cols = header(path)
+    except DataError as e:          # the readers' fixes speak of a download: these files are the user's own
+        if "download" not in (e.fix or ""):
+            raise
+        problem = e.problem.replace(" (unpack it first, or pass it to `seqpe download DATASET --from`)", "")
+        if problem.endswith("is empty"):
+            fix = "write the header line and the rows into it, or pass the folder that holds your files"
+        elif (kind := sniff.kind_of_bytes(sniff.head(path))) in sniff.ARCHIVES:
+            fix = (f"unpack it first (`mv {path} {path}.gz && gunzip {path}.gz`), then import the folder"
+                   if kind == "gz" else f"unpack it first (a {kind} archive), then import the folder")
+        else:
+            fix = "save it as UTF-8 CSV text with a header line, then import the folder"
+        raise DataError(problem, fix) from None
     for fmt, name in CTR_FORMATS.items():
         if sorted(cols) == sorted(COLUMNS[name]):
             return fmt
@@ -208,8 +225,8 @@ def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | 
     check_import_name(dataset, fmt)
     src, sessions_dst, samples_dst = Path(src), Path(sessions_dst), Path(samples_dst)
     _refuse_nested_outputs(dataset, sessions_dst, samples_dst)
-    claim_dir(sessions_dst, dataset, "sessions")
-    claim_dir(samples_dst, dataset, "samples")
+    claim_dir(sessions_dst, dataset, "sessions", command="import")
+    claim_dir(samples_dst, dataset, "samples", command="import")
     if fmt in CTR_FORMATS:
         return _import_ctr(dataset, src, fmt, sessions_dst, samples_dst, params)
     imp = _import_srgnn(src, params) if fmt == "srgnn" else _import_sasrec(src, params)
@@ -445,6 +462,12 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
                        items=pl.col("ids").list.slice(1).cast(pl.List(pl.Int32)))
     dup = users.filter(pl.col("session_id").is_duplicated()).sort("session_id", "line", maintain_order=True)
     pairs = dup.height > 0 and bool((rows.get_column("tok").list.len() == 2).all())
+    widths = rows.get_column("tok").list.len()
+    if dup.height and not pairs and bool((widths == 3).all()):     # `user item timestamp`: a raw log
+        raise DataError(f"{src}: every line has 3 fields and users repeat (user {dup['session_id'][0]} on lines "
+                        f"{dup['line'][0]} and {dup['line'][1]}): a `user item timestamp` log, and --format sasrec "
+                        "reads `user item` per line, each user's lines in time order",
+                        "sort the lines by user then time, drop the third column, and import that file")
     if dup.height and not pairs:
         u, first, second = dup["session_id"][0], dup["line"][0], dup["line"][1]
         raise DataError(f"{src} line {second}: user {u} already had line {first}, and not every line is one "
@@ -454,7 +477,9 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
         users = (users.group_by("session_id", maintain_order=True)
                  .agg(pl.col("line").first(), pl.col("items").list.first()).select("line", "session_id", "items"))
     n_read, inter, n_items, n_distinct = users.height, _clicks(users), _max_id(users), _distinct(users)
-    _check_dense_ids(src, n_items, n_distinct)
+    three = not pairs and bool((widths == 3).all())
+    _check_dense_ids(src, n_items, n_distinct, "; if every line is `user item timestamp`, drop the third column "
+                     "(after sorting by it)" if three else "")
     kept = users.filter(pl.col("items").list.len() >= 3).drop("line")
     if kept.height == 0:   # leave-one-out needs a train, a valid and a test item per user
         raise DataError(f"{src}: no user has 3 or more items ({n_read:,} read), so leave-one-out has "
@@ -466,6 +491,10 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     modes = {"train": "shifted", "valid": "last", "test": "last"}
     max_len = params.augment.max_len
     samples = {s: augment(sessions[s], modes[s], max_len) for s in SPLITS}
+    if samples["train"].height == 0:     # every kept user has 3 items: one train item each, no (prefix, target)
+        raise DataError(f"{src}: every kept user has exactly 3 items, so train (all but the last two) holds one "
+                        "item per user and no (prefix, target) pair to learn from",
+                        "import users with 4 or more items (the whole dataset, not an excerpt of short users)")
     steps = [_step(f"read {src.name}", users), _step("drop users with fewer than 3 items", kept)]
     summary = {"format": "sasrec", "users": n_read, "items": n_distinct, "interactions": inter,
                "n_items (max id)": n_items, "users dropped (< 3 items)": n_read - kept.height,
@@ -500,14 +529,24 @@ def _check_lines(src: Path, rows: pl.DataFrame) -> None:
     toks = rows.select("line", "tok").explode("tok").with_columns(v=pl.col("tok").cast(pl.Int64, strict=False))
     bad = toks.filter(pl.col("v").is_null() | (pl.col("v") < 1) | (pl.col("v") > unpickle.MAX_ID)).head(1)
     if bad.height:
-        line, tok = bad["line"][0], bad["tok"][0]
-        header = line == 1 and toks.filter(pl.col("line") == 1).get_column("v").is_null().all()
-        raise DataError(f"{src} line {line}: {tok[:40]!r} is not an id in 1..{unpickle.MAX_ID}",
-                        "remove the header line: the file holds ids only" if header else
-                        "every token must be a positive integer id")
+        line, tok, value = bad["line"][0], bad["tok"][0], bad["v"][0]
+        text_line = lambda n: toks.filter(pl.col("line") == n).get_column("v").is_null().all()  # noqa: E731
+        # a header is a line 1 of words over lines of ids; words on line 2 as well are ids that are not numbers
+        header = line == 1 and text_line(1) and (rows.height == 1 or not toks.filter(pl.col("line") == 2)
+                                                 .get_column("v").is_null().any())
+        if header:
+            fix = "remove the header line: the file holds ids only"
+        elif value is None:
+            fix = ("map every user and item to an integer id 1..N first (ids such as reviewer ids or ASINs are not "
+                   "read)")
+        elif value == 0:
+            fix = "ids start at 1 (0 is the padding id): add 1 to every user and item id"
+        else:
+            fix = "every token must be a positive integer id"
+        raise DataError(f"{src} line {line}: {tok[:40]!r} is not an id in 1..{unpickle.MAX_ID}", fix)
 
 
-def _check_dense_ids(src: Path, n_items: int, n_distinct: int) -> None:
+def _check_dense_ids(src: Path, n_items: int, n_distinct: int, hint: str = "") -> None:
     """Ids are kept as they are, so n_items is the largest id (and an export gives the files back byte for
     byte): a largest id far above the number of distinct ids would make a vocabulary (items.parquet, every
     model's embedding and score rows) of mostly unused ids. `1 1 2 20000000` gave 20,000,000 items for 3,
@@ -518,7 +557,7 @@ def _check_dense_ids(src: Path, n_items: int, n_distinct: int) -> None:
         raise DataError(f"{src}: the largest item id is {n_items:,} but only {n_distinct:,} distinct ids occur, "
                         "and seqpe keeps ids as they are (n_items = the largest id, so exported files stay "
                         f"byte-identical): {n_items:,} item rows for {n_distinct:,} items",
-                        f"renumber the items 1..N (N = {n_distinct:,}) and import the renumbered file")
+                        f"renumber the items 1..N (N = {n_distinct:,}) and import the renumbered file{hint}")
 
 
 # --------------------------------------------------------------------------- write

@@ -346,12 +346,14 @@ def _require_writable(dst: Path) -> None:
     os.unlink(probe)
 
 
-def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tuple[str, ...] = ()) -> None:
+def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tuple[str, ...] = (),
+              command: Optional[str] = None) -> None:
     """Refuse to replace `dst` unless seqpe wrote it: a stage replaces only a folder that is missing,
     empty, or holds its own `kind` output for `dataset` (source.json for raw, a manifest of that
     kind, run.json for a run). Anything else (a user's files, the project root, another dataset's or
     another stage's folder, a file) raises DataError and nothing is touched. `allow` names entries
-    that do not count (e.g. a resumable `.FILE.part` in a raw folder)."""
+    that do not count (e.g. a resumable `.FILE.part` in a raw folder). `command`: the command that writes
+    the folder, where it is not the kind's own stage (`import` writes sessions and samples)."""
     assert kind in KINDS, kind
     dst = Path(dst)
     refuse_nested(dst, f"{kind} output", f"e.g. data/{_PLURAL[kind]}/{dataset or 'DATASET'}")
@@ -369,7 +371,7 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
         if extra:
             shown = ", ".join(extra[:3]) + (", ..." if len(extra) > 3 else "")
             raise DataError(f"{dst} holds {_WHAT[kind]} and files seqpe did not write ({shown}); `seqpe "
-                            f"{_MAKER[kind]}` replaces that folder whole, which would delete them",
+                            f"{command or _MAKER[kind]}` replaces that folder whole, which would delete them",
                             f"move {shown} out of {dst}, then run the command again")
         return
     if owner_kind is not None:

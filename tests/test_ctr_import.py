@@ -183,3 +183,33 @@ def test_blank_lines_ending_a_ctr_file_are_dropped_and_time_order_is_checked(pre
                                         r"line 2's; 1 such step back\).*Fix: sort train.csv's rows by timestamp"):
         formats.import_dataset("mine", late, "auto", *out, Params())
     assert not any(path.exists() for path in out)
+
+
+def test_ones_own_compressed_or_empty_csvs_and_a_valid_split_of_nothing_get_fixes_for_ones_own_files(prepared,
+                                                                                                    tmp_path):
+    """They were told to `seqpe download DATASET` (or, gzipped one by one, that the folder had no
+    all_train_seq.txt), and an import whose valid_fraction carved no row exited 0 for `seqpe train` to fail."""
+    import gzip
+    raw, out = prepared / "raw-sample_kuai", (tmp_path / "s", tmp_path / "a")
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    for name in ("train.csv", "test.csv"):
+        (packed / f"{name}.gz").write_bytes(gzip.compress((raw / name).read_bytes()))
+    with pytest.raises(DataError, match=r"packed holds train.csv.gz, a compressed train.csv\. Fix: unpack train.csv "
+                                        r"and test.csv in that folder first \(e\.g\. `gunzip .*train.csv.gz`\)"):
+        formats.import_dataset("mine", packed, "auto", *out, Params())
+    named = tmp_path / "named"
+    named.mkdir()
+    (named / "train.csv").write_bytes(gzip.compress((raw / "train.csv").read_bytes()))
+    (named / "test.csv").write_bytes((raw / "test.csv").read_bytes())
+    with pytest.raises(DataError, match=r"train.csv is gzip data, not the text file seqpe reads\. Fix: unpack it first "
+                                        r"\(`mv .*train.csv .*train.csv.gz && gunzip"):
+        formats.import_dataset("mine", named, "auto", *out, Params())
+    (named / "train.csv").write_bytes(b"")
+    with pytest.raises(DataError, match=r"train.csv is empty\. Fix: write the header line and the rows into it"):
+        formats.import_dataset("mine", named, "kuaivideo_x1", *out, Params())
+    with pytest.raises(ParamsError, match=r"preprocess.valid_fraction=1e-06 carves no valid row out of the .* rows of "
+                                          r"train.csv.*Fix: run it with --set preprocess.valid_fraction=0.1 or more"):
+        formats.import_dataset("mine", raw, "auto", *out, load_params(ROOT / "params.yaml",
+                                                                      ["preprocess.valid_fraction=0.000001"]))
+    assert not any(path.exists() for path in out)

@@ -583,3 +583,18 @@ def test_a_full_disk_is_one_line_naming_the_path(argv, prepared, small_disk):
     assert_one_line_error(proc, "No space left on device: " + str(small_disk / argv[-1].split("/")[-1]),
                           f"Fix: free space on the disk that holds {small_disk}")
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]
+
+
+def test_a_refused_import_names_seqpe_import_not_preprocess(tmp_path):
+    """A user's notes.txt in an imported sessions folder: the refusal said "`seqpe preprocess` replaces that folder"."""
+    from pipeline import formats
+    from pipeline.params import Params
+    text = tmp_path / "Mine.txt"
+    text.write_text("".join(f"{u} {u} {u + 1} {u + 2} {u + 3}\n" for u in range(1, 30)))
+    out = (tmp_path / "sessions", tmp_path / "samples")
+    formats.import_dataset("mine", text, "sasrec", *out, Params())
+    (out[0] / "notes.txt").write_text("mine")
+    with pytest.raises(DataError, match=r"holds sessions \(manifest.json\) and files seqpe did not write \(notes.txt\); "
+                                        r"`seqpe import` replaces that folder whole"):
+        formats.import_dataset("mine", text, "sasrec", *out, Params())
+    assert (out[0] / "notes.txt").read_text() == "mine"

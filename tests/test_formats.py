@@ -490,7 +490,16 @@ def test_sasrec_file_with_a_byte_order_mark_or_crlf_imports_the_same(tmp_path):
     ("1 2 3 4\n2 5 6.0 7\n", "line 2: '6.0' is not an id"),
     ("1 2 3 4\n2\n", "line 2 has a user but no items"),
     ("user item\n1 2\n1 3\n", "line 1: 'user' is not an id in 1..2147483647. Fix: remove the header line"),
-    ("1 2 3 4\n2 item 5\n", "'item' is not an id in 1..2147483647. Fix: every token must be"),
+    ("1 2 3 4\n2 item 5\n", "'item' is not an id in 1..2147483647. Fix: map every user and item to an integer id"),
+    ("A1 B0001 B0002 B0003\nA2 B0002 B0003 B0004\n",          # string ids, not a header (walk 30)
+     "line 1: 'A1' is not an id in 1..2147483647. Fix: map every user and item to an integer id 1..N first"),
+    ("0 1 2 3\n1 2 3 4\n", "line 1: '0' is not an id in 1..2147483647. Fix: ids start at 1 (0 is the padding id): "
+                           "add 1 to every user and item id"),
+    ("1 2 3 4\n2 5 -6 7\n", "'-6' is not an id in 1..2147483647. Fix: every token must be a positive integer id"),
+    ("1 10 1500000001\n1 11 1500000002\n2 12 1500000003\n",      # a raw log: was "mixes the two layouts"
+     "every line has 3 fields and users repeat (user 1 on lines 1 and 2): a `user item timestamp` log"),
+    ("1 2 3 4\n2 5 6 7\n3 1 2\n",
+     "every kept user has exactly 3 items, so train (all but the last two) holds one item per user"),
     ("1,2\n1,3\n1,4\n", "line 1 separates ids by ','. Fix: separate ids by spaces or tabs"),
     ("1 2 3 4\n2;5;6;7\n", "line 2 separates ids by ';'"),
     ("1 2 3 4\n2 3 4 5\n1 5 6 7\n", "line 3: user 1 already had line 1"),

@@ -171,6 +171,12 @@ def carve_valid(lf: pl.LazyFrame, rule: str, fraction: float, n_train: int) -> t
     train = lf.filter(pl.col("split") == "train")
     if rule == "tail":
         n_valid = int(n_train * fraction)
+        if n_valid == 0:          # `seqpe train` picks its best epoch on valid: it failed there, naming no cause
+            from ..errors import ParamsError
+            at_least = 0.1 if n_train >= 10 else 0.5
+            raise ParamsError(f"preprocess.valid_fraction={fraction} carves no valid row out of the {n_train:,} rows "
+                              "of train.csv, and `seqpe train` picks its best epoch on valid",
+                              f"run it with --set preprocess.valid_fraction={at_least} or more")
         is_valid = pl.col("row") >= n_train - n_valid
         info = {"valid": "tail", "valid_rows": n_valid,
                 "valid_rule": f"last int({fraction} * {n_train}) rows of train.csv (time order)"}
