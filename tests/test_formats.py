@@ -194,11 +194,11 @@ def test_a_largest_id_far_above_the_distinct_ids_is_refused(tmp_path, fmt, big, 
 def test_the_allowance_for_unused_ids(tmp_path):
     """Published files are dense 1..N with gaps (Yoochoose 1/64: 37,483 for 17,745 ids; the real-file tests
     import them all), and an excerpt keeps its ids: up to 2 x distinct + SPARSE_IDS is accepted."""
-    top = 2 * 3 + formats.SPARSE_IDS
-    (tmp_path / "ok.txt").write_text(f"1 1 2 {top}\n")
+    top = 2 * 4 + formats.SPARSE_IDS
+    (tmp_path / "ok.txt").write_text(f"1 1 2 3 {top}\n")
     summary = formats.import_dataset("ok", tmp_path / "ok.txt", "sasrec", tmp_path / "s", tmp_path / "a", params())
-    assert summary["n_items (max id)"] == top and summary["items"] == 3
-    (tmp_path / "no.txt").write_text(f"1 1 2 {top + 1}\n")
+    assert summary["n_items (max id)"] == top and summary["items"] == 4
+    (tmp_path / "no.txt").write_text(f"1 1 2 3 {top + 1}\n")
     with pytest.raises(DataError, match=f"largest item id is {top + 1:,}"):
         formats.import_dataset("no", tmp_path / "no.txt", "sasrec", tmp_path / "s2", tmp_path / "a2", params())
 
@@ -406,7 +406,7 @@ def test_sasrec_one_interaction_per_line_is_kang_and_mcauleys_layout(tmp_path):
 ])
 def test_import_names_are_folder_safe_and_keep_a_registered_names_protocol(tmp_path, name, fmt, fragment):
     src = tmp_path / "ok.txt"
-    src.write_text("1 5 6 7\n2 3 4 5\n")
+    src.write_text("1 5 6 7 8\n2 3 4 5\n")
     with pytest.raises(DataError) as err:
         formats.import_dataset(name, src, fmt, tmp_path / "s", tmp_path / "a", params())
     assert fragment in str(err.value)
@@ -431,7 +431,7 @@ def test_without_a_format_the_source_says_what_it_is(tmp_path):
     folder'. `auto` reads a folder as SR-GNN's and a text file as SASRec's, recognised by content."""
     dump(tmp_path / "in" / "all_train_seq.txt", SEQS)
     dump(tmp_path / "in" / "test.txt", TEST)
-    (tmp_path / "beauty.parquet").write_text("1 2 3 4\n2 3 4 5\n")        # text, whatever its name
+    (tmp_path / "beauty.parquet").write_text("1 2 3 4 5\n2 3 4 5\n")      # text, whatever its name
     assert formats.detect_format(tmp_path / "in") == "srgnn"
     assert formats.detect_format(tmp_path / "beauty.parquet") == "sasrec"
     auto = formats.import_dataset("t", tmp_path / "in", "auto", tmp_path / "s1", tmp_path / "a1", params())
@@ -702,7 +702,7 @@ def test_an_srgnn_import_without_valid_sessions_is_refused(tmp_path, fraction, n
     summary = formats.import_dataset("tiny", tmp_path / "in", "srgnn", tmp_path / "s", tmp_path / "a",
                                      params(preprocess={"valid_fraction": fix}))
     assert summary["valid sessions"] == 1
-    (tmp_path / "tiny.txt").write_text("1 5 6 7\n")       # leave-one-out: valid is each user's [:-1], whatever it is
+    (tmp_path / "tiny.txt").write_text("1 5 6 7 8\n")     # leave-one-out: valid is each user's [:-1], whatever it is
     summary = formats.import_dataset("tiny", tmp_path / "tiny.txt", "sasrec", tmp_path / "s2", tmp_path / "a2",
                                      params(preprocess={"valid_fraction": 0.0}))
     assert summary["valid samples"] == 1
