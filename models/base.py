@@ -91,6 +91,7 @@ class ModelSpec:
                                          # a flat dict = TrainParams overrides; see pipeline/presets.py
     task: str = "next_item"              # next_item: Recommender ranking all items (srgnn, leave_one_out data) |
                                          # ctr: models.ctr.base.CTRModel scoring (user, target) pairs (ctr data)
+    ignores: tuple = ()                  # train keys the model never reads (DIN: layers, heads): refused when given
     side: bool = False                   # True: takes side information (pipeline/side.py): build(..., side=SideInfo)
                                          # and, where the data has context, forward / training_loss /
                                          # score_items(..., context=(context (B, L, C), target_context (B, C)))

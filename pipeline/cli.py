@@ -367,7 +367,8 @@ def evaluate(dataset: str,
              all_runs: Annotated[bool, typer.Option("--all", help="report every configuration under RUNS, not "
                                                                   "only the study grid's")] = False,
              samples: Annotated[Optional[Path], typer.Option(
-                 "--samples", help="the dataset's samples folder (CTR: test labels for the per-sample tests)")] = None,
+                 "--samples", help="the dataset's samples folder (CTR: test labels for the per-sample tests; "
+                                   "default data/samples/DATASET where it exists)")] = None,
              baseline: Annotated[Optional[str], typer.Option(
                  "--baseline", help="configuration the others are tested against (default study.reference, "
                                     "else the grid's first; outside the grid the first in sorted order)")] = None,
@@ -387,8 +388,11 @@ def evaluate(dataset: str,
                               "then evaluate")
     the_params = _params(params, overrides)
     reports = _default("reports", dataset, out, check=False)
+    guessed = samples is None and (Path("data/samples") / dataset / "manifest.json").is_file()
+    if guessed:                    # as dvc.yaml passes it: a hand run's CTR rows lacked their per-sample tests
+        samples = Path("data/samples") / dataset
     summary = stage.run(dataset, _default("runs", dataset, runs), reports, the_params, all_runs=all_runs,
-                        samples_dir=samples, baseline=baseline)
+                        samples_dir=samples, baseline=baseline, samples_guessed=guessed)
     if not all_runs and stage.study_configs(the_params, dataset) is None:     # it used to say nothing of either
         err_console.print(f"note: '{dataset}' is in no study grid, so every configuration under the runs folder is "
                           f"reported (as with --all), tested against {summary['reference']}"

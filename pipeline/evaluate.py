@@ -41,11 +41,12 @@ def study_configs(params: Params, dataset: str) -> Optional[tuple[str, list[str]
 
 
 def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_runs: bool = False,
-        samples_dir: Optional[Path] = None, baseline: Optional[str] = None) -> dict:
+        samples_dir: Optional[Path] = None, baseline: Optional[str] = None, samples_guessed: bool = False) -> dict:
     """Report `dataset`'s runs; `samples_dir` (its samples folder) gives the CTR test labels that the
     per-sample significance tests need; `baseline` is the configuration the others are tested against
     (default study.reference when the dataset has it, else the first in grid order, with --all too; in sorted
-    order outside the grid)."""
+    order outside the grid). `samples_guessed`: `samples_dir` is data/samples/DATASET, taken without being
+    asked for: labels that are not the runs' own are then left out, not an error."""
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     claim_dir(reports_dir, dataset, "report")          # never write report files among a user's own
     if not runs_dir.is_dir():
@@ -97,7 +98,12 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
     if task == "ctr" and samples_dir is not None:
         from .significance import read_test_labels
         labels = read_test_labels(samples_dir)
-    report.compare(records, rows, reference, labels)
+    try:
+        report.compare(records, rows, reference, labels)
+    except DataError:
+        if not samples_guessed or labels is None:
+            raise
+        report.compare(records, rows, reference, None)     # data/samples/DATASET was re-made: no per-sample tests
     runs = [{"name": f"{r['name']}/seed-{r['seed']}", "config": r["name"], "seed": r["seed"],
              "best_epoch": r.get("best_epoch"), "valid": r.get("valid", {}), "test": r["test"]}
             for r in sorted(records, key=lambda r: (order.get(r["name"], len(order)), r["name"], r["seed"]))]

@@ -101,6 +101,28 @@ def test_next_item_loss_and_objective_settings_are_refused_for_ctr_models(ctr_sa
     assert not (tmp_path / "runs").exists() and not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("model, key", [("din", "layers"), ("din", "heads"), ("dien", "layers"), ("dmin", "layers")])
+def test_a_depth_or_head_count_a_backbone_lacks_is_refused_when_given(ctr_samples, tmp_path, model, key):
+    """`--set train.layers=7` on DIN trained byte-identical predictions, recorded layers 7, and replaced the
+    run of layers 2 as one "trained with other settings" (walk 30)."""
+    proc = seqpe("train", "sample_ctr", str(ctr_samples), str(tmp_path / "r"), "--model", model, "--quiet",
+                 "--set", f"train.{key}=4")
+    assert_one_line_error(proc, f"train.{key} is 4, and '{model}' has no {key} to set: the setting would be ignored",
+                          f"Fix: drop --set train.{key}=4")
+    assert not (tmp_path / "r").exists()
+
+
+def test_bst_without_layers_refuses_an_encoding_that_acts_only_in_attention(ctr_samples, tmp_path):
+    """bst-cape, bst-rope and bst-alibi at train.layers 0 gave predictions byte-identical to bst-none (walk 30)."""
+    for encoding in ("cape", "rope", "alibi"):
+        with pytest.raises(ParamsError, match=rf"train.layers is 0, so bst has no attention layer, and {encoding} "
+                                              r"acts only inside them: the run would be --encoding none"):
+            stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("bst", encoding, layers=0, epochs=1),
+                      progress=False)
+    assert not (tmp_path / "runs").exists()
+    stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("bst", "lpe", layers=0, epochs=1), progress=False)
+
+
 def test_memory_budget_and_ranking_protocol_settings_are_refused_or_reset_for_ctr(ctr_samples, tmp_path):
     """train.memory_budget was silently ignored for CTR (and recorded); --set evaluate.candidates=100 on DIN
     was recorded and the report labelled the run "100 sampled candidates". From params.yaml (one file for
@@ -144,3 +166,26 @@ def test_a_position_aware_encoding_learns_the_planted_signal_that_none_cannot(ct
                           params("din", encoding, epochs=6, lr=0.005), progress=False)
         aucs[encoding] = res["test"]["auc"]
     assert aucs["none"] < 0.6 and aucs["cape"] > aucs["none"] + 0.15, aucs
+
+
+def test_a_hand_evaluate_takes_the_datasets_samples_folder_for_the_per_sample_tests(ctr_samples, tmp_path):
+    """`seqpe evaluate sample_ctr` by hand left every CTR row without its per-sample tests ("pass the samples
+    folder (--samples)") though data/samples/sample_ctr was there, the folder dvc.yaml passes (walk 30)."""
+    import shutil
+    project = tmp_path / "project"
+    shutil.copytree(ctr_samples, project / "data" / "samples" / "sample_ctr")
+    for encoding in ("none", "cape"):
+        stage.run("sample_ctr", project / "data" / "samples" / "sample_ctr", project / "data" / "runs" / "sample_ctr",
+                  params("din", encoding, epochs=1), progress=False)
+    proc = seqpe("evaluate", "sample_ctr", "--all", "--quiet", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    report = (project / "data" / "reports" / "sample_ctr" / "report.md").read_text()
+    assert "din-cape" in report and "pass the samples folder" not in report
+    shutil.rmtree(project / "data" / "reports")
+    proc = seqpe("evaluate", "sample_ctr", "runs/sample_ctr", "elsewhere", "--all", "--quiet",
+                 cwd=project / "data")                         # no data/samples/sample_ctr from here: as before
+    assert proc.returncode == 0, proc.stderr
+    assert "pass the samples folder" in (project / "data" / "elsewhere" / "report.md").read_text()
+    proc = seqpe("report", "data/runs/sample_ctr", "--samples", "data/samples", cwd=project)
+    assert_one_line_error(proc, "no manifest.json in data/samples: it is not a samples folder seqpe prepared",
+                          "Fix: pass one dataset's folder inside it: data/samples/sample_ctr")

@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipeline.errors import ParamsError
+
 from ..attention import MultiHeadAttention
 from ..base import ModelSpec, register_model
 from ..dropout import Dropout
@@ -62,6 +64,12 @@ class BST(CTRModel):
         self.embedding = CTREmbedding(schema, field_dim)
         D = self.embedding.dim
         self.encoding = (encoding or EncodingChoice()).build(dim=D, max_len=max_len + 1, heads=heads, layers=layers)
+        if layers == 0 and self.encoding.name != "none" and type(self.encoding).embed is PositionalEncoding.embed:
+            # no layer, no attention: an encoding that acts only there trained `none` under its own name
+            # (predictions byte-identical to bst-none, reported as a comparison), as SASRec refuses
+            raise ParamsError(f"train.layers is 0, so bst has no attention layer, and {self.encoding.name} acts only "
+                              "inside them: the run would be --encoding none under another name",
+                              "use train.layers 1 or more, or --encoding none")
         self.drop = Dropout(dropout)
         self.layers = nn.ModuleList(BSTLayer(D, heads, dropout, layer=i, ffn_dim=cfg.ffn_dim or D,
                                              qk=self.encoding.needs_qk) for i in range(layers))

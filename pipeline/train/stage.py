@@ -272,6 +272,12 @@ def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> P
             raise ParamsError(f"train.{key} is {value}, and CTR models such as '{spec.name}' train on the log loss "
                               f"of (user, target) pairs held in memory: the setting would be ignored (and recorded "
                               f"as if it applied)", fix)
+    for key in spec.ignores:        # given by hand: a depth study of DIN retrained one model under each value
+        given = next((text.strip() for text in overrides or [] if text.split("=", 1)[0].strip() == f"train.{key}"),
+                     None)
+        if given is not None:
+            raise ParamsError(f"{given.replace('=', ' is ', 1)}, and '{spec.name}' has no {key} to set: the setting "
+                              "would be ignored (and recorded as if it applied)", f"drop --set {given}")
     defaults = EvaluateParams()
     for text in overrides or []:
         key = text.split("=", 1)[0].strip()
