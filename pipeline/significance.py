@@ -95,15 +95,16 @@ def read_test_labels(samples_dir: str | Path) -> np.ndarray:
         raise DataError(f"samples folder {samples_dir} {absent(samples_dir)}",
                         "pass the samples folder the CTR runs were trained on, e.g. data/samples/DATASET")
     from .io import MANIFEST, _near_miss, read_manifest
-    if not (Path(samples_dir) / MANIFEST).is_file():   # one level off was "no shards in ...: re-run the stage"
-        raise DataError(f"no {MANIFEST} in {samples_dir}: it is not a samples folder seqpe prepared",
+    if (Path(samples_dir) / MANIFEST).is_file():
+        m = read_manifest(samples_dir)
+        if m.get("protocol") != "ctr":             # was "has no label column"
+            raise DataError(f"{samples_dir} holds {m.get('dataset')}'s {m.get('protocol')} {m.get('kind')}, and "
+                            "--samples gives the test labels of CTR runs (next-item runs need none)",
+                            "drop --samples, or pass the CTR dataset's samples folder, e.g. data/samples/sample_ctr")
+    elif not any((Path(samples_dir) / "test").glob("part-*.parquet")):   # one level off: was "no shards in
+        raise DataError(f"no {MANIFEST} in {samples_dir}: it is not a samples folder seqpe prepared",  # ...: re-run"
                         _near_miss(Path(samples_dir)) or "pass the samples folder the CTR runs were trained on, "
                                                          "e.g. data/samples/DATASET")
-    m = read_manifest(samples_dir)
-    if m.get("protocol") != "ctr":                 # was "has no label column"
-        raise DataError(f"{samples_dir} holds {m.get('dataset')}'s {m.get('protocol')} {m.get('kind')}, and "
-                        "--samples gives the test labels of CTR runs (next-item runs need none)",
-                        "drop --samples, or pass the CTR dataset's samples folder, e.g. data/samples/sample_ctr")
     try:
         df = scan_split(samples_dir, "test").select("label").collect()
     except pl.exceptions.ColumnNotFoundError:

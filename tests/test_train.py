@@ -914,7 +914,9 @@ def test_cli_says_when_the_time_limit_stopped_a_run(tmp_path, toy_registry, monk
 
 
 def test_missing_samples_manifest_says_run_augment(tmp_path, toy_registry):
-    with pytest.raises(DataError, match=r"run `seqpe augment toyset` first"):
+    with pytest.raises(DataError, match=r"nothing does not exist, and 'toyset' is no dataset seqpe registers.*"
+                                        r"Fix: pass the samples folder that `seqpe augment DATASET` or `seqpe "
+                                        r"import toyset \.\.\.` wrote"):        # toyset: the tests' own, unregistered
         stage.run("toyset", tmp_path / "nothing", tmp_path / "runs", params(), progress=False)
 
 

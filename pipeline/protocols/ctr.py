@@ -166,12 +166,14 @@ def _stats(lf: pl.LazyFrame, name: str, columns: Optional[dict] = None) -> dict:
     return stats
 
 
-def carve_valid(lf: pl.LazyFrame, rule: str, fraction: float, n_train: int) -> tuple[pl.LazyFrame, pl.LazyFrame, dict]:
-    """Split the raw train rows into (train, valid) by `rule` (module docstring)."""
+def carve_valid(lf: pl.LazyFrame, rule: str, fraction: float, n_train: int,
+                own_files: bool = False) -> tuple[pl.LazyFrame, pl.LazyFrame, dict]:
+    """Split the raw train rows into (train, valid) by `rule` (module docstring). `own_files` (an import):
+    a valid split of no row is refused here (a preprocess leaves it to `seqpe train`, which names the setting)."""
     train = lf.filter(pl.col("split") == "train")
     if rule == "tail":
         n_valid = int(n_train * fraction)
-        if n_valid == 0:          # `seqpe train` picks its best epoch on valid: it failed there, naming no cause
+        if n_valid == 0 and own_files:   # `seqpe train` picks its best epoch on valid: it failed there, naming no cause
             from ..errors import ParamsError
             at_least = 0.1 if n_train >= 10 else 0.5
             raise ParamsError(f"preprocess.valid_fraction={fraction} carves no valid row out of the {n_train:,} rows "
@@ -216,7 +218,7 @@ def build(spec, raw_dir: Path, params, own_files: bool = False) -> ProtocolResul
                         f"{stats['time_disorder']:,} such step{'s' if stats['time_disorder'] != 1 else ''} back), and valid is its last rows, the most recent "
                         "ones in a BARS file", "sort train.csv's rows by timestamp (a stable sort keeps the order of "
                         "equal times), then import it again")
-    train_raw, valid_raw, info = carve_valid(lf, rule, params.preprocess.valid_fraction, n_train)
+    train_raw, valid_raw, info = carve_valid(lf, rule, params.preprocess.valid_fraction, n_train, own_files)
     test_raw = lf.filter(pl.col("split") == "test")
     splits = {"train": samples(train_raw, max_history), "valid": samples(valid_raw, max_history),
               "test": samples(test_raw, max_history)}
