@@ -811,6 +811,26 @@ def main() -> None:
                 signal.signal(sig, handler)
 
 
+def _first_to_say(line: str) -> bool:
+    """Whether this process prints the error `line`. Under torchrun every process runs the same checks, so a
+    bad input stopped each with the same line, printed once per process. The processes of one launch on one
+    machine share torchrun's attempt folder (TORCHELASTIC_ERROR_FILE is ATTEMPT/RANK/error.json): the first to
+    create a marker named after the line prints it, the others stay silent, and a line only some processes
+    reach (one rank's device) is still printed. Outside torchrun, or if the marker cannot be made, always."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not error_file or os.environ.get("WORLD_SIZE", "1") in ("", "0", "1"):
+        return True
+    import hashlib
+    marker = Path(error_file).parent.parent / f"seqpe-said-{hashlib.sha256(line.encode()).hexdigest()[:16]}"
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _main() -> None:
     from rich.markup import escape
 
@@ -848,10 +868,12 @@ def _main() -> None:
                 raise named from None
             raise
     except SeqpeError as e:
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        if _first_to_say(str(e)):
+            err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except OSError as e:   # a path the user gave: not a folder, no permission, disk full, ...
-        err_console.print(f"[bold red]error:[/] {escape(printable(_os_error(e)))}", highlight=False, soft_wrap=True)
+        if _first_to_say(line := printable(_os_error(e))):
+            err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except (Interrupted, KeyboardInterrupt) as e:
         import signal

@@ -190,20 +190,7 @@ CTR_FORMATS = {"kuaivideo_x1": "kuaivideo", "amazonelectronics_x1": "amazon_elec
 def _ctr_format(path: Path) -> str:
     """The BARS format whose columns `path`'s header has, or a DataError naming both layouts."""
     from .datasets.ctr import COLUMNS, header
-    try:
-        cols = header(path)
-    except DataError as e:          # the readers' fixes speak of a download: these files are the user's own
-        if "download" not in (e.fix or ""):
-            raise
-        problem = e.problem.replace(" (unpack it first, or pass it to `seqpe download DATASET --from`)", "")
-        if problem.endswith("is empty"):
-            fix = "write the header line and the rows into it, or pass the folder that holds your files"
-        elif (kind := sniff.kind_of_bytes(sniff.head(path))) in sniff.ARCHIVES:
-            fix = (f"unpack it first (`mv {path} {path}.gz && gunzip {path}.gz`), then import the folder"
-                   if kind == "gz" else f"unpack it first (a {kind} archive), then import the folder")
-        else:
-            fix = "save it as UTF-8 CSV text with a header line, then import the folder"
-        raise DataError(problem, fix) from None
+    cols = header(path, own=True)
     for fmt, name in CTR_FORMATS.items():
         if sorted(cols) == sorted(COLUMNS[name]):
             return fmt

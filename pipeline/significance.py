@@ -101,8 +101,9 @@ def read_test_labels(samples_dir: str | Path) -> np.ndarray:
             raise DataError(f"{samples_dir} holds {m.get('dataset')}'s {m.get('protocol')} {m.get('kind')}, and "
                             "--samples gives the test labels of CTR runs (next-item runs need none)",
                             "drop --samples, or pass the CTR dataset's samples folder, e.g. data/samples/sample_ctr")
-    elif not any((Path(samples_dir) / "test").glob("part-*.parquet")):   # one level off: was "no shards in
-        raise DataError(f"no {MANIFEST} in {samples_dir}: it is not a samples folder seqpe prepared",  # ...: re-run"
+    elif not any((Path(samples_dir) / "test").glob("part-*.parquet")):
+        # e.g. one level off (data/samples): the scan below would say "no shards in ...: re-run", the wrong fix
+        raise DataError(f"no {MANIFEST} in {samples_dir}: it is not a samples folder seqpe prepared",
                         _near_miss(Path(samples_dir)) or "pass the samples folder the CTR runs were trained on, "
                                                          "e.g. data/samples/DATASET")
     try:

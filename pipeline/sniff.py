@@ -75,20 +75,28 @@ def describe(data: bytes) -> str:
     return f"binary data (starts with bytes {data[:8].hex(' ')})"
 
 
-def require_text(path: str | Path, empty_fix: str = "re-download it (`seqpe download DATASET`)") -> None:
+UNPACK_NOTE = " (unpack it first, or pass it to `seqpe download DATASET --from`)"
+
+
+def require_text(path: str | Path, empty_fix: str = "re-download it (`seqpe download DATASET`)", *,
+                 archive_fix=None, fix: str = "use the original file (`seqpe download DATASET` fetches and unpacks it)"
+                 ) -> None:
     """A DataError naming what `path` is, unless it is a non-empty text file (not an HTML page): what
-    the dataset readers call before they parse, so a wrong file is described as what it is. `empty_fix`:
-    the advice for an empty file (a raw file is downloaded again; a user's own file is not)."""
+    the dataset readers call before they parse, so a wrong file is described as what it is. The fixes
+    default to a raw file's (downloaded again; an archive handed to `download --from`); a user's own file
+    passes its own: `empty_fix`, `fix` for anything else that is not text, and `archive_fix(kind)` for an
+    archive (`kind` from ARCHIVES), whose problem then leaves out the download note."""
     from .errors import DataError
     data = head(path)
     if not data.strip():
         raise DataError(f"{path} is empty", empty_fix)
     found = describe(data)
     if found != "text":
-        unpack = " (unpack it first, or pass it to `seqpe download DATASET --from`)" \
-            if kind_of_bytes(data) in ARCHIVES else ""
-        raise DataError(f"{path} is {found}, not the text file seqpe reads{unpack}",
-                        "use the original file (`seqpe download DATASET` fetches and unpacks it)")
+        kind = kind_of_bytes(data)
+        if kind in ARCHIVES and archive_fix is not None:
+            raise DataError(f"{path} is {found}, not the text file seqpe reads", archive_fix(kind))
+        raise DataError(f"{path} is {found}, not the text file seqpe reads{UNPACK_NOTE if kind in ARCHIVES else ''}",
+                        fix)
 
 
 def sasrec_text(path: str | Path) -> bool:

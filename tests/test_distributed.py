@@ -161,7 +161,7 @@ def test_fewer_batches_than_processes_stops_with_one_line(samples, tmp_path):
     proc = torchrun("train", "toyset", str(samples), str(tmp_path / "runs"), "--params",
                     str(params_file(tmp_path, batch_size=512)), "--quiet", cwd=tmp_path, state=tmp_path / "s")
     assert proc.returncode != 0
-    assert proc.stderr.count("has no training step: its 1 batch(es) are fewer than the 2 processes") == 2, proc.stderr
+    assert proc.stderr.count("has no training step: its 1 batch(es) are fewer than the 2 processes") == 1, proc.stderr
     assert not list((tmp_path / "runs").glob("*/seed-1/run.json"))
 
 
@@ -176,7 +176,7 @@ def test_check_under_torchrun_says_ok_once_and_refuses_fewer_batches_than_proces
                    str(params_file(tmp_path, batch_size=512)), "--check", cwd=tmp_path, state=tmp_path / "s")
     assert few.returncode == 1 and "ok:" not in few.stdout
     assert few.stderr.count("error: an epoch of toyset would have no training step: its 1 batch(es) are fewer "
-                            "than the 2 processes") == 2, few.stderr
+                            "than the 2 processes") == 1, few.stderr
     assert not (tmp_path / "runs").exists()
     one = subprocess.run([sys.executable, "-m", "pipeline.cli", "train", "toyset", str(samples), str(tmp_path / "runs"),
                           "--params", str(params_file(tmp_path, epochs=1)), "--quiet"], cwd=tmp_path,
@@ -219,6 +219,27 @@ def test_ctrl_c_stops_every_process_at_once_with_one_line(samples, tmp_path, sig
     assert took < 20, f"the processes took {took:.0f} s to stop"
     assert out.count(f"{said}: the seed being trained has no run folder yet") == 1, out[-3000:]
     assert not list((tmp_path / "runs").glob("*/seed-1/run.json"))
+
+
+def test_a_bad_input_is_said_once_not_once_per_process(tmp_path):
+    """Every process checks the same arguments: the error line was printed by each (twice here); a line only
+    one process reaches is still printed, as the marker is named after the line."""
+    proc = torchrun("train", "toyset", str(tmp_path / "nowhere"), str(tmp_path / "runs"), "--quiet", cwd=tmp_path,
+                    state=tmp_path / "s")
+    assert proc.returncode != 0 and not (tmp_path / "runs").exists()
+    said = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(said) == 1 and "nowhere" in said[0] and "does not exist" in said[0], proc.stderr[-3000:]
+    from pipeline.cli import _first_to_say
+    attempt = tmp_path / "attempt"
+    for rank in ("0", "1"):
+        (attempt / rank).mkdir(parents=True)
+    env = {"WORLD_SIZE": "2", "TORCHELASTIC_ERROR_FILE": str(attempt / "0" / "error.json")}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        assert _first_to_say("a") and not _first_to_say("a") and _first_to_say("b")
+        mp.setenv("WORLD_SIZE", "1")
+        assert _first_to_say("a")
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-2"])

@@ -491,7 +491,7 @@ def test_failed_run_leaves_no_partial_folder(tmp_path, toy_registry, monkeypatch
     assert kept.endswith(".pt")
 
 
-def test_killed_run_resumes_to_the_same_weights(tmp_path, toy_registry, monkeypatch):
+def test_killed_run_resumes_to_the_same_weights(tmp_path, toy_registry, monkeypatch, capsys):
     samples = make_samples(tmp_path / "samples")
     p = params(epochs=4, patience=0, lr_schedule="step", lr_step=1, lr_gamma=0.5, dropout=0.1)
     stage.run("toyset", samples, tmp_path / "full", p, progress=False)
@@ -508,7 +508,10 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, toy_registry, monkeypa
         stage.run("toyset", samples, tmp_path / "cut", p, progress=False)
     assert len(state_files("resume")) == 1
     monkeypatch.setattr(train_tasks, "score", real_score)
+    capsys.readouterr()
     stage.run("toyset", samples, tmp_path / "cut", p, progress=False)
+    assert "toyset toy-toy_lpe seed 1: going on from its last finished epoch, 2 of 4 (resume file" \
+        in capsys.readouterr().err                                     # said, in a log too
     rel = Path("toy-toy_lpe/seed-1")
     for name in ("checkpoint.pt", "run.json"):
         assert (tmp_path / "full" / rel / name).read_bytes() == (tmp_path / "cut" / rel / name).read_bytes()

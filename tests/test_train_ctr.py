@@ -112,6 +112,21 @@ def test_a_depth_or_head_count_a_backbone_lacks_is_refused_when_given(ctr_sample
     assert not (tmp_path / "r").exists()
 
 
+def test_keys_a_backbone_lacks_are_recorded_as_null_and_do_not_retrain_it(ctr_samples, tmp_path, capsys):
+    """From params.yaml (the grid's one train section), DIN's run recorded layers and heads it never reads, and
+    raising train.layers for SASRec replaced the finished DIN seed with a byte-identical one."""
+    runs = tmp_path / "runs"
+    [first] = stage.run("sample_ctr", ctr_samples, runs, params("din", "lpe", layers=1, heads=1), progress=False)
+    record = json.loads((runs / "din-lpe" / "seed-1" / "run.json").read_text())
+    assert record["train"]["layers"] is None and record["train"]["heads"] is None
+    assert record["train"]["dim"] == 16                                        # the keys DIN reads stay
+    before = (runs / "din-lpe" / "seed-1" / "run.json").stat().st_mtime_ns
+    capsys.readouterr()
+    [again] = stage.run("sample_ctr", ctr_samples, runs, params("din", "lpe", layers=3, heads=2), progress=False)
+    assert again["test"] == first["test"] and "other settings" not in capsys.readouterr().err
+    assert (runs / "din-lpe" / "seed-1" / "run.json").stat().st_mtime_ns == before     # kept, not retrained
+
+
 def test_bst_without_layers_refuses_an_encoding_that_acts_only_in_attention(ctr_samples, tmp_path):
     """bst-cape, bst-rope and bst-alibi at train.layers 0 gave predictions byte-identical to bst-none (walk 30)."""
     for encoding in ("cape", "rope", "alibi"):

@@ -89,12 +89,22 @@ def find_bars_file(raw_dir: Path, name: str) -> Path:
     return found[0]
 
 
-def header(path: Path) -> list[str]:
-    sniff.require_text(path)
+def header(path: Path, own: bool = False) -> list[str]:
+    """`path`'s column names, after checking it is text with a header line. `own`: a user's file
+    (`seqpe import`), whose fixes say to repair or unpack it rather than download it again."""
+    if own:
+        def unpack(kind: str) -> str:
+            return (f"unpack it first (`mv {path} {path}.gz && gunzip {path}.gz`), then import the folder"
+                    if kind == "gz" else f"unpack it first (a {kind} archive), then import the folder")
+        empty = "write the header line and the rows into it, or pass the folder that holds your files"
+        sniff.require_text(path, empty, archive_fix=unpack,
+                           fix="save it as UTF-8 CSV text with a header line, then import the folder")
+    else:
+        sniff.require_text(path)
     with open(path, "rb") as f:
         first = f.readline().decode("utf-8", errors="replace").lstrip("\ufeff").strip()
     if not first:
-        raise DataError(f"{path} is empty", "re-download the dataset")
+        raise DataError(f"{path} is empty", empty if own else "re-download the dataset")
     names = first.split(",")
     spaced = [c for c in names if c != c.strip()]
     if spaced:     # `label, user_id, ...` (a spreadsheet's or pandas' sep=", "): Polars reads the names with the spaces

@@ -191,6 +191,9 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
         loop.update(saved["loop"])
         resumed = loop["epoch"]
         LAST_SAVED[:] = [label, resumed]
+        if dist.main:        # said in a log too: an epoch count or time that starts above 1 is then no surprise
+            sys.stderr.write(f"note: {label}: going on from its last finished epoch, {resumed} of {tp.epochs} (resume "
+                             f"file {resume_path}; `seqpe state` lists it)\n")
         history += saved["history"]
         timing += saved["timing"]
         if on_epoch is not None and history:

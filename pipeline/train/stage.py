@@ -58,7 +58,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     enc_name = setup.pick_encoding(spec, encoding, kind, params, res.train.get("encoding"))
     tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset, explicit)
     if kind == "ctr":
-        params = _ctr_settings(params, tp, spec, explicit, overrides)
+        params, tp = _ctr_settings(params, tp, spec, explicit, overrides)
     if tp.objective == "sequence" and not spec.causal:
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",
@@ -258,12 +258,15 @@ _CTR_TRAIN = {"loss": "ce", "objective": "prefixes", "memory_budget": 0.0,   # w
 _CTR_EVALUATE = ("candidates", "mask_history", "candidate_sampling")       # ranking-only evaluate keys
 
 
-def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> Params:
-    """A CTR run's settings, or a ParamsError for one that would be ignored and recorded as if it applied.
-    Train keys are refused wherever they come from (study.ctr.train sets them for CTR alone). The ranking
-    protocol keys (evaluate.candidates ...) are refused on the command line; from params.yaml, which one
+def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> tuple[Params, object]:
+    """A CTR run's settings and train params, or a ParamsError for one that would be ignored and recorded as if
+    it applied. Train keys are refused wherever they come from (study.ctr.train sets them for CTR alone). The
+    ranking protocol keys (evaluate.candidates ...) are refused on the command line; from params.yaml, which one
     grid shares with next-item datasets, they are reset for the run, so its record and report say log
-    loss and AUC over every test pair (a report used to label DIN "100 sampled candidates")."""
+    loss and AUC over every test pair (a report used to label DIN "100 sampled candidates"). The train keys
+    the model has no use for (spec.ignores: DIN's layers and heads) are refused on the command line and, from
+    params.yaml, recorded as null: they are neither shown as the run's settings nor part of its fingerprint,
+    so raising train.layers for SASRec does not retrain a finished DIN seed."""
     for key, want in _CTR_TRAIN.items():
         value = getattr(tp, key)
         if value != want:
@@ -285,8 +288,9 @@ def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> P
             raise ParamsError(f"{key} sets how next-item targets are ranked, and CTR models such as '{spec.name}' "
                               f"are scored by log loss and AUC over every test pair: it would be ignored",
                               f"drop --set {text.strip()}")
-    return dataclasses.replace(params, evaluate=dataclasses.replace(
-        params.evaluate, **{k: getattr(defaults, k) for k in _CTR_EVALUATE}))
+    return (dataclasses.replace(params, evaluate=dataclasses.replace(
+        params.evaluate, **{k: getattr(defaults, k) for k in _CTR_EVALUATE})),
+        dataclasses.replace(tp, **{key: None for key in spec.ignores}))
 
 
 def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag, device,
