@@ -486,6 +486,7 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
         frame = model.recommend_frame(rec.read_sessions(input_file), k, raw_ids=raw_ids, drop_unknown=drop_unknown,
                                       exclude_seen=exclude_seen, batch_size=batch_size)
         rec.write_topk(frame, out)
+        _note_cut(model)
         summary = {"run": str(run), "sessions": frame.get_column("session_id").n_unique(), "k": k,
                    "rows": frame.height, "out": str(out)}
         short = frame.group_by("session_id").len().filter(pl.col("len") < k).height
@@ -501,6 +502,7 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
     one = pl.DataFrame({"session_id": pl.Series([None], dtype=pl.Int64), "items": [rec.parse_ids(items)]})
     frame = model.recommend_frame(one, k, raw_ids=raw_ids, drop_unknown=drop_unknown,   # no id: messages say
                                   exclude_seen=exclude_seen)                              # "--items", not "session 0"
+    _note_cut(model)
     if frame.height < k:
         err_console.print(_short_list(f"{frame.height} listed, fewer", k, model, exclude_seen), highlight=False,
                           markup=False, soft_wrap=True)
@@ -512,6 +514,15 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
         console.print(f"top {k} of {run}", highlight=False, soft_wrap=True)   # a title would wrap to the table
         print_tables(console, None, [Col("rank", "right", key=True), Col("item", "right"), Col("score", "right")],
                      [[str(r), str(i), f"{sc:.4f}"] for r, i, sc in frame.select("rank", "item", "score").iter_rows()])
+
+
+def _note_cut(model) -> None:
+    """recommend's note for sessions longer than the run's train.max_len: the model reads their last max_len."""
+    if model.cut:
+        what = f"{model.cut:,} session{' is' if model.cut == 1 else 's are'}"
+        err_console.print(f"note: {what} longer than the run's train.max_len ({model.max_len}): scored on the "
+                          f"most recent {model.max_len} items, as the model was trained (every item given is "
+                          "still left out by --exclude-seen)", highlight=False, markup=False, soft_wrap=True)
 
 
 def _short_list(got: str, k: int, model, exclude_seen: Optional[bool]) -> str:

@@ -20,8 +20,9 @@ a sessions folder whose vocabulary is not the run's (manifest n_items, items.par
 session left with no item; K outside 1..n_items.
 
 Scoring: each session's most recent `max_len` items (the run's train.max_len), left-padded as in
-training, scored in batches on the device (auto: CUDA when present). `exclude_seen` (default: the
-run's evaluate.mask_history) takes a session's own items out of its list. The top K are the K
+training, scored in batches on the device (auto: CUDA when present); `cut` then counts the sessions
+longer than that. `exclude_seen` (default: the run's evaluate.mask_history) takes a session's own items
+out of its list, all of them, those before its last max_len too. The top K are the K
 highest scores, ties broken by the lower item id (a stable sort), so the output is the same on
 every run. Scores are the model's raw scores (logits; POP / S-POP / Item-KNN: their counts or
 similarities), not probabilities; an item with no finite score (padding, excluded) is never listed,
@@ -70,6 +71,7 @@ class RunModel:
         self.run_dir, self.net, self.record, self.device = run_dir, net, record, device
         self.n_items = int(record["n_items"])
         self.max_len = int(record["max_len"])
+        self.cut = 0                        # sessions of the last recommend() longer than max_len
         self.exclude_seen = bool((record.get("evaluate") or {}).get("mask_history", False))
         self.items = items            # items.parquet of the vocabulary (raw ids), when a sessions folder was given
 
@@ -119,6 +121,7 @@ class RunModel:
             raise ParamsError(f"batch size {batch_size} is not positive", "pass e.g. --batch-size 512")
         exclude = self.exclude_seen if exclude_seen is None else exclude_seen
         seqs = self._matrix(sessions)                                           # (S, L)
+        self.cut = sum(len(s) > self.max_len for s in sessions)                 # scored on their last max_len
         items = np.full((len(sessions), k), -1, dtype=np.int64)
         scores = np.full((len(sessions), k), np.nan, dtype=np.float32)
         with torch.inference_mode():
@@ -130,8 +133,13 @@ class RunModel:
                     raise NonFiniteScores(f"the model of {self.run_dir} gives NaN or infinite scores",
                                           "it diverged: retrain it (lower train.lr)")
                 s[:, 0] = float("-inf")
-                if exclude:
-                    s = s.scatter(1, batch, float("-inf"))                      # a session's own items
+                if exclude:       # a session's own items, all of them: those before its last max_len too
+                    s = s.scatter(1, batch, float("-inf"))
+                    rows = [(r, i) for r, sess in enumerate(sessions[start:start + batch_size])
+                            if len(sess) > self.max_len for i in list(sess)[:-self.max_len]]
+                    if rows:
+                        r, i = torch.tensor(rows, dtype=torch.long, device=s.device).T
+                        s[r, i] = float("-inf")
                 val, idx = torch.sort(s, dim=1, descending=True, stable=True)   # ties: lower item id first
                 val, idx = val[:, :k], idx[:, :k]                               # (B, K)
                 keep = torch.isfinite(val)
@@ -172,10 +180,12 @@ class RunModel:
         from .batches import pad_left
         if len(sessions) == 0:
             raise DataError("no sessions to recommend for", "pass at least one session")
-        cut = [list(s)[-self.max_len:] for s in sessions]
-        for n, s in enumerate(cut):
-            if not s:
+        for n, s in enumerate(sessions):
+            if not len(s):
                 raise DataError(f"session {n} has no item", "leave empty sessions out of the input")
+            for i in s[:-self.max_len] if len(s) > self.max_len else ():   # not scored, but excluded: checked too
+                self._item_id(i)
+        cut = [list(s)[-self.max_len:] for s in sessions]
         flat = np.fromiter((self._item_id(i) for s in cut for i in s), dtype=np.int64)
         lengths = np.array([len(s) for s in cut], dtype=np.int32)
         return pad_left(flat.astype(np.int32), lengths, self.max_len)

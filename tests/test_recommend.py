@@ -145,6 +145,31 @@ def test_exclude_seen_and_ties_by_lower_id(trained):
     assert len({s for s, _ in pairs}) < len(pairs)                            # there were ties to break
 
 
+def test_a_session_longer_than_max_len_is_scored_on_its_tail_and_excluded_whole(trained):
+    """--exclude-seen left out only the last train.max_len items of a longer session: its oldest items came back
+    at the top of its list (walk 31a), and an id there that is not in the vocabulary passed unchecked."""
+    root, run, _ = trained
+    model = recommend.load_run(run)
+    L = model.max_len
+    long = list(range(1, min(L + 11, model.n_items - 1)))                      # distinct items, more than L
+    assert len(long) > L
+    top = model.recommend([long], k=model.n_items, exclude_seen=True)
+    listed = top.items[0][top.items[0] >= 0].tolist()
+    assert not set(long) & set(listed) and len(listed) == model.n_items - len(long) and model.cut == 1
+    plain = model.recommend([long], k=10)
+    assert plain.items[0].tolist() == model.recommend([long[-L:]], k=10).items[0].tolist()   # scored on its tail
+    assert model.cut == 0
+    with pytest.raises(DataError, match=f"{model.n_items + 5}"):
+        model.recommend([[model.n_items + 5] + long], k=10)                  # checked though not scored
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items",
+                           ",".join(map(str, long)), "-k", "2", "--exclude-seen", "--json"], cwd=root,
+                          capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
+    assert proc.returncode == 0 and not set(long) & {r["item"] for r in json.loads(proc.stdout)}, proc.stderr
+    assert proc.stderr.strip() == (f"note: 1 session is longer than the run's train.max_len ({L}): scored on the most "
+                                   f"recent {L} items, as the model was trained (every item given is still left out by "
+                                   "--exclude-seen)")
+
+
 def test_a_list_cut_short_by_exclude_seen_says_why(trained, tmp_path):
     """-k near n_items with --exclude-seen used to print fewer rows than asked, without a word."""
     root, run, _ = trained
