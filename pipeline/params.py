@@ -186,8 +186,8 @@ class TrainParams:
 class EvaluateParams:
     ks: list[int] = field(default_factory=lambda: [5, 10, 20])
     batch_size: int = 512
-    mask_history: bool = False        # rank only items outside the sample's input (its most recent max_len
-                                      # items); REFERENCE.md §5 ranks all items: off by default
+    mask_history: bool = False        # rank only items outside the sample's input (its whole stored prefix,
+                                      # whatever train.max_len); REFERENCE.md §5 ranks all items: off by default
     candidates: int = 0               # 0: full ranking over all items (REFERENCE.md §5, the default) | N: rank each
                                       # target among N sampled negatives of its own (CARCA: 100, 004's code:
                                       # max_len - 1; with mask_history: true, as they exclude the user's items),

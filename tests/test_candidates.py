@@ -106,3 +106,39 @@ def test_every_model_ranks_the_same_candidates_whatever_its_input_length(tmp_pat
              for n in (2, 50)]
     assert all(np.array_equal(tasks[0].candidates[s], tasks[1].candidates[s]) for s in ("valid", "test"))
     assert tasks[0].data["test"].seqs.shape[1] == 2 and tasks[0].candidates["test"].shape[1] == 8
+
+
+class _FixedScores(nn.Module):
+    """Scores that do not depend on the input (as POP's): only what mask_history excludes can move a metric."""
+
+    def __init__(self, n_items: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(1, n_items + 1, generator=torch.Generator().manual_seed(3)))
+
+    def forward(self, seqs, **_):
+        return self.w.expand(len(seqs), -1)
+
+
+def test_mask_history_excludes_the_whole_prefix_whatever_the_models_max_len(tmp_path):
+    """Full ranking masked the model's train.max_len window only, the candidates path the whole prefix: one
+    input-independent model gave two HR@10 under one protocol label, and candidates >= n_items - 1 were not
+    full ranking again (walk 31a)."""
+    from models import MODELS
+    from pipeline.io import read_json
+    from pipeline.train.tasks import NextItemTask
+    from test_train import make_samples
+    samples = make_samples(tmp_path / "samples", n_items=30)                # prefixes of 1..6 items, repeat-free
+    manifest, net = read_json(samples / "manifest.json"), _FixedScores(30)
+
+    def task(max_len: int, **evaluate):
+        p = from_dict(Params, {"evaluate": {"mask_history": True, "ks": [1, 5, 10], **evaluate}})
+        return NextItemTask(samples, manifest, from_dict(type(p.train), {"max_len": max_len, "model": "pop"}, run=True),
+                            p, MODELS["pop"], CPU)
+
+    short, whole = task(2), task(50)
+    assert short.data["test"].seqs.shape[1] == 2 and int(whole.data["test"].lengths.max()) > 2   # cut for real
+    for split in ("valid", "test"):
+        assert short.evaluate(net, split) == whole.evaluate(net, split)
+    assert short.evaluate(net, "test") != task(2, mask_history=False).evaluate(net, "test")    # masking matters
+    every = task(2, candidates=40)                                           # every item a candidate
+    assert every.evaluate(net, "test") == short.evaluate(net, "test")

@@ -67,8 +67,9 @@ def popularity(items: np.ndarray, n_items: int) -> np.ndarray:
     return counts
 
 
-def counts(net, seqs, targets, cands, *, mask_history: bool, context=None):
-    """(greater, ties) of each row's target among its candidates (B, M) (0 = none); scores in fp32."""
+def counts(net, seqs, targets, cands, *, mask_history: bool, context=None, history=None):
+    """(greater, ties) of each row's target among its candidates (B, M) (0 = none); scores in fp32.
+    `history` (B, H): the rows' whole prefixes, where mask_history looks for the target (default `seqs`)."""
     import torch
     from models.metrics import greater_and_ties
     kw = {} if context is None else {"context": context}
@@ -79,7 +80,7 @@ def counts(net, seqs, targets, cands, *, mask_history: bool, context=None):
         s = net(seqs, **kw).float().gather(1, items)                                 # (B, 1 + M)
     low = torch.finfo(s.dtype).min
     if mask_history:                                                                 # as models.metrics.mask_seen
-        seen = (seqs == targets[:, None]).any(1)                                     # (B,)
+        seen = ((seqs if history is None else history) == targets[:, None]).any(1)  # (B,)
         s[:, 0] = torch.where(seen, torch.full_like(s[:, 0], low), s[:, 0])
     valid = cands != 0                                                               # (B, M)
     s = torch.cat([s[:, :1], torch.where(valid, s[:, 1:], torch.full_like(s[:, 1:], low))], 1)

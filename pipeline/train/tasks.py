@@ -48,12 +48,13 @@ GRAPH_WIDTHS = 8
 
 def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: bool = True,
           mask_history: bool = False, per_sample: bool = False, dist=None, amp=None, context: bool = False,
-          candidates=None):
+          candidates=None, history=None):
     """Full-ranking metrics of `net` on one split; scores stay on the device, batch by batch, and are
     turned into every row's (greater, ties) counts; the metrics come from all rows' counts at once
     (models.metrics.ranking_from_counts: exact, independent of batching and of the number of
     processes). `mask_history` takes the items of each row's input out of the ranking
-    (models.metrics.mask_seen). With `per_sample`, also return a frame of the rows' counts in file
+    (models.metrics.mask_seen): of its whole prefix where `history` (S, H) holds the rows' prefixes longer than
+    the model's window (NextItemTask passes them), so what is excluded never depends on train.max_len. With `per_sample`, also return a frame of the rows' counts in file
     order (pipeline.significance reads them). `dist` (distributed.Dist): this process scores its
     share of the rows and the counts of every process are gathered. `amp`: an autocast context
     factory for the forward pass; scores are compared in fp32.
@@ -73,6 +74,10 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
     part = samples if rows is None else samples.take(rows.numpy())
     if candidates is not None:
         candidates = torch.from_numpy(np.asarray(candidates if rows is None else candidates[rows.numpy()]))
+    if history is not None and mask_history:
+        history = torch.from_numpy(np.asarray(history if rows is None else history[rows.numpy()]))
+    else:
+        history = None
     greater = torch.zeros(len(part), dtype=torch.int64, device=device)
     ties = torch.zeros(len(part), dtype=torch.int64, device=device)
     net.eval()
@@ -80,17 +85,18 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
         for seqs, targets, *side, idx in batches(part, batch_size, device=device, trim=trim, by_length=trim,
                                                  with_index=True, context=context):
             kw = {"context": side[0]} if side else {}
+            seen = seqs if history is None else history[idx].to(device)      # (B, L) or (B, H): what mask_history masks
             if candidates is not None:
                 with (amp() if amp is not None else contextlib.nullcontext()):
                     g, t = counts(net, seqs, targets, candidates[idx].to(device).long(), mask_history=mask_history,
-                                  **kw)
+                                  history=seen, **kw)
                 idx = idx.to(device)
                 greater[idx], ties[idx] = g, t
                 continue
             with (amp() if amp is not None else contextlib.nullcontext()):
                 scores = net(seqs, **kw)                                 # (B, N)
             scores = scores.float()
-            scores = mask_seen(scores, seqs) if mask_history else scores
+            scores = mask_seen(scores, seen) if mask_history else scores
             g, t = greater_and_ties(scores, targets)                     # (B,), (B,): above / tied with target
             idx = idx.to(device)
             greater[idx], ties[idx] = g, t
@@ -194,9 +200,25 @@ class NextItemTask:
                 raise DataError(f"{split} samples hold item ids outside 1..{self.n_items} (n_items)",
                                 "re-run `seqpe augment` so samples and manifest agree")
         self.sessions = load_sessions(samples_dir, "train") if spec.fitted else None
-        self.candidates = self._candidates(samples_dir, manifest) if self.ev.candidates > 0 else {}
+        # the valid / test rows' whole stored prefixes, where some are longer than the model's window: what
+        # evaluate.mask_history excludes and what candidates are drawn against, the same for every train.max_len
+        whole = {split: self._whole_prefixes(samples_dir, split) for split in ("valid", "test")} \
+            if self.ev.mask_history or self.ev.candidates > 0 else {}
+        self.history = {split: rows.seqs for split, rows in whole.items() if rows is not None} \
+            if self.ev.mask_history else {}
+        self.candidates = self._candidates(samples_dir, whole) if self.ev.candidates > 0 else {}
 
-    def _candidates(self, samples_dir: Path, manifest: dict) -> dict:
+    def _whole_prefixes(self, samples_dir: Path, split: str):
+        """`split`'s rows with their whole stored prefixes (Samples, file order), or None when none is longer than
+        train.max_len (the loaded rows are then whole)."""
+        import polars as pl
+        from ..io import scan_split
+        lf = scan_split(samples_dir, split)
+        longest = (lf.select(pl.col("prefix").list.len().max()).collect().item()
+                   if "prefix" in lf.collect_schema().names() else None)
+        return load_samples(samples_dir, split, int(longest)) if longest and longest > self.tp.max_len else None
+
+    def _candidates(self, samples_dir: Path, whole: dict) -> dict:
         """evaluate.candidates > 0: each valid / test row's sampled negatives (pipeline/train/candidates.py),
         drawn against the rows' whole stored prefixes (not cut to train.max_len), so that they depend on
         the samples folder only and every model ranks the same ones."""
@@ -204,14 +226,9 @@ class NextItemTask:
         weights = None
         if self.ev.candidate_sampling == "popularity":
             weights = popularity(load_sessions(samples_dir, "train")[0], self.n_items)
-        import polars as pl
-        from ..io import scan_split
         out = {}
         for split in ("valid", "test"):
-            lf = scan_split(samples_dir, split)
-            longest = (lf.select(pl.col("prefix").list.len().max()).collect().item()
-                       if "prefix" in lf.collect_schema().names() else None)
-            rows = load_samples(samples_dir, split, int(longest)) if longest else self.data[split]
+            rows = whole[split] if whole[split] is not None else self.data[split]
             out[split] = sample_candidates(rows.seqs, rows.targets, self.n_items, self.ev.candidates,
                                            exclude_history=self.ev.mask_history, weights=weights)
         return out
@@ -280,13 +297,13 @@ class NextItemTask:
         ev = self.ev
         return score(net, self.data[split], split, ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
                      mask_history=ev.mask_history, dist=self.dist, amp=self._amp, context=self._context,
-                     candidates=self.candidates.get(split))
+                     candidates=self.candidates.get(split), history=self.history.get(split))
 
     def test(self, net):
         ev = self.ev
         return score(net, self.data["test"], "test", ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
                      mask_history=ev.mask_history, per_sample=True, dist=self.dist, amp=self._amp,
-                     context=self._context, candidates=self.candidates.get("test"))
+                     context=self._context, candidates=self.candidates.get("test"), history=self.history.get("test"))
 
 
 # --------------------------------------------------------------------------- CTR
