@@ -326,6 +326,7 @@ def _install_local(dataset, src, dst: Path, path: Path, previous) -> dict:
     if src.archive == "none":                            # the file itself is what the reader needs
         return _install(dataset, src, dst, path, "file", str(path), previous, kind="none", label=path.name)
     _not_another_sources(dataset, src, path)
+    _gzip_holds_json_lines(src, path)
     data = sniff.head(path)
     found = sniff.kind_of_bytes(data)
     if found in sniff.ARCHIVES:
@@ -382,6 +383,28 @@ def _text_alternate(data: bytes, src) -> Optional[str]:
         return None
     is_json = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{"
     return next((a for a in src.alternates if a.lower().endswith(".json") == is_json), None)
+
+
+def _gzip_holds_json_lines(src, path: Path) -> None:
+    """A source kept as its gzip (Amazon's reviews_<Category>_5.json.gz) given a gzip of something else: its
+    alternate file compressed (`gzip ratings_Beauty.csv`) was installed as the JSON dump, and preprocess then
+    called it damaged and said to download it again. Refused here, naming what the gzip holds."""
+    import gzip
+    if not src.filename.lower().endswith(".json.gz") or sniff.kind_of_bytes(sniff.head(path)) != "gz":
+        return
+    try:
+        with gzip.open(path, "rb") as f:
+            inner = f.read(sniff.HEAD)
+    except (OSError, EOFError):
+        return                                           # a damaged gzip: the reader says so, as for a download
+    if not inner.strip() or inner.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{":
+        return
+    alternate = _text_alternate(inner, src)
+    what = "text that is not JSON lines" if sniff.kind_of_bytes(inner) == "text" else sniff.describe(inner)
+    unpacked = alternate or path.name.removesuffix(".gz")
+    raise DownloadError(f"{path} is gzip data holding {what}, not the JSON lines of {src.filename}",
+                        f"unpack it (`gunzip -c {path} > {unpacked}`) and pass {unpacked}" if alternate else
+                        f"pass the original {src.filename}")
 
 
 def _needs(src) -> str:

@@ -203,6 +203,14 @@ def test_download_from_the_ratings_csv_installs_it_under_its_own_name(tmp_path):
                                             r"reviews_Beauty_5.json.gz.*Fix: run `seqpe import NAME .*Beauty.txt "
                                             r"--format sasrec`"):
         download.run("beauty", raw, DownloadParams(), from_path=s3rec, progress=False)
+    import gzip
+    packed = tmp_path / "ratings_Beauty.csv.gz"          # the CSV gzipped: was installed as the JSON dump (walk 31a)
+    packed.write_bytes(gzip.compress(csv.read_bytes()))
+    with pytest.raises(DownloadError, match=r"ratings_Beauty.csv.gz is gzip data holding text that is not JSON lines, "
+                                            r"not the JSON lines of reviews_Beauty_5.json.gz. Fix: unpack it "
+                                            r"\(`gunzip -c .*ratings_Beauty.csv.gz > ratings_Beauty.csv`\)"):
+        download.run("beauty", tmp_path / "raw2", DownloadParams(), from_path=packed, progress=False)
+    assert not (tmp_path / "raw2").exists()
 
 
 # books_hllm (CAPE 001 Table 3, HLLM's filter). Core users A..E rate P..T; X is rated by A..D and by
