@@ -45,9 +45,10 @@ def comparison_csv(rows: list[dict], metrics: list[str]) -> str:
     """One row per (configuration, metric); `bar` names the pair, and is what DVC's bar_horizontal plot takes
     as its y (dvc.yaml): with y = configuration it stacked each configuration's two metrics into one bar
     (Vega-Lite stacks bars of one category), HR@10 + NDCG@10 or AUC + gAUC, unlabelled."""
+    several = len({r.get("protocol") for r in rows}) > 1      # full ranking beside sampled candidates: not one scale
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["configuration", "metric", "mean", "ci_low", "ci_high", "seeds", "bar"])
+    w.writerow(["configuration", "metric", "mean", "ci_low", "ci_high", "seeds", "bar", "protocol"])
     for m in metrics:
         for r in rows:
             stat = r["metrics"].get(m)
@@ -57,8 +58,8 @@ def comparison_csv(rows: list[dict], metrics: list[str]) -> str:
             lo, hi = stat["mean"] - half, stat["mean"] + half
             if not m.startswith("logloss"):       # as the PNG's axis: a t-interval may pass a rate's bounds
                 lo, hi = max(lo, 0.0), min(hi, 1.0)
-            w.writerow([r["name"], m, repr(stat["mean"]), repr(lo), repr(hi),
-                        len(r["seeds"]), f"{r['name']} {m}"])
+            w.writerow([r["name"], m, repr(stat["mean"]), repr(lo), repr(hi), len(r["seeds"]),
+                        f"{r['name']} {m}" + (f" ({r.get('protocol')})" if several else ""), r.get("protocol") or ""])
     return buf.getvalue()
 
 
@@ -77,6 +78,19 @@ def axis_range(metric: str, means: list[float], halves: list[float]) -> tuple[fl
     return left, hi + max(pad, 0.16 * (hi - left)), hi
 
 
+def _bar_label(row: dict, rows: list[dict]) -> str:
+    """A bar's name, with what sets it apart from the others' footing: unfinished (as report.md), its protocol
+    when the rows span several (sampled candidates score on another scale than full ranking), its seeds
+    when it has fewer than the figure's title lists."""
+    notes = ["unfinished"] if row.get("unfinished") else []
+    if len({r.get("protocol") for r in rows}) > 1:
+        notes.append(str(row.get("protocol")))
+    every = sorted({s for r in rows for s in r["seeds"]})
+    if sorted(row["seeds"]) != every:
+        notes.append(f"seed{'s' * (len(row['seeds']) != 1)} {', '.join(map(str, sorted(row['seeds'])))}")
+    return f"{row['name']} ({'; '.join(notes)})" if notes else row["name"]
+
+
 def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: Optional[str],
                    per_seed: dict[str, dict[str, list[float]]]) -> bytes:
     """PNG bytes of the comparison figure; `per_seed[config][metric]` are the seeds' values (dots)."""
@@ -85,7 +99,7 @@ def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: 
     import matplotlib.pyplot as plt
 
     names = [r["name"] for r in rows]
-    labels = [f"{r['name']} (unfinished)" if r.get("unfinished") else r["name"] for r in rows]   # as report.md
+    labels = [_bar_label(r, rows) for r in rows]
     height = 1.2 + 0.42 * len(names)
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), height), squeeze=False, dpi=110)
     for ax, metric in zip(axes[0], metrics):

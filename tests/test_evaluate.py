@@ -120,6 +120,24 @@ def test_figures_mark_a_configuration_whose_seeds_stopped_at_the_time_limit(tmp_
     assert "2 (unfinished)" in (tmp_path / "b" / "report.md").read_text()
 
 
+def test_the_comparison_names_a_bars_protocol_and_seeds_where_they_differ():
+    """comparison.png / .csv drew HR@10 among 20 sampled candidates as a bar beside full-ranking ones on one axis,
+    unlabelled, under a title naming seeds a configuration did not have (walk 31a)."""
+    import csv
+    from pipeline import figures
+    stat = {"hr@10": {"mean": 0.5, "ci95": 0.01}}
+    rows = [{"name": "sasrec-lpe", "protocol": "full ranking", "seeds": [1, 2, 3], "metrics": stat},
+            {"name": "sasrec-lpe-cand", "protocol": "20 sampled candidates", "seeds": [1, 2, 3], "metrics": stat},
+            {"name": "parec-parec", "protocol": "full ranking", "seeds": [1], "metrics": stat}]
+    assert [figures._bar_label(r, rows) for r in rows] == [
+        "sasrec-lpe (full ranking)", "sasrec-lpe-cand (20 sampled candidates)", "parec-parec (full ranking; seed 1)"]
+    bars = list(csv.DictReader(figures.comparison_csv(rows, ["hr@10"]).splitlines()))
+    assert [(b["bar"], b["protocol"]) for b in bars][1] == ("sasrec-lpe-cand hr@10 (20 sampled candidates)",
+                                                           "20 sampled candidates")
+    one = [dict(r, protocol="full ranking", seeds=[1, 2, 3]) for r in rows]
+    assert [figures._bar_label(r, one) for r in one] == [r["name"] for r in one]     # nothing to set apart
+
+
 def test_comparison_csv_keeps_a_rates_interval_within_its_bounds(tmp_path):
     """Two seeds 0.0 and 0.9: the t-interval runs to about -5.3 and +6.2, which no HR@10 can be."""
     from pipeline import figures
@@ -178,8 +196,9 @@ def test_the_study_grid_is_reported_in_grid_order_without_hand_runs(tmp_path):
     assert [c["name"] for c in summary["configs"]] == ["sasrec-lpe", "pop-none"]
     assert summary["reference"] == "sasrec-lpe" and summary["task"] == "next_item"
     csv_text = (tmp_path / "reports" / "comparison.csv").read_text().splitlines()
-    assert csv_text[0] == "configuration,metric,mean,ci_low,ci_high,seeds,bar" and len(csv_text) == 1 + 2 * 2
-    assert [line.split(",")[-1] for line in csv_text[1:]] == [           # DVC's bars: one per configuration and metric
+    assert csv_text[0] == "configuration,metric,mean,ci_low,ci_high,seeds,bar,protocol" and len(csv_text) == 1 + 2 * 2
+    import csv
+    assert [r["bar"] for r in csv.DictReader(csv_text)] == [          # DVC's bars: one per configuration and metric
         "sasrec-lpe hr@10", "pop-none hr@10", "sasrec-lpe ndcg@10", "pop-none ndcg@10"]
     png = (tmp_path / "reports" / "comparison.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
