@@ -371,7 +371,8 @@ def evaluate(dataset: str,
                                    "default data/samples/DATASET where it exists)")] = None,
              baseline: Annotated[Optional[str], typer.Option(
                  "--baseline", help="configuration the others are tested against (default study.reference, "
-                                    "else the grid's first; outside the grid the first in sorted order)")] = None,
+                                    "else the grid's first; outside the grid the first in sorted order; runs of "
+                                    "another protocol, e.g. sampled candidates, against their own first)")] = None,
              params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Report the study grid's runs of DATASET: mean, std and 95% CI over seeds, tables and figures
     (comparison bars, learning curves).
@@ -381,9 +382,12 @@ def evaluate(dataset: str,
     from .report import print_tables
     for text in overrides or []:          # evaluate reads finished runs: a training setting would change nothing
         key = text.split("=", 1)[0].strip()
-        if key.split(".", 1)[0] in ("train", "models", "encodings"):
-            raise ParamsError(f"--set {text.strip()} sets how runs are trained, and `seqpe evaluate` reports runs "
-                              "already trained: it would be ignored",
+        scored = key in ("evaluate.candidates", "evaluate.mask_history", "evaluate.candidate_sampling",
+                         "evaluate.batch_size")       # applied when `seqpe train` scores a run's test split
+        if key.split(".", 1)[0] in ("train", "models", "encodings") or scored:
+            raise ParamsError(f"--set {text.strip()} sets how runs are {'scored when they are ' * scored}trained, "
+                              f"and `seqpe evaluate` reports runs already {'scored' if scored else 'trained'} "
+                              "(the report names each one's protocol): it would be ignored",
                               "train with it first (`seqpe train ... --set ...`, or params.yaml and `dvc repro`), "
                               "then evaluate")
     the_params = _params(params, overrides)
@@ -410,7 +414,7 @@ def report(runs: Annotated[Optional[list[Path]], typer.Argument(help="runs folde
            out: Annotated[Optional[Path], typer.Option("--out", help="also write FILE.md or FILE.csv")] = None,
            baseline: Annotated[Optional[str], typer.Option(
                "--baseline", help="configuration the others are tested against, e.g. sasrec-lpe "
-                                  "(default: each dataset's first in sorted order)")] = None,
+                                  "(default: the first in sorted order of each dataset and protocol)")] = None,
            samples: Annotated[Optional[Path], typer.Option(
                "--samples", help="CTR runs: the samples folder whose test labels the per-sample tests need")] = None,
            as_json: JsonOpt = False, quiet: QuietOpt = False):

@@ -99,11 +99,11 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
         from .significance import read_test_labels
         labels = read_test_labels(samples_dir)
     try:
-        report.compare(records, rows, reference, labels)
+        report.compare(records, rows, reference, labels, own_first=baseline is None)
     except DataError:
         if not samples_guessed or labels is None:
             raise
-        report.compare(records, rows, reference, None)     # data/samples/DATASET was re-made: no per-sample tests
+        report.compare(records, rows, reference, None, own_first=baseline is None)     # data/samples/DATASET was re-made: no per-sample tests
     runs = [{"name": f"{r['name']}/seed-{r['seed']}", "config": r["name"], "seed": r["seed"],
              "best_epoch": r.get("best_epoch"), "valid": r.get("valid", {}), "test": r["test"]}
             for r in sorted(records, key=lambda r: (order.get(r["name"], len(order)), r["name"], r["seed"]))]

@@ -247,10 +247,13 @@ def metric_keys(rows: list[dict]) -> list[str]:
     return sorted({k for row in rows for k in row["metrics"]}, key=metric_order)
 
 
-def compare(records: list[dict], rows: list[dict], baseline: Optional[str] = None, labels=None) -> list[dict]:
+def compare(records: list[dict], rows: list[dict], baseline: Optional[str] = None, labels=None,
+            own_first: bool = False) -> list[dict]:
     """Attach `row["comparison"]` (pipeline.significance.compare) to every row of a dataset that is
     not its baseline (None on the baseline row). baseline: a configuration name, by default the
-    first in sorted order of each (dataset, protocol). Returns the rows."""
+    first in sorted order of each (dataset, protocol). `own_first`: a (dataset, protocol) without
+    runs of `baseline` (a default, not one the user named) is compared with its own first, as
+    `seqpe report` does, rather than left uncompared. Returns the rows."""
     configs: dict[tuple, dict[str, list[dict]]] = {}
     for (dataset, protocol, model, encoding, tag), recs in sorted(_by_config(records).items()):
         configs.setdefault((dataset, protocol), {})[config_name(model, encoding, tag or None)] = recs
@@ -258,11 +261,12 @@ def compare(records: list[dict], rows: list[dict], baseline: Optional[str] = Non
     check_baseline(baseline, names)
     results: dict[tuple, dict] = {}
     for key, group in configs.items():
-        base = baseline if baseline is not None else next(iter(group))   # the table's first row
+        base = baseline if baseline is not None and (baseline in group or not own_first) else next(iter(group))
         if base in group and len(group) > 1:
             for comp in significance.compare(group, base, labels):
                 results[(*key, comp["name"])] = comp
-    lacking = {key for key, group in configs.items() if baseline is not None and baseline not in group}
+    lacking = {key for key, group in configs.items()
+               if baseline is not None and baseline not in group and not own_first}
     for row in rows:
         row["comparison"] = results.get((row["dataset"], row["protocol"], row["name"]))
         row["no_baseline"] = baseline if (row["dataset"], row["protocol"]) in lacking else None

@@ -385,6 +385,16 @@ def test_evaluate_refuses_a_training_setting_it_would_ignore(tmp_path, setting):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("setting", ["evaluate.candidates=100", "evaluate.mask_history=true"])
+def test_evaluate_refuses_a_scoring_setting_it_would_ignore(tmp_path, setting):
+    """`evaluate --set evaluate.candidates=100` reported the full-ranking numbers the runs were scored with (walk
+    31a): the protocol is applied when `train` scores a run."""
+    proc = seqpe("evaluate", "sample", str(tmp_path / "runs"), str(tmp_path / "out"), "--set", setting)
+    assert_one_line_error(proc, f"--set {setting} sets how runs are scored when they are trained, and `seqpe "
+                                "evaluate` reports runs already scored (the report names each one's protocol)")
+    assert not (tmp_path / "out").exists()
+
+
 def test_preprocess_says_when_a_valid_fraction_carves_no_session(tmp_path):
     """10% of a handful of sessions rounds down to none: preprocess wrote an empty valid split without a word
     (it still writes it: `export` needs no valid), and train then said "with preprocess.valid_fraction above 0

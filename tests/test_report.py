@@ -492,3 +492,14 @@ def test_full_ranking_with_and_without_the_sessions_own_items_are_two_protocols(
     rows = report.compare(records, report.aggregate(records), "sasrec-none-plain")
     assert [(r["protocol"], r["comparison"], r["no_baseline"]) for r in rows] == [
         ("leave_one_out", None, None), ("leave_one_out, input items excluded", None, "sasrec-none-plain")]
+    # evaluate's default reference (not one the user named): a protocol without it is compared with its own first,
+    # as `seqpe report` does; evaluate left it "Not compared" while report compared it (walk 31a)
+    for seed, hr in ((1, 0.28), (2, 0.29)):
+        write_run(tmp_path / "runs", "pop", "none", seed, {"hr@10": hr}, protocol="leave_one_out", tag="masked")
+        path = tmp_path / "runs" / "pop-none-masked" / f"seed-{seed}" / "run.json"
+        write_json(path, {**json.loads(path.read_text()), "evaluate": {"candidates": 0, "mask_history": True}})
+    records = report.find_runs([tmp_path / "runs"])
+    rows = report.compare(records, report.aggregate(records), "sasrec-none-plain", own_first=True)
+    got = {r["name"]: ((r["comparison"] or {}).get("baseline"), r["no_baseline"]) for r in rows}
+    assert got == {"sasrec-none-plain": (None, None), "pop-none-masked": (None, None),
+                   "sasrec-none-masked": ("pop-none-masked", None)}
