@@ -13,6 +13,8 @@ table through `item_weights` (N, D) so the trainer can also use sampled softmax;
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -92,6 +94,8 @@ class ModelSpec:
     task: str = "next_item"              # next_item: Recommender ranking all items (srgnn, leave_one_out data) |
                                          # ctr: models.ctr.base.CTRModel scoring (user, target) pairs (ctr data)
     ignores: tuple = ()                  # train keys the model never reads (DIN: layers, heads): refused when given
+    options: Optional[type] = None       # the dataclass of params.yaml `models.<name>` (its defaults: what a run
+                                         # records only where an option differs from them, pipeline.train.setup)
     side: bool = False                   # True: takes side information (pipeline/side.py): build(..., side=SideInfo)
                                          # and, where the data has context, forward / training_loss /
                                          # score_items(..., context=(context (B, L, C), target_context (B, C)))
@@ -100,7 +104,10 @@ class ModelSpec:
 MODELS: dict[str, ModelSpec] = {}
 
 
-def register_model(spec: ModelSpec) -> ModelSpec:
+def register_model(spec: ModelSpec, options: Optional[type] = None) -> ModelSpec:
+    """Register `spec`; `options`: its options dataclass (ModelSpec.options)."""
+    if options is not None:
+        spec = dataclasses.replace(spec, options=options)
     MODELS[spec.name] = spec
     return spec
 

@@ -195,11 +195,11 @@ def build_itemknn(n_items: int, max_len: int, train, options=None, encoding=None
 
 
 register_model(ModelSpec("pop", _build_pop(Pop), "POP: global popularity", "000 Table 2", uses_encoding=False,
-                         fitted=True))
+                         fitted=True), options=PopConfig)
 register_model(ModelSpec("spop", _build_pop(SessionPop), "S-POP: session popularity, then global",
-                         "000 Table 2", uses_encoding=False, fitted=True))
+                         "000 Table 2", uses_encoding=False, fitted=True), options=PopConfig)
 # 000 Table 2's Item-KNN "[34] ... Regularization is also introduced": the GRU4Rec / session-rec
 # implementation and its defaults (100 neighbours, lambda 20, alpha 0.5 = cosine).
 register_model(ModelSpec("itemknn", build_itemknn, "Item-KNN: session co-occurrence neighbours of the last item",
                          "000 Table 2", uses_encoding=False, fitted=True,
-                         presets={"paper": {"models": {"itemknn": {"neighbours": 100, "shrink": 20.0, "alpha": 0.5}}}}))
+                         presets={"paper": {"models": {"itemknn": {"neighbours": 100, "shrink": 20.0, "alpha": 0.5}}}}), options=ItemKNNConfig)

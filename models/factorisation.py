@@ -110,6 +110,6 @@ def _builder(cls, name: str):
 
 
 register_model(ModelSpec("bprmf", _builder(BPRMF, "bprmf"), "BPR-MF: session = mean of its item factors, BPR loss",
-                         "Rendle et al. 2009 (000 Table 2)", uses_encoding=False, causal=True))
+                         "Rendle et al. 2009 (000 Table 2)", uses_encoding=False, causal=True), options=FactorisationConfig)
 register_model(ModelSpec("fpmc", _builder(FPMC, "fpmc"), "FPMC without users: factorised transition from the last item",
-                         "Rendle et al. 2010 (000 Table 2)", uses_encoding=False, causal=True))
+                         "Rendle et al. 2010 (000 Table 2)", uses_encoding=False, causal=True), options=FactorisationConfig)

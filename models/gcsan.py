@@ -97,4 +97,4 @@ def build_gcsan(n_items: int, max_len: int, train, options=None, encoding=None) 
 
 
 register_model(ModelSpec("gcsan", build_gcsan, "GC-SAN: SR-GNN's gated GNN + self-attention layers",
-                         "Xu et al. 2019 (000 Table 2)", uses_encoding=False))
+                         "Xu et al. 2019 (000 Table 2)", uses_encoding=False), options=GCSANConfig)

@@ -105,4 +105,4 @@ _PRESETS = {
 
 register_model(ModelSpec("posrec", build_posrec, "PosRec: position-aware gated GNN + bidirectional "
                          "Transformer readout with (L)DPE", "000 §4.3", uses_encoding=True,
-                         presets=_PRESETS))
+                         presets=_PRESETS), options=PosRecConfig)

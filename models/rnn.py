@@ -130,6 +130,6 @@ def build_narm(n_items: int, max_len: int, train, options=None, encoding=None) -
 
 
 register_model(ModelSpec("gru4rec", build_gru4rec, "GRU4Rec: GRU over the session, last state",
-                         "Hidasi et al. 2016 (000 Table 2)", uses_encoding=False, causal=True))
+                         "Hidasi et al. 2016 (000 Table 2)", uses_encoding=False, causal=True), options=GRU4RecConfig)
 register_model(ModelSpec("narm", build_narm, "NARM: GRU + attentive local encoder, bilinear decoder",
-                         "Li et al. 2017 (000 Table 2)", uses_encoding=False))
+                         "Li et al. 2017 (000 Table 2)", uses_encoding=False), options=NARMConfig)

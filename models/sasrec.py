@@ -123,4 +123,4 @@ _PRESETS = {"paper": {"train": _PAPER, "models": _NO_WO, "datasets": _VARIANTS},
 
 register_model(ModelSpec(name="sasrec", build=build, paper="Kang & McAuley, ICDM 2018",
                          description="self-attentive sequential recommendation; any encoding",
-                         presets=_PRESETS, causal=True))
+                         presets=_PRESETS, causal=True), options=SASRecConfig)

@@ -90,4 +90,4 @@ register_model(ModelSpec("stamp", build_stamp, "STAMP: short-term attention/memo
                          "Liu et al. 2018; 000 Table 3", uses_encoding=True,
                          presets={"paper": {"encoding": "ldpe", "epochs": 30, "batch_size": 100, "dim": 100,
                                             "lr": 1e-3, "weight_decay": 1e-5, "lr_schedule": "step",
-                                            "lr_step": 3, "lr_gamma": 0.1, "max_len": 200}}))
+                                            "lr_step": 3, "lr_gamma": 0.1, "max_len": 200}}), options=StampConfig)

@@ -82,4 +82,4 @@ _PRESETS = {"paper": {k: v for k, v in SASREC_PRESETS["paper"].items() if k != "
 
 register_model(ModelSpec("token_mixing", build_token_mixing,
                          "SASRec with a causal MLP-Mixer token-mixing MLP; input-stage encodings",
-                         "Tolstikhin et al. 2021; 003 Table 3", causal=True, presets=_PRESETS))
+                         "Tolstikhin et al. 2021; 003 Table 3", causal=True, presets=_PRESETS), options=TokenMixingConfig)

@@ -146,7 +146,8 @@ def _settings(rec: dict) -> dict:
     evaluate = {k: v for k, v in (rec.get("evaluate") or {}).items() if k != "batch_size"}
     return {"train": train, "evaluate": evaluate, "options": rec.get("options"),
             "encoding_options": rec.get("encoding_options"), "preset": rec.get("preset"),
-            "samples": rec.get("samples"), "world_size": rec.get("world_size", 1)}  # torchrun processes: W x batch
+            "samples": rec.get("samples"), "world_size": rec.get("world_size", 1),   # torchrun processes: W x batch
+            "data": {"sessions": rec.get("sessions_manifest"), "samples": rec.get("samples_digest")}}
 
 
 def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
@@ -160,6 +161,9 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
         elif k == "world_size" and not prefix:      # torchrun's process count, said as the README says it
             if (x or 1) != (y or 1):
                 out.append(f"processes (torchrun): {x or 1} vs {y or 1}")
+        elif prefix == "data.":                      # which data: unknown (None) in records older than the key
+            if x is not None and y is not None and x != y:
+                out.append(f"the {k} folder's data (a re-import or re-augment): {str(x)[:12]} vs {str(y)[:12]}")
         elif x != y:
             out.append(f"{prefix}{k}: {x!r} vs {y!r}")
     return out

@@ -338,6 +338,18 @@ def test_seeds_trained_differently_or_repeated_are_not_pooled(tmp_path):
     write_run(tmp_path / "c", "sasrec", "none", 1, test)
     with pytest.raises(DataError, match="sasrec-none has seed 1 twice"):
         report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "c"]))
+    # seeds of one name trained on other data (a re-import with the same split sizes) were pooled (walk 31a);
+    # a record older than the keys (no digest) still pools
+    rec["samples_digest"], rec["sessions_manifest"] = "aaaa1111bbbb", "c76d6f000000"
+    write_json(path, rec)
+    [row] = report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "b"]))
+    first = tmp_path / "a" / "sasrec-none" / "seed-1" / "run.json"
+    write_json(first, {**json.loads(first.read_text()), "samples_digest": "cccc2222dddd",
+                       "sessions_manifest": "196bbb000000"})
+    with pytest.raises(DataError, match=r"seed 1 and seed 2 were trained with different settings \(the samples "
+                                         r"folder's data \(a re-import or re-augment\): cccc2222dddd vs aaaa1111bbbb; "
+                                         r"the sessions folder's data"):
+        report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "b"]))
 
 
 def test_a_configuration_whose_seeds_differ_is_left_out_and_the_others_reported(tmp_path):

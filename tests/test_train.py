@@ -1408,3 +1408,24 @@ def test_a_configuration_folder_given_for_a_run_names_its_seeds(tmp_path):
         run_files.load_checkpoint(tmp_path / "sasrec-lpe")
     with pytest.raises(DataError, match=r"no checkpoint.pt in .*Fix: pass a run folder written by `seqpe train`"):
         run_files.load_checkpoint(tmp_path)
+
+
+def test_an_option_given_at_its_default_is_the_same_run(tmp_path, capsys):
+    """`--set models.itemknn.alpha=0.5` (Item-KNN's default) and a preset that spells out defaults were recorded as
+    given: "holds a run trained with other settings (options.alpha: None vs 0.5)", a retrain, and seeds the
+    report would not pool (walk 31a). Options are recorded where they differ from their defaults."""
+    import dataclasses
+    samples, runs = make_samples(tmp_path / "samples"), tmp_path / "runs"
+    p = params("itemknn", "none")
+    [first] = stage.run("toyset", samples, runs, p, model="itemknn", progress=False)
+    run = runs / "itemknn-none" / "seed-1" / "run.json"
+    before = run.stat().st_mtime_ns
+    capsys.readouterr()
+    spelt = dataclasses.replace(p, models={"itemknn": {"alpha": 0.5, "neighbours": 100}})
+    [again] = stage.run("toyset", samples, runs, spelt, model="itemknn", progress=False)
+    assert "other settings" not in capsys.readouterr().err and run.stat().st_mtime_ns == before   # reused
+    assert json.loads(run.read_text())["options"] == {} and again["test"] == first["test"]
+    other = dataclasses.replace(p, models={"itemknn": {"alpha": 0.5, "shrink": 20}})
+    stage.run("toyset", samples, runs, other, model="itemknn", progress=False)
+    assert "options.shrink: None vs 20.0" in capsys.readouterr().err
+    assert json.loads(run.read_text())["options"] == {"shrink": 20.0}          # the real difference, read as a float

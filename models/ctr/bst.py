@@ -114,4 +114,4 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
 # 001 §5.1.5; one Transformer layer (BST's experiments find b = 1 layer best; CAPE's BST config: 1).
 register_model(ModelSpec(name="bst", build=build, task="ctr", paper="Chen et al., DLP-KDD 2019 (BST)",
                          description="Transformer over [history ; target], pooled outputs + MLP",
-                         presets={"paper": paper_preset(train={"layers": 1})}))
+                         presets={"paper": paper_preset(train={"layers": 1})}), options=BSTConfig)

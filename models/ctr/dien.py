@@ -138,4 +138,4 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
 # 001 §5.1.5; the attention of BARS's tuned DIEN (din_attention with softmax), which FuxiCTR ran for 001.
 register_model(ModelSpec(name="dien", build=build, task="ctr", ignores=("layers", "heads"), paper="Zhou et al., AAAI 2019 (DIEN)",
                          description="GRU interests + AUGRU evolution by target attention; aux next-behaviour loss",
-                         presets={"paper": paper_preset(models={"dien": {"attention": "din"}})}))
+                         presets={"paper": paper_preset(models={"dien": {"attention": "din"}})}), options=DIENConfig)

@@ -92,4 +92,4 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
 # din_use_softmax: True) for the weights.
 register_model(ModelSpec(name="din", build=build, task="ctr", ignores=("layers", "heads"), paper="Zhou et al., KDD 2018 (DIN)",
                          description="target attention by DIN's activation unit; encoding in the unit",
-                         presets={"paper": paper_preset(models={"din": {"softmax": True}})}))
+                         presets={"paper": paper_preset(models={"din": {"softmax": True}})}), options=DINConfig)

@@ -91,4 +91,4 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
 # 001 §5.1.5; two blocks (SASRec's default).
 register_model(ModelSpec(name="sasrec_ctr", build=build, task="ctr", paper="Kang & McAuley, ICDM 2018 (SASRec)",
                          description="causal self-attention blocks, then target attention; CTR head",
-                         presets={"paper": paper_preset(train={"layers": 2})}))
+                         presets={"paper": paper_preset(train={"layers": 2})}), options=SASRecCTRConfig)

@@ -87,7 +87,29 @@ def resolve_run(params: Params, spec, preset: Optional[str], model: str, encodin
     tp = _train_params(params.train, res.train, model, encoding, explicit)
     params = dataclasses.replace(params, train=tp, models=presets.merge_options(res.models, params.models),
                                  encodings=presets.merge_options(res.encodings, params.encodings))
-    return tp, params, res
+    return tp, _set_options(params, spec, tp.encoding), res
+
+
+def _set_options(params: Params, spec, encoding: str) -> Params:
+    """`params` with the run's model and encoding options reduced to those that differ from their defaults: what
+    the run records, fingerprints and compares. An option written out at its default value (`--set
+    models.itemknn.alpha=0.5`, a preset that spells out a default) is the same run as one that leaves it out:
+    it was recorded as given, so the same settings read as "other settings" (a note, a retrain, a report that
+    would not pool the seeds; walk 31a). The model's build reads the same values either way."""
+    import models.encodings as enc
+    models, encodings = dict(params.models), dict(params.encodings)
+    if spec.options is not None and spec.name in models:
+        models[spec.name] = _non_default(spec.options, models[spec.name], f"models.{spec.name}")
+    config = getattr(enc.ENCODINGS.get(encoding), "config", None)
+    if encoding in encodings and config is not None:
+        encodings[encoding] = _non_default(config, encodings[encoding], f"encodings.{encoding}")
+    return dataclasses.replace(params, models=models, encodings=encodings)
+
+
+def _non_default(cls: type, given: Optional[dict], key: str) -> dict:
+    """The options of `given` whose value (as `cls` reads it) is not `cls`'s default, in the order given."""
+    cfg, default = from_dict(cls, dict(given or {}), key), cls()
+    return {k: getattr(cfg, k) for k in (given or {}) if getattr(cfg, k) != getattr(default, k)}
 
 
 def _train_params(train: TrainParams, preset_train: dict, model: str, encoding: Optional[str],

@@ -168,7 +168,7 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
             raise ParamsError(f"an epoch of {dataset} would have no training step: {distributed.too_few(n, world)}",
                               distributed.too_few_fix(world))
     if task is not None and os.environ.get("RANK", "0") == "0":
-        _note_siblings(run_dirs, _settings(tp, params, spec, task, applied, world))
+        _note_siblings(run_dirs, _settings(tp, params, spec, task, applied, world, manifest))
     for seed in seeds:
         key = runs.fingerprint_inputs(tp, params, manifest, seed, world=world)
         fp = runs.hash_inputs(key)
@@ -176,7 +176,7 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
         if runs.finished(run_dirs[seed], fp, restore=False) is not None:
             summary["reused"].append(seed)
         elif task is not None and os.environ.get("RANK", "0") == "0":     # torchrun: rank 0 says it, once
-            _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, world))
+            _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, world, manifest))
             _note_other_resume(f"{dataset} {config} seed {seed}", fp, key)
     return summary
 
@@ -301,7 +301,7 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
         _check_grid_builds(task, params, kind)
     select = setup.select_metric(tp, task)
     if dist.main:
-        _note_siblings(run_dirs, _settings(tp, params, spec, task, applied, dist.world))
+        _note_siblings(run_dirs, _settings(tp, params, spec, task, applied, dist.world, manifest))
     results, records, fps = [], [], []
     for seed in seeds:
         key = runs.fingerprint_inputs(tp, params, manifest, seed, world=dist.world)
@@ -313,7 +313,7 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
             record = dist.broadcast_object(runs.finished(run_dirs[seed], fp) if dist.main else None)
             reused = record is not None
             if not reused and dist.main:
-                _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, dist.world))
+                _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, dist.world, manifest))
                 _note_other_resume(label, fp, key)
             if not reused:
                 curves = (lambda h, s=seed: runs.write_curves(live_dir, s, h)) if live_dir is not None else None
@@ -381,12 +381,13 @@ def _refuse_constant(logits, test: dict, label: str, best_epoch: int) -> None:
                             "features vary")
 
 
-def _settings(tp, params, spec, task, applied, world: int) -> dict:
+def _settings(tp, params, spec, task, applied, world: int, manifest: dict) -> dict:
     """What report.settings_change compares, as the run's record will hold it."""
     return {"train": to_dict(tp), "options": params.models.get(tp.model, {}),
             "encoding_options": params.encodings.get(tp.encoding, {}) if spec.uses_encoding else {},
             "evaluate": to_dict(params.evaluate), "preset": applied.record(),
-            "samples": task.sizes, "world_size": world}
+            "samples": task.sizes, "world_size": world, "sessions_manifest": manifest.get("sessions_manifest"),
+            "samples_digest": runs.samples_digest(manifest)}
 
 
 def _note_replacing(run_dir: Path, fp: str, settings: dict) -> None:
@@ -505,6 +506,7 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
         "evaluate": to_dict(params.evaluate), "samples": task.sizes, "device": device.type,
         "world_size": dist.world,
         "sessions_manifest": manifest.get("sessions_manifest"),   # which sessions folder numbered its items
+        "samples_digest": runs.samples_digest(manifest),          # which samples it trained and was scored on
         "parameters": sum(p.numel() for p in net.parameters()), "versions": versions(),
         "history": history, "epochs_run": 0 if spec.fitted else len(history),
         "best_epoch": best_epoch, "stopped": stopped,
