@@ -93,7 +93,10 @@ class ModelSpec:
                                          # a flat dict = TrainParams overrides; see pipeline/presets.py
     task: str = "next_item"              # next_item: Recommender ranking all items (srgnn, leave_one_out data) |
                                          # ctr: models.ctr.base.CTRModel scoring (user, target) pairs (ctr data)
-    ignores: tuple = ()                  # train keys the model never reads (DIN: layers, heads): refused when given
+    ignores: object = ()                 # train keys the model never reads (DIN: layers, heads; a fitted baseline:
+                                         # every training key), or a function of its options giving them (BPR-MF:
+                                         # train.loss unless models.bprmf.loss is ce): refused when given with
+                                         # --set, recorded as null from params.yaml (pipeline/train/stage.py)
     options: Optional[type] = None       # the dataclass of params.yaml `models.<name>` (its defaults: what a run
                                          # records only where an option differs from them, pipeline.train.setup)
     side: bool = False                   # True: takes side information (pipeline/side.py): build(..., side=SideInfo)

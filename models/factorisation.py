@@ -109,7 +109,13 @@ def _builder(cls, name: str):
     return build
 
 
+def _ignores(options: dict) -> tuple:
+    """The train keys a factor model does not read: with its own BPR loss (the default), the trainer's loss
+    settings (train.loss, ce_impl, negatives); with models.<name>.loss ce it trains with them."""
+    return () if (options or {}).get("loss", FactorisationConfig.loss) == "ce" else ("loss", "ce_impl", "negatives")
+
+
 register_model(ModelSpec("bprmf", _builder(BPRMF, "bprmf"), "BPR-MF: session = mean of its item factors, BPR loss",
-                         "Rendle et al. 2009 (000 Table 2)", uses_encoding=False, causal=True), options=FactorisationConfig)
+                         "Rendle et al. 2009 (000 Table 2)", uses_encoding=False, causal=True, ignores=_ignores), options=FactorisationConfig)
 register_model(ModelSpec("fpmc", _builder(FPMC, "fpmc"), "FPMC without users: factorised transition from the last item",
-                         "Rendle et al. 2010 (000 Table 2)", uses_encoding=False, causal=True), options=FactorisationConfig)
+                         "Rendle et al. 2010 (000 Table 2)", uses_encoding=False, causal=True, ignores=_ignores), options=FactorisationConfig)

@@ -49,6 +49,9 @@ def _version(value: bool) -> None:
 ParamsOpt = Annotated[Optional[Path], typer.Option(
     "--params", help="params file to read (default: ./params.yaml if there, else the built-in defaults)")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="override a param: --set train.epochs=3")]
+ReportSetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="override a report param: --set evaluate.ks=[5,10] (training and scoring settings apply when "
+                  "`seqpe train` runs)")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars or tables")]
 
 
@@ -373,7 +376,7 @@ def evaluate(dataset: str,
                  "--baseline", help="configuration the others are tested against (default study.reference, "
                                     "else the grid's first; outside the grid the first in sorted order; runs of "
                                     "another protocol, e.g. sampled candidates, against their own first)")] = None,
-             params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
+             params: ParamsOpt = None, overrides: ReportSetOpt = None, quiet: QuietOpt = False):
     """Report the study grid's runs of DATASET: mean, std and 95% CI over seeds, tables and figures
     (comparison bars, learning curves).
 

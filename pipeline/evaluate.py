@@ -121,7 +121,8 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
              "comparison.csv": figures.comparison_csv(rows, panels).encode("utf-8"),   # new one, not a mix
              "comparison.png": figures.comparison_png(rows, panels, title, reference, per_seed),
              "curves.png": figures.curves_png(records, [row["name"] for row in rows],
-                                              figures.curve_metric(records, (panels or ["ndcg@10"])[0]), title)}
+                                              figures.curve_metric(records, (panels or ["ndcg@10"])[0]), title,
+                                              {row["name"]: row["protocol"] for row in rows})}
     assert tuple(files) == REPORT_FILES
     with cleanup_new_folders(reports_dir), deferred_interrupt():
         for name, data in files.items():

@@ -180,8 +180,11 @@ def curve_series(records: list[dict], names: list[str], metric: str) -> dict[str
     return out
 
 
-def curves_png(records: list[dict], names: list[str], metric: str, title: str) -> bytes:
-    """PNG bytes of the learning curves of `names` (in that order, see `curve_series`)."""
+def curves_png(records: list[dict], names: list[str], metric: str, title: str,
+               protocols: Optional[dict[str, str]] = None) -> bytes:
+    """PNG bytes of the learning curves of `names` (in that order, see `curve_series`). `protocols` (name ->
+    protocol): where they are several, each legend entry names its own (sampled candidates' valid values sit
+    on another scale than full ranking's)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -193,11 +196,14 @@ def curves_png(records: list[dict], names: list[str], metric: str, title: str) -
     height = 4.0 + 0.22 * legend_rows
     fig, (loss_ax, valid_ax) = plt.subplots(1, 2, figsize=(11.0, height), dpi=110)
     handles = []
+    several = len(set((protocols or {}).values())) > 1
     for i, name in enumerate(names):
         colour, style = colours[i % len(colours)], ("-", "--", ":", "-.")[(i // len(colours)) % 4]
         c = series[name]
+        protocol = f"; {protocols.get(name)}" if several else ""
         if c["fitted"] is not None:                   # fitted: its valid level over the whole axis
-            handles.append(valid_ax.axhline(c["fitted"], color=colour, ls="--", lw=1.2, label=f"{name} (fitted)"))
+            handles.append(valid_ax.axhline(c["fitted"], color=colour, ls="--", lw=1.2,
+                                            label=f"{name} (fitted{protocol})"))
             continue
         for seed in c["seeds"]:
             for ax, pts in ((loss_ax, seed["loss"]), (valid_ax, seed["valid"])):
@@ -205,7 +211,7 @@ def curves_png(records: list[dict], names: list[str], metric: str, title: str) -
                     ax.plot(*zip(*pts), color=colour, lw=0.7, alpha=0.35, ls=style)
         if c["best"]:
             valid_ax.plot(*zip(*c["best"]), "o", color=colour, markersize=3.5)
-        label = f"{name} ({c['n']} seed{'s' if c['n'] != 1 else ''}{', unfinished' if c['unfinished'] else ''})"
+        label = f"{name} ({c['n']} seed{'s' if c['n'] != 1 else ''}{', unfinished' if c['unfinished'] else ''}{protocol})"
         line = None
         for ax, pts in ((loss_ax, c["mean_loss"]), (valid_ax, c["mean_valid"])):
             if pts:

@@ -116,8 +116,9 @@ def protocol_label(rec: dict) -> str:
     pooled or compared (a full ranking with and without the session's own items was compared as two models)."""
     ev = rec.get("evaluate") or {}
     n = int(ev.get("candidates") or 0)
-    if isinstance(rec.get("n_items"), int) and n >= rec["n_items"] - 1:    # every other item: full ranking again
-        n = 0
+    if isinstance(rec.get("n_items"), int) and n >= rec["n_items"] - 1 \
+            and ev.get("candidate_sampling", "uniform") == "uniform":    # every other item: full ranking again
+        n = 0                   # (popularity never draws an item unseen in train: those stay unranked; walk 31a)
     history = ", input items excluded" if ev.get("mask_history") else ""
     if n == 0:
         return f"{rec.get('protocol')}{history}"
@@ -221,8 +222,7 @@ def aggregate(records: list[dict], skippable=None) -> list[dict]:
         except DataError as e:
             if skippable is None or not skippable(name):
                 raise
-            refused.append(e)
-            sys.stderr.write(f"note: left out of the report: {e}\n")
+            refused.append(e)            # said below once the others are known (every one refused: one error)
             continue
         keys = sorted({k for r in recs for k in r["test"]}, key=metric_order)
         rows.append({
@@ -235,6 +235,8 @@ def aggregate(records: list[dict], skippable=None) -> list[dict]:
         })
     if refused and not rows:
         raise refused[0]
+    for e in refused:
+        sys.stderr.write(f"note: left out of the report: {e}\n")
     return rows
 
 

@@ -373,6 +373,15 @@ def test_a_configuration_whose_seeds_differ_is_left_out_and_the_others_reported(
         report.aggregate(report.find_runs([tmp_path]))                               # not skippable: refused
     with pytest.raises(DataError, match="sasrec-none-tl"):
         report.pooled(report.find_runs([tmp_path]), lambda name: name != "sasrec-none-tl")
+    alone = tmp_path.with_name(tmp_path.name + "-alone")   # every configuration left out: one error line, not a note too
+    for seed in (1, 2):
+        write_run(alone, "sasrec", "none", seed, {"hr@10": 0.6})
+        path = alone / "sasrec-none" / f"seed-{seed}" / "run.json"
+        write_json(path, {**json.loads(path.read_text()), "train": {"epochs": 7 - 2 * seed}})
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(alone)], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("error: toyset sasrec-none: seed 1 and seed 2 were trained with different")
     rows, records = report.pooled(report.find_runs([tmp_path]), lambda name: True)
     assert {r["name"] for r in records} == {"pop-none", "sasrec-none"} and len(records) == 4
     for name in ("pop-none", "sasrec-none"):
@@ -499,6 +508,8 @@ def test_full_ranking_with_and_without_the_sessions_own_items_are_two_protocols(
     sampled = {**records[0], "n_items": 60, "evaluate": {"candidates": 100, "mask_history": True}}
     assert report.protocol_label(sampled) == "leave_one_out, input items excluded"     # >= n_items - 1: all ranked
     assert report.protocol_label({**sampled, "evaluate": {"candidates": 59}}) == "leave_one_out"
+    assert report.protocol_label({**sampled, "evaluate": {"candidates": 59, "candidate_sampling": "popularity"}}) \
+        == "leave_one_out, 59 sampled candidates (popularity)"        # never an item unseen in train: not all ranked
     assert report.protocol_label({**sampled, "evaluate": {"candidates": 58}}) == \
         "leave_one_out, 58 sampled candidates (uniform)"
     rows = report.compare(records, report.aggregate(records), "sasrec-none-plain")

@@ -1429,3 +1429,28 @@ def test_an_option_given_at_its_default_is_the_same_run(tmp_path, capsys):
     stage.run("toyset", samples, runs, other, model="itemknn", progress=False)
     assert "options.shrink: None vs 20.0" in capsys.readouterr().err
     assert json.loads(run.read_text())["options"] == {"shrink": 20.0}          # the real difference, read as a float
+
+
+def test_train_keys_a_model_never_reads_are_null_and_refused_when_given(tmp_path, capsys):
+    """POP recorded train.dim / lr / epochs it never reads (a dim change "retrained" it and split its seeds), and
+    BPR-MF with its own BPR loss recorded train.loss: three values gave bit-identical models (walk 31a)."""
+    import dataclasses
+    from pipeline.errors import ParamsError
+    samples, runs = make_samples(tmp_path / "samples"), tmp_path / "runs"
+    p = params("pop", "none")
+    stage.run("toyset", samples, runs, p, model="pop", progress=False)
+    record = json.loads((runs / "pop-none" / "seed-1" / "run.json").read_text())
+    assert record["train"]["dim"] is None and record["train"]["lr"] is None and record["train"]["max_len"] == 8
+    before = (runs / "pop-none" / "seed-1" / "run.json").stat().st_mtime_ns
+    capsys.readouterr()
+    wider = dataclasses.replace(p, train=dataclasses.replace(p.train, dim=32, lr=0.5))
+    stage.run("toyset", samples, runs, wider, model="pop", progress=False)
+    assert (runs / "pop-none" / "seed-1" / "run.json").stat().st_mtime_ns == before     # the same run: kept
+    assert "other settings" not in capsys.readouterr().err
+    with pytest.raises(ParamsError, match=r"train.dim is 32, and 'pop' does not read train.dim.*drop --set train.dim=32"):
+        stage.run("toyset", samples, runs, wider, model="pop", overrides=["train.dim=32"], progress=False)
+    bpr = params("bprmf", "none", epochs=1)
+    with pytest.raises(ParamsError, match=r"'bprmf' does not read train.loss"):
+        stage.run("toyset", samples, runs, bpr, model="bprmf", overrides=["train.loss=bce"], progress=False)
+    ce = dataclasses.replace(bpr, models={"bprmf": {"loss": "ce"}})          # then it trains with train.loss
+    stage.run("toyset", samples, runs, ce, model="bprmf", overrides=["train.loss=ce"], progress=False, check=True)

@@ -107,7 +107,7 @@ def test_a_depth_or_head_count_a_backbone_lacks_is_refused_when_given(ctr_sample
     run of layers 2 as one "trained with other settings" (walk 30)."""
     proc = seqpe("train", "sample_ctr", str(ctr_samples), str(tmp_path / "r"), "--model", model, "--quiet",
                  "--set", f"train.{key}=4")
-    assert_one_line_error(proc, f"train.{key} is 4, and '{model}' has no {key} to set: the setting would be ignored",
+    assert_one_line_error(proc, f"train.{key} is 4, and '{model}' does not read train.{key}: the setting would be ignored",
                           f"Fix: drop --set train.{key}=4")
     assert not (tmp_path / "r").exists()
 

@@ -58,7 +58,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     enc_name = setup.pick_encoding(spec, encoding, kind, params, res.train.get("encoding"))
     tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset, explicit)
     if kind == "ctr":
-        params, tp = _ctr_settings(params, tp, spec, explicit, overrides)
+        params = _ctr_settings(params, tp, spec, explicit, overrides)
+    tp = _drop_ignored(tp, spec, params, overrides)
     if tp.objective == "sequence" and not spec.causal:
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",
@@ -258,15 +259,12 @@ _CTR_TRAIN = {"loss": "ce", "objective": "prefixes", "memory_budget": 0.0,   # w
 _CTR_EVALUATE = ("candidates", "mask_history", "candidate_sampling")       # ranking-only evaluate keys
 
 
-def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> tuple[Params, object]:
-    """A CTR run's settings and train params, or a ParamsError for one that would be ignored and recorded as if
-    it applied. Train keys are refused wherever they come from (study.ctr.train sets them for CTR alone). The
-    ranking protocol keys (evaluate.candidates ...) are refused on the command line; from params.yaml, which one
+def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> Params:
+    """A CTR run's settings, or a ParamsError for one that would be ignored and recorded as if it applied.
+    Train keys are refused wherever they come from (study.ctr.train sets them for CTR alone). The ranking
+    protocol keys (evaluate.candidates ...) are refused on the command line; from params.yaml, which one
     grid shares with next-item datasets, they are reset for the run, so its record and report say log
-    loss and AUC over every test pair (a report used to label DIN "100 sampled candidates"). The train keys
-    the model has no use for (spec.ignores: DIN's layers and heads) are refused on the command line and, from
-    params.yaml, recorded as null: they are neither shown as the run's settings nor part of its fingerprint,
-    so raising train.layers for SASRec does not retrain a finished DIN seed."""
+    loss and AUC over every test pair (a report used to label DIN "100 sampled candidates")."""
     for key, want in _CTR_TRAIN.items():
         value = getattr(tp, key)
         if value != want:
@@ -275,12 +273,6 @@ def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> t
             raise ParamsError(f"train.{key} is {value}, and CTR models such as '{spec.name}' train on the log loss "
                               f"of (user, target) pairs held in memory: the setting would be ignored (and recorded "
                               f"as if it applied)", fix)
-    for key in spec.ignores:        # given by hand: a depth study of DIN retrained one model under each value
-        given = next((text.strip() for text in overrides or [] if text.split("=", 1)[0].strip() == f"train.{key}"),
-                     None)
-        if given is not None:
-            raise ParamsError(f"{given.replace('=', ' is ', 1)}, and '{spec.name}' has no {key} to set: the setting "
-                              "would be ignored (and recorded as if it applied)", f"drop --set {given}")
     defaults = EvaluateParams()
     for text in overrides or []:
         key = text.split("=", 1)[0].strip()
@@ -288,9 +280,25 @@ def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> t
             raise ParamsError(f"{key} sets how next-item targets are ranked, and CTR models such as '{spec.name}' "
                               f"are scored by log loss and AUC over every test pair: it would be ignored",
                               f"drop --set {text.strip()}")
-    return (dataclasses.replace(params, evaluate=dataclasses.replace(
-        params.evaluate, **{k: getattr(defaults, k) for k in _CTR_EVALUATE})),
-        dataclasses.replace(tp, **{key: None for key in spec.ignores}))
+    return dataclasses.replace(params, evaluate=dataclasses.replace(
+        params.evaluate, **{k: getattr(defaults, k) for k in _CTR_EVALUATE}))
+
+
+def _drop_ignored(tp, spec, params: Params, overrides):
+    """`tp` with the train keys the model never reads (ModelSpec.ignores: DIN's layers and heads, a fitted
+    baseline's training keys, BPR-MF's loss settings) set to null, or a ParamsError for one given with --set.
+    Given by hand, the setting would be ignored and recorded as if it applied (a depth study of DIN retrained one
+    model under each value); from params.yaml, where other models read them, they are neither shown as the run's
+    settings nor part of its fingerprint, so raising train.layers for SASRec does not retrain a finished DIN
+    seed, nor train.dim a POP one."""
+    ignores = spec.ignores(params.models.get(spec.name, {})) if callable(spec.ignores) else spec.ignores
+    for key in ignores:
+        given = next((text.strip() for text in overrides or [] if text.split("=", 1)[0].strip() == f"train.{key}"),
+                     None)
+        if given is not None:
+            raise ParamsError(f"{given.replace('=', ' is ', 1)}, and '{spec.name}' does not read train.{key}: the "
+                              "setting would be ignored (and recorded as if it applied)", f"drop --set {given}")
+    return dataclasses.replace(tp, **{key: None for key in ignores})
 
 
 def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag, device,
