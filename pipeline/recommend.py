@@ -252,7 +252,8 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
     record = {**record, "n_items": cfg["n_items"], "max_len": cfg["max_len"]}
     items = _vocabulary(Path(sessions_dir), cfg["n_items"], run_dir, record.get("dataset"),
                         record.get("sessions_manifest")) if sessions_dir is not None else None
-    tp = from_dict(TrainParams, dict(cfg["train"]), "train", run=True)
+    tp = from_dict(TrainParams, {k: v for k, v in cfg["train"].items() if v is not None},   # null: a key the model
+                   "train", run=True)                                                      # never reads (ModelSpec.ignores)
     spec = MODELS[cfg["model"]]
     encoding = build_encoding(tp.encoding, tp, cfg.get("encoding_options", {})) if spec.uses_encoding else None
     dev = pick_device(device, "--device")
@@ -263,7 +264,7 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
         raise DataError(f"{run_dir} is {cfg['model']} trained with item attributes or interaction context "
                         f"({', '.join(extra[:2])}), which `seqpe recommend` cannot supply for new sessions",
                         "recommend with a run trained without side information (e.g. on a `seqpe import` of the "
-                        "plain sequences), or score its test split with `seqpe evaluate`")
+                        "plain sequences); its test split was scored when it trained (run.json, `seqpe report`)")
     try:
         net.load_state_dict(ckpt["model"])
     except RuntimeError as exc:                    # names and shapes that do not fit the model its config builds

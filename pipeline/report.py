@@ -193,7 +193,8 @@ def _check_pooled(name: str, recs: list[dict]) -> None:
     limited = [r for r in recs if r.get("stopped") == "time_limit"]
     if limited and len(limited) < len(recs):
         done = [r["seed"] for r in recs if r.get("stopped") != "time_limit"]
-        cut = ", ".join(f"{r['seed']} (after {r.get('epochs_run', '?')} epochs)" for r in limited)
+        cut = ", ".join(f"{r['seed']} (after {r.get('epochs_run', '?')} epoch{'' if r.get('epochs_run') == 1 else 's'})"
+                        for r in limited)
         raise DataError(f"{name}: seed {cut} stopped at train.time_limit, unfinished, while seed "
                         f"{', '.join(map(str, done))} trained to the end; they cannot be pooled into one mean",
                         "finish it: the same `seqpe train` command with --set train.time_limit=0 goes on where it "

@@ -101,7 +101,7 @@ def test_seeds_stopped_at_the_time_limit_are_not_pooled_with_finished_ones(tmp_p
         write_run(tmp_path, "sasrec", "none", seed, {"hr@10": 0.3 + seed / 100})
     path = tmp_path / "sasrec-none" / "seed-1" / "run.json"
     write_json(path, read_json(path) | {"stopped": "time_limit", "epochs_run": 1})
-    with pytest.raises(DataError, match=re.escape("toyset sasrec-none: seed 1 (after 1 epochs) stopped at "
+    with pytest.raises(DataError, match=re.escape("toyset sasrec-none: seed 1 (after 1 epoch) stopped at "
                                                   "train.time_limit, unfinished, while seed 2, 3 trained to the end")):
         report.run([tmp_path])
     [row] = report.run([tmp_path / "sasrec-none" / "seed-1"], tmp_path / "one.md")   # every seed cut: marked

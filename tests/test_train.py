@@ -1447,6 +1447,12 @@ def test_train_keys_a_model_never_reads_are_null_and_refused_when_given(tmp_path
     stage.run("toyset", samples, runs, wider, model="pop", progress=False)
     assert (runs / "pop-none" / "seed-1" / "run.json").stat().st_mtime_ns == before     # the same run: kept
     assert "other settings" not in capsys.readouterr().err
+    from models.encodings.plots import inspect
+    from pipeline import recommend
+    from pipeline.errors import DataError
+    assert recommend.load_run(runs / "pop-none" / "seed-1").recommend([[1, 2]], k=2).items.shape == (1, 2)  # reads null
+    with pytest.raises(DataError, match="is a pop run, a model that takes no positional encoding"):   # was a figure
+        inspect("none", [4], tmp_path / "fig", run_dir=runs / "pop-none" / "seed-1")
     with pytest.raises(ParamsError, match=r"train.dim is 32, and 'pop' does not read train.dim.*drop --set train.dim=32"):
         stage.run("toyset", samples, runs, wider, model="pop", overrides=["train.dim=32"], progress=False)
     bpr = params("bprmf", "none", epochs=1)

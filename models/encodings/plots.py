@@ -66,6 +66,9 @@ def load_from_run(name: str, run_dir: Path):
         raise DataError(f"{run_dir} is a CTR run: its encoding is built at the CTR backbone's widths (item and "
                         "category embeddings), which inspect does not rebuild", "pass a next-item run (srgnn or "
                         "leave-one-out data), or inspect the encoding's definition without --run")
+    if not getattr(MODELS.get(cfg.get("model")), "uses_encoding", True):
+        raise DataError(f"{run_dir} is a {cfg.get('model')} run, a model that takes no positional encoding",
+                        "pass the run of a model trained with the encoding, or inspect its definition without --run")
     if cfg.get("encoding") != name:
         raise DataError(f"run {run_dir} was trained with encoding '{cfg.get('encoding')}', not '{name}'",
                         f"inspect {cfg.get('encoding')} or pass another run")
