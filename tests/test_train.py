@@ -1460,3 +1460,28 @@ def test_train_keys_a_model_never_reads_are_null_and_refused_when_given(tmp_path
         stage.run("toyset", samples, runs, bpr, model="bprmf", overrides=["train.loss=bce"], progress=False)
     ce = dataclasses.replace(bpr, models={"bprmf": {"loss": "ce"}})          # then it trains with train.loss
     stage.run("toyset", samples, runs, ce, model="bprmf", overrides=["train.loss=ce"], progress=False, check=True)
+
+
+def test_a_key_another_setting_leaves_unread_is_null_and_refused_when_given(tmp_path, toy_registry, capsys):
+    """train.negatives under loss ce (and lr_step / lr_gamma without a schedule) were fingerprinted: `dvc exp run -S
+    train.negatives=50` retrained every configuration into bit-identical runs (walk 31b)."""
+    import dataclasses
+    from pipeline.errors import ParamsError
+    samples, runs = make_samples(tmp_path / "samples"), tmp_path / "runs"
+    p = params(epochs=2)
+    stage.run("toyset", samples, runs, p, progress=False)
+    path = runs / "toy-toy_lpe" / "seed-1" / "run.json"
+    record, before = json.loads(path.read_text()), path.stat().st_mtime_ns
+    assert record["train"]["negatives"] is None and record["train"]["lr_step"] is None
+    assert record["train"]["ce_impl"] == "auto"                                  # read: the loss is ce
+    capsys.readouterr()
+    stage.run("toyset", samples, runs, dataclasses.replace(p, train=dataclasses.replace(p.train, negatives=50,
+                                                                                          lr_gamma=0.5)), progress=False)
+    assert path.stat().st_mtime_ns == before and "other settings" not in capsys.readouterr().err   # kept
+    with pytest.raises(ParamsError, match=r"train.negatives is 50, and train.loss ce draws no sampled softmax, so it "
+                                          r"is not read.*drop --set train.negatives=50, or add --set train.loss=sampled"):
+        stage.run("toyset", samples, runs, p, overrides=["train.negatives=50"], progress=False)
+    q = dataclasses.replace(p, train=dataclasses.replace(p.train, loss="sampled", negatives=5))
+    sampled = stage.run("toyset", samples, tmp_path / "s", q, overrides=["train.loss=sampled", "train.negatives=5"],
+                        progress=False, check=True)                                # read there: accepted
+    assert sampled

@@ -292,13 +292,27 @@ def _drop_ignored(tp, spec, params: Params, overrides):
     settings nor part of its fingerprint, so raising train.layers for SASRec does not retrain a finished DIN
     seed, nor train.dim a POP one."""
     ignores = spec.ignores(params.models.get(spec.name, {})) if callable(spec.ignores) else spec.ignores
-    for key in ignores:
+    # keys that another setting leaves unread, whatever the model (walk 31b: train.negatives retrained every
+    # configuration under loss ce and replaced identical runs): key -> (why, fix)
+    unread = {key: why for key, why in (
+        ("negatives", tp.loss not in (None, "sampled") and (f"train.loss {tp.loss} draws no sampled softmax",
+                                                             "train.loss=sampled")),
+        ("ce_impl", tp.loss not in (None, "ce") and (f"train.loss {tp.loss} is not the full softmax",
+                                                     "train.loss=ce")),
+        ("lr_step", tp.lr_schedule == "none" and ("train.lr_schedule is none", "train.lr_schedule=step")),
+        ("lr_gamma", tp.lr_schedule == "none" and ("train.lr_schedule is none", "train.lr_schedule=step")),
+    ) if why and key not in ignores}
+    for key in (*ignores, *unread):
         given = next((text.strip() for text in overrides or [] if text.split("=", 1)[0].strip() == f"train.{key}"),
                      None)
+        if given is not None and key in unread:
+            raise ParamsError(f"{given.replace('=', ' is ', 1)}, and {unread[key][0]}, so it is not read: the setting "
+                              "would be ignored (and recorded as if it applied)",
+                              f"drop --set {given}, or add --set {unread[key][1]}")
         if given is not None:
             raise ParamsError(f"{given.replace('=', ' is ', 1)}, and '{spec.name}' does not read train.{key}: the "
                               "setting would be ignored (and recorded as if it applied)", f"drop --set {given}")
-    return dataclasses.replace(tp, **{key: None for key in ignores})
+    return dataclasses.replace(tp, **{key: None for key in (*ignores, *unread)})
 
 
 def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag, device,
