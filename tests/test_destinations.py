@@ -187,7 +187,7 @@ def test_a_users_file_inside_a_stages_own_folder_is_not_deleted_by_a_rerun(prepa
             "--quiet"]
     assert seqpe(*base).returncode == 0
     (run / "plot.png").write_bytes(b"mine")
-    assert_one_line_error(seqpe(*base, "--set", "train.epochs=2"), "files seqpe did not write (plot.png)")
+    assert_one_line_error(seqpe(*base, "--set", "train.max_len=20"), "files seqpe did not write (plot.png)")
     assert (run / "plot.png").read_bytes() == b"mine"
     raw = tmp_path / "raw"
     shutil.copytree(prepared / "raw", raw)

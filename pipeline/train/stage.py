@@ -231,7 +231,9 @@ def _check_grid_builds(task, params: Params, kind: str) -> None:
     try:
         for model, encoding in pairs:
             other = copy.copy(task)
-            other.tp, other.spec = dataclasses.replace(task.tp, model=model, encoding=encoding), MODELS[model]
+            # params.train: the configuration's train params before the keys its own model never reads were
+            # nulled (a POP stage's task has no dim for SASRec's build)
+            other.tp, other.spec = dataclasses.replace(params.train, model=model, encoding=encoding), MODELS[model]
             try:
                 other.build(params)
             except ParamsError as e:
