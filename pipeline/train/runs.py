@@ -84,13 +84,17 @@ def samples_digest(manifest: dict) -> Optional[str]:
     """A short digest of a samples folder's shards (their paths, rows and hashes in its manifest): runs of one
     name trained on other data (a re-import, a re-augment) differ in it even where the split sizes agree."""
     shards = manifest.get("shards")
-    return hashlib.sha256(dumps_json(shards).encode("utf-8")).hexdigest()[:12] if shards else None
+    return _shards_digest(shards) if shards else None
+
+
+def _shards_digest(shards) -> str:
+    return hashlib.sha256(dumps_json(shards).encode("utf-8")).hexdigest()[:12]
 
 
 def shown_inputs(key: dict) -> dict:
     """The fingerprint's inputs as a resume file keeps them, to say later why another command cannot resume
     it: the samples' shard list (a hash per shard) shortened to one digest."""
-    return {**key, "shards": hashlib.sha256(dumps_json(key.get("shards")).encode("utf-8")).hexdigest()[:12]}
+    return {**key, "shards": _shards_digest(key.get("shards"))}
 
 
 def inputs_change(old: Optional[dict], new: dict) -> str:
