@@ -166,14 +166,42 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
             if x is not None and y is not None and x != y:
                 out.append(f"the {k} folder's data (a re-import or re-augment): {str(x)[:12]} vs {str(y)[:12]}")
         elif x != y:
-            out.append(f"{prefix}{k}: {x!r} vs {y!r}")
+            if prefix in ("options.", "encoding_options."):   # an option left out is at its default
+                x, y = (repr(v) if k in d else "its default" for v, d in ((x, a), (y, b)))
+                out.append(f"{prefix}{k}: {x} vs {y}")
+            else:
+                out.append(f"{prefix}{k}: {x!r} vs {y!r}")
     return out
 
 
 def _differs(a: dict, b: dict) -> str:
     """Where two settings differ: the first three keys, and how many more."""
     found = _differences(a, b)
+    if any(f.startswith(("options.", "encoding_options.")) for f in found):
+        found = _differences(_without_defaults(a), _without_defaults(b))
     return "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+
+
+def _without_defaults(settings: dict) -> dict:
+    """`settings` with model and encoding options at their defaults dropped, as runs record them since session
+    31: a record written before that kept an option a preset spelled out at its default value, and read as
+    "options.k: 20 vs None" against a newer run of the same settings. Only called where options differ, since
+    it imports the model registry (torch); options a model no longer reads are kept as recorded."""
+    from .errors import SeqpeError
+    from .train.setup import _non_default
+    import models
+    import models.encodings as enc
+    train = settings.get("train") or {}
+    spec = models.MODELS.get(train.get("model"))
+    config = getattr(enc.ENCODINGS.get(train.get("encoding")), "config", None)
+    out = dict(settings)
+    for key, cls in (("options", getattr(spec, "options", None)), ("encoding_options", config)):
+        if cls is not None and isinstance(settings.get(key), dict):
+            try:
+                out[key] = _non_default(cls, settings[key], key)
+            except SeqpeError:          # an option since renamed or removed: compared as recorded
+                pass
+    return out
 
 
 def settings_change(old: dict, new: dict) -> str:

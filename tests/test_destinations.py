@@ -324,7 +324,11 @@ def test_a_users_file_is_never_replaced_by_a_report_metrics_or_top_k_file(prepar
     metrics = tmp_path / "m.json"
     for _ in range(2):                                                  # its own file: replaced
         assert seqpe(*base, "--metrics", str(metrics)).returncode == 0
-    assert set(json.loads(metrics.read_text())) == {"test", "valid", "seeds"}
+    rec = json.loads(metrics.read_text())
+    assert set(rec) == {"test", "valid", "seeds", "protocol"} and rec["protocol"] == "srgnn"
+    sampled = tmp_path / "sampled.json"                                 # not comparable with full ranking: labelled
+    assert seqpe(*base, "--tag", "c20", "--set", "evaluate.candidates=20", "--metrics", str(sampled)).returncode == 0
+    assert json.loads(sampled.read_text())["protocol"] == "srgnn, 20 sampled candidates (uniform)"
     for out in (notes, tmp_path / "data.csv"):
         out.write_text("my notes\n")
         proc = seqpe("report", str(runs), "--out", str(out), "--quiet")

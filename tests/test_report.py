@@ -352,6 +352,20 @@ def test_seeds_trained_differently_or_repeated_are_not_pooled(tmp_path):
         report.aggregate(report.find_runs([tmp_path / "a", tmp_path / "b"]))
 
 
+def test_an_option_recorded_at_its_default_is_the_same_setting_as_one_left_out():
+    """Runs record only the options that differ from the defaults (session 31); a record from before kept an
+    option a preset spelled out at its default and read as "options.alpha: 0.5 vs None" against a newer run
+    of the same settings, so their seeds were not pooled. An option left out reads as its default."""
+    def rec(options, enc_options=None, encoding="none", model="itemknn"):
+        return {"train": {"model": model, "encoding": encoding}, "options": options,
+                "encoding_options": enc_options or {}}
+    assert report.settings_change(rec({"alpha": 0.5, "shrink": 0.0}), rec({})) == ""
+    assert report.settings_change(rec({"alpha": 0.7}), rec({})) == "options.alpha: 0.7 vs its default"
+    assert report.settings_change(rec({}, {"base": 10000.0}, "rope", "sasrec"), rec({}, {}, "rope", "sasrec")) == ""
+    assert report.settings_change(rec({}, {}, "rope", "sasrec"), rec({}, {"base": 100.0}, "rope", "sasrec")) \
+        == "encoding_options.base: its default vs 100.0"
+
+
 def test_a_configuration_whose_seeds_differ_is_left_out_and_the_others_reported(tmp_path):
     """Walk 28: one configuration with seeds trained at 5 and 2 epochs made `seqpe report` (and `evaluate --all`)
     print nothing, exit 1. The others are now reported, that one left out with a note saying why; the grid's

@@ -339,20 +339,26 @@ def dvc_output_of(folder: Path) -> Optional[tuple[str, Path]]:
 
 def write_config_metrics(path: Path, records: list[dict]) -> dict:
     """The configuration's DVC metrics file, stable keys: {"test": {metric: mean over seeds}, "valid":
-    {...}, "seeds": n} (`dvc metrics diff` / `dvc exp show --sort-by test.ndcg@10` compare them)."""
+    {...}, "seeds": n, "protocol": label} (`dvc metrics diff` / `dvc exp show --sort-by test.ndcg@10` compare
+    them). The protocol is `seqpe report`'s label (the data protocol, and sampled candidates or a masked history
+    where evaluate: sets them), since an HR@10 over 100 sampled candidates is not one over every item; DVC
+    shows the label next to the numbers and `dvc metrics diff` its change."""
     import math
+
+    from ..report import protocol_label
     def mean(split: str) -> dict:
         keys = sorted({k for r in records for k in r[split]})
         return {k: math.fsum(r[split][k] for r in records) / len(records) for k in keys}
-    out = {"test": mean("test"), "valid": mean("valid"), "seeds": len(records)}
+    labels = sorted({protocol_label(r) for r in records})
+    out = {"test": mean("test"), "valid": mean("valid"), "seeds": len(records), "protocol": "; ".join(labels)}
     write_json(path, out)
     return out
 
 
 def is_config_metrics(path: Path) -> bool:
-    """Whether `path` holds a metrics file write_config_metrics wrote (its three keys)."""
+    """Whether `path` holds a metrics file write_config_metrics wrote (its keys; "protocol" since session 32)."""
     rec = json.loads(Path(path).read_text(encoding="utf-8"))
-    return isinstance(rec, dict) and set(rec) == {"test", "valid", "seeds"}
+    return isinstance(rec, dict) and set(rec) in ({"test", "valid", "seeds"}, {"test", "valid", "seeds", "protocol"})
 
 
 def claim_curves(live_dir: Path, example: str) -> None:
