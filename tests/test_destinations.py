@@ -325,10 +325,16 @@ def test_a_users_file_is_never_replaced_by_a_report_metrics_or_top_k_file(prepar
     for _ in range(2):                                                  # its own file: replaced
         assert seqpe(*base, "--metrics", str(metrics)).returncode == 0
     rec = json.loads(metrics.read_text())
-    assert set(rec) == {"test", "valid", "seeds", "protocol"} and rec["protocol"] == "srgnn"
+    assert set(rec) == {"test", "valid", "seeds", "protocol", "configuration"} and rec["protocol"] == "srgnn"
+    assert rec["configuration"] == "sample pop-none"
     sampled = tmp_path / "sampled.json"                                 # not comparable with full ranking: labelled
     assert seqpe(*base, "--tag", "c20", "--set", "evaluate.candidates=20", "--metrics", str(sampled)).returncode == 0
     assert json.loads(sampled.read_text())["protocol"] == "srgnn, 20 sampled candidates (uniform)"
+    # another configuration's file is not replaced (walk 32b: dmin-cope's numbers became din-cape's, silently)
+    proc = seqpe(*base, "--tag", "c20", "--set", "evaluate.candidates=20", "--metrics", str(metrics))
+    assert_one_line_error(proc, "m.json holds the metrics of sample pop-none, and this run is sample pop-none-c20",
+                          "Fix: pass this configuration's own file, e.g. data/metrics/sample/pop-none-c20.json")
+    assert json.loads(metrics.read_text()) == rec
     for out in (notes, tmp_path / "data.csv"):
         out.write_text("my notes\n")
         proc = seqpe("report", str(runs), "--out", str(out), "--quiet")

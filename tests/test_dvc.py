@@ -132,6 +132,19 @@ def test_second_repro_recomputes_nothing(clone_a):
     assert ran(dvc("repro", cwd=clone_a).stdout) == []
 
 
+def test_ranking_cut_offs_are_no_parameter_of_the_ctr_stages(clone_a, tmp_path):
+    """CTR runs never read evaluate.ks (nor candidates, mask_history): a DVC stage that listed the whole
+    `evaluate` section re-ran, and DVC deleting its outputs first meant retraining DIN from scratch."""
+    b = tmp_path / "b"
+    shutil.copytree(clone_a, b, symlinks=True)
+    params = yaml.safe_load((b / "params.yaml").read_text())
+    params["evaluate"]["ks"] = [1, 5, 10]
+    (b / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    changed = set(json.loads(dvc("status", "--json", cwd=b).stdout))
+    assert {s for s in changed if s.startswith("train@")} == {f"train@sample-sasrec-{e}" for e in ("lpe", "rope")}
+    assert not {s for s in changed if s.startswith("train_ctr@")}
+
+
 def test_one_encodings_options_retrain_only_that_configuration_and_hand_runs_survive(clone_a, tmp_path):
     b = tmp_path / "b"
     shutil.copytree(clone_a, b, symlinks=True)

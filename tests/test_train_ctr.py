@@ -151,12 +151,18 @@ def test_memory_budget_and_ranking_protocol_settings_are_refused_or_reset_for_ct
                      "--set", flag)
         assert_one_line_error(proc, f"{flag.split('=')[0]} sets how next-item targets are ranked, and CTR models "
                                     f"such as 'din' are scored by log loss and AUC", f"Fix: drop --set {flag}")
+    # cut-offs too (walk 32b: --set evaluate.ks=[5] was recorded, so seed 2 would not pool with seed 1)
+    proc = seqpe("train", "sample_ctr", str(ctr_samples), str(tmp_path / "r"), "--model", "din", "--quiet",
+                 "--set", "evaluate.ks=[5]")
+    assert_one_line_error(proc, "evaluate.ks sets the cut-offs of the ranking metrics, and CTR models such as 'din' "
+                                "are scored by log loss and AUC", "Fix: drop --set evaluate.ks=[5]")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "r").exists()
     p = params("din", "none", epochs=1)
-    p = dataclasses.replace(p, evaluate=dataclasses.replace(p.evaluate, candidates=100, mask_history=True))
+    p = dataclasses.replace(p, evaluate=dataclasses.replace(p.evaluate, candidates=100, mask_history=True, ks=[3]))
     stage.run("sample_ctr", ctr_samples, tmp_path / "runs", p, progress=False)
     record = json.loads((tmp_path / "runs" / "din-none" / "seed-1" / "run.json").read_text())
     assert record["evaluate"]["candidates"] == 0 and record["evaluate"]["mask_history"] is False
+    assert record["evaluate"]["ks"] == [5, 10, 20]
     from pipeline.report import protocol_label
     assert protocol_label(record) == record["protocol"]
 

@@ -337,10 +337,11 @@ def dvc_output_of(folder: Path) -> Optional[tuple[str, Path]]:
 
 # --------------------------------------------------------------------------- per-configuration outputs
 
-def write_config_metrics(path: Path, records: list[dict]) -> dict:
+def write_config_metrics(path: Path, records: list[dict], configuration: str) -> dict:
     """The configuration's DVC metrics file, stable keys: {"test": {metric: mean over seeds}, "valid":
-    {...}, "seeds": n, "protocol": label} (`dvc metrics diff` / `dvc exp show --sort-by test.ndcg@10` compare
-    them). The protocol is `seqpe report`'s label (the data protocol, and sampled candidates or a masked history
+    {...}, "seeds": n, "protocol": label, "configuration": "DATASET MODEL-ENCODING[-TAG]"} (`dvc metrics diff` /
+    `dvc exp show --sort-by test.ndcg@10` compare them; the configuration keeps another one's --metrics from
+    replacing the file, walk 32b). The protocol is `seqpe report`'s label (the data protocol, and sampled candidates or a masked history
     where evaluate: sets them), since an HR@10 over 100 sampled candidates is not one over every item; DVC
     shows the label next to the numbers and `dvc metrics diff` its change."""
     import math
@@ -350,15 +351,28 @@ def write_config_metrics(path: Path, records: list[dict]) -> dict:
         keys = sorted({k for r in records for k in r[split]})
         return {k: math.fsum(r[split][k] for r in records) / len(records) for k in keys}
     labels = sorted({protocol_label(r) for r in records})
-    out = {"test": mean("test"), "valid": mean("valid"), "seeds": len(records), "protocol": "; ".join(labels)}
+    out = {"test": mean("test"), "valid": mean("valid"), "seeds": len(records), "protocol": "; ".join(labels),
+           "configuration": configuration}
     write_json(path, out)
     return out
 
 
 def is_config_metrics(path: Path) -> bool:
-    """Whether `path` holds a metrics file write_config_metrics wrote (its keys; "protocol" since session 32)."""
+    """Whether `path` holds a metrics file write_config_metrics wrote (its keys; "protocol" and "configuration"
+    since session 32)."""
     rec = json.loads(Path(path).read_text(encoding="utf-8"))
-    return isinstance(rec, dict) and set(rec) in ({"test", "valid", "seeds"}, {"test", "valid", "seeds", "protocol"})
+    return isinstance(rec, dict) and {"test", "valid", "seeds"} <= set(rec) <= {
+        "test", "valid", "seeds", "protocol", "configuration"}
+
+
+def metrics_configuration(path: Path) -> Optional[str]:
+    """The configuration ("DATASET MODEL-ENCODING[-TAG]") whose metrics an existing file of seqpe's holds
+    (None: no such file, or one written before the key)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    found = json.loads(path.read_text(encoding="utf-8")).get("configuration")
+    return found if isinstance(found, str) else None
 
 
 def claim_curves(live_dir: Path, example: str) -> None:

@@ -91,6 +91,11 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         runs.claim_curves(live_dir, f"data/live/{dataset}/{config}")
     if metrics_path is not None:
         claim_file(metrics_path, "metrics file", runs.is_config_metrics, f"data/metrics/{dataset}/{config}.json")
+        other = runs.metrics_configuration(metrics_path)
+        if other is not None and other != f"{dataset} {config}":   # another configuration's numbers (walk 32b)
+            raise DataError(f"{metrics_path} holds the metrics of {other}, and this run is {dataset} {config}: "
+                            f"--metrics would replace them", f"pass this configuration's own file, e.g. "
+                            f"data/metrics/{dataset}/{config}.json (or delete {metrics_path} if it is not needed)")
     run_dirs = {seed: Path(runs_dir) / config / f"seed-{seed}" for seed in seeds}
     for run_dir in run_dirs.values():
         claim_dir(run_dir, None, "run")
@@ -258,7 +263,7 @@ def _check_graphs(tp) -> None:
 
 _CTR_TRAIN = {"loss": "ce", "objective": "prefixes", "memory_budget": 0.0,   # what CTR training does
               "ce_impl": "auto"}                                               # (its loss is BCE on the logit)
-_CTR_EVALUATE = ("candidates", "mask_history", "candidate_sampling")       # ranking-only evaluate keys
+_CTR_EVALUATE = ("ks", "candidates", "mask_history", "candidate_sampling")   # ranking-only evaluate keys
 
 
 def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> Params:
@@ -279,9 +284,9 @@ def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> P
     for text in overrides or []:
         key = text.split("=", 1)[0].strip()
         if key.startswith("evaluate.") and key[len("evaluate."):] in _CTR_EVALUATE:
-            raise ParamsError(f"{key} sets how next-item targets are ranked, and CTR models such as '{spec.name}' "
-                              f"are scored by log loss and AUC over every test pair: it would be ignored",
-                              f"drop --set {text.strip()}")
+            what = "the cut-offs of the ranking metrics" if key == "evaluate.ks" else "how next-item targets are ranked"
+            raise ParamsError(f"{key} sets {what}, and CTR models such as '{spec.name}' are scored by log loss "
+                              f"and AUC over every test pair: it would be ignored", f"drop --set {text.strip()}")
     return dataclasses.replace(params, evaluate=dataclasses.replace(
         params.evaluate, **{k: getattr(defaults, k) for k in _CTR_EVALUATE}))
 
@@ -379,7 +384,7 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                             f"train.time_limit before the end, so {metrics_path} was not written (its mean "
                             f"would stand for unfinished models); the runs are saved",
                             "run the same command with --set train.time_limit=0: it resumes where they stopped")
-        runs.write_config_metrics(Path(metrics_path), records)
+        runs.write_config_metrics(Path(metrics_path), records, f"{dataset} {config}")
     return results
 
 
