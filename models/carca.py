@@ -337,4 +337,6 @@ _PRESETS = {"paper": {
 register_model(ModelSpec(name="carca", build=build, paper="Rashed, Elsayed & Schmidt-Thieme, RecSys 2022 (004 §4.2)",
                          description="context- and attribute-aware self-attention + cross-attention scoring; "
                                      "any encoding",
-                         presets=_PRESETS, side=True), options=CARCAConfig)
+                         presets=_PRESETS, side=True,
+                         ignores=("loss", "ce_impl", "negatives")),   # its own BCE, models.carca.negatives (walk 32a)
+               options=CARCAConfig)

@@ -256,6 +256,12 @@ def check_import_name(dataset: str, fmt: str) -> None:
                         f"by `seqpe download {dataset}`, and --format {fmt} files are imported under a name of "
                         "their own", f"import under another name, e.g. {dataset}_own (the published zip or its "
                                      f"files: `seqpe download {dataset} --from PATH`)")
+    if spec is not None and spec.build is not None:     # CARCA's files: attributes, context and their own split
+        raise DataError(f"'{dataset}' is a registered dataset built from its authors' files (item attributes, "
+                        f"interaction context, and their split, which trains on users with fewer than 3 items), "
+                        f"and --format {fmt} files are imported under a name of their own",
+                        f"`seqpe download {dataset} --from PATH` reads those files; or import under another name, "
+                        f"e.g. {dataset}_own")
     if spec is not None and spec.protocol != IMPORT_FORMATS[fmt]:
         raise DataError(f"'{dataset}' is a registered {spec.protocol} dataset, but --format {fmt} files follow "
                         f"the {IMPORT_FORMATS[fmt]} protocol", f"import under another name, e.g. {dataset}_{fmt}")

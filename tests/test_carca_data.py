@@ -19,7 +19,7 @@ from pipeline.batches import batches, load_samples
 from pipeline.datasets import get
 from pipeline.datasets.carca import DATASETS, DRIVE
 from pipeline.datasets.carca_files import _dump, generate, read_context, read_features, time_context, zipped
-from pipeline.errors import DataError
+from pipeline.errors import DataError, ParamsError
 from pipeline.params import Params, from_dict
 from pipeline.report import aggregate, protocol_label, to_markdown
 
@@ -250,6 +250,12 @@ def test_carca_trains_on_the_generated_files_and_records_the_protocol(carca_samp
                         _params("carca", "abs", candidates=10, mask_history=True), progress=False, tag="sampled")
     records = [json.loads(Path(r["run_dir"], "run.json").read_text()) for r in (*full, *sampled)]
     assert [r["evaluate"]["candidates"] for r in records] == [0, 10]
+    # its own one-negative BCE reads none of the trainer's loss keys: null, and refused by hand (walk 32a: a
+    # --set train.loss=sampled run was recorded as applied, scored byte-identically and retrained a finished seed)
+    assert all(r["train"][k] is None for r in records for k in ("loss", "ce_impl", "negatives"))
+    with pytest.raises(ParamsError, match=r"'carca' does not read train.loss"):
+        stage.run("carca_games", carca_samples, tmp_path / "runs", _params("carca", "abs"), progress=False,
+                  overrides=["train.loss=sampled"])
     assert all(0.0 <= r["test"]["ndcg@10"] <= 1.0 for r in records)
     assert records[1]["test"]["hr@10"] > records[0]["test"]["hr@10"]     # 11 candidates vs 25 items
     assert [protocol_label(r) for r in records] == [

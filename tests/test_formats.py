@@ -403,6 +403,9 @@ def test_sasrec_one_interaction_per_line_is_kang_and_mcauleys_layout(tmp_path):
     ("diginetica", "sasrec", "'diginetica' is a registered srgnn dataset, but --format sasrec files follow the "
                              "leave_one_out protocol. Fix: import under another name, e.g. diginetica_sasrec"),
     ("beauty", "srgnn", "'beauty' is a registered leave_one_out dataset"),
+    # CARCA's names: data without its attributes, context and train-only users trained as CARCA's (walk 32a)
+    ("carca_beauty", "sasrec", "'carca_beauty' is a registered dataset built from its authors' files (item "
+                               "attributes, interaction context, and their split"),
 ])
 def test_import_names_are_folder_safe_and_keep_a_registered_names_protocol(tmp_path, name, fmt, fragment):
     src = tmp_path / "ok.txt"
