@@ -541,10 +541,13 @@ def _record(dataset, src, origin, n, sha, md5, written: dict[str, Path]) -> dict
         size, fsha, fmd5 = _hashes(written[name], md5=bool(want))   # md5 only where one is published
         if want and want.lower() != fmd5:
             where = "given with --from" if sha is None else f"inside {src.filename}"    # extracted files: no archive
+            from .datasets import all_datasets
+            own = (f"; files of your own in that layout: `seqpe import {dataset}_own FOLDER` (train.csv and "
+                   f"test.csv)" if getattr(all_datasets().get(dataset), "protocol", None) == "ctr" else "")
             raise DownloadError(f"md5 of {name} {where} does not match: expected {want} (published), got {fmd5}; "
                                 f"{dataset} is read from its published files only, each checked whole, so a subset "
                                 f"or files of your own in their format are not read as {dataset}",
-                                "download the archive again or pass a good copy with --from")
+                                f"download the archive again or pass a good copy with --from{own}")
         files[name] = {"bytes": size, "sha256": fsha}
     return {"dataset": dataset, "source": src.name, "url": src.url, "origin": origin, "filename": src.filename,
             "bytes": n, "sha256": sha, "md5": md5, "files": files}

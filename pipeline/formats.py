@@ -177,6 +177,10 @@ def _require_text_file(src: Path) -> None:
                         "pass the `user item item ...` (or `user item`) text file, or an SR-GNN folder")
     found = sniff.describe(sniff.head(src))
     if found == "a Python pickle":
+        raw = _raw_files_of(src.resolve().parent)
+        if raw is not None:     # one of CARCA's feature / context pickles (walk 32a: the fix pointed at import)
+            raise DataError(f"{src} is a Python pickle, one of {raw[0]}'s raw files, not SASRec / S3-Rec text",
+                            f"`seqpe download {raw[0]} --from {src.resolve().parent}` reads that folder")
         raise DataError(f"{src} is a Python pickle (a file of an SR-GNN folder), not SASRec / S3-Rec text",
                         f"import the folder that holds it with all_train_seq.txt and test.txt ({src.resolve().parent})")
     if found not in ("text", "empty"):

@@ -7,11 +7,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline import augment, preprocess
+from pipeline import augment, download, preprocess
 from pipeline.datasets import get
-from pipeline.errors import DataError
+from pipeline.errors import DataError, DownloadError
 from pipeline.io import read_json, read_split, write_json
-from pipeline.params import Params
+from pipeline.params import DownloadParams, Params
 from pipeline.protocols import ctr
 
 AE_HEADER = "label,user_id,item_id,cate_id,item_history,cate_history\n"
@@ -163,3 +163,18 @@ def test_bad_inputs(tmp_path, train, expect):
 def test_missing_files(tmp_path):
     with pytest.raises(DataError, match="train.csv not found"):
         get("kuaivideo").reader(tmp_path)
+
+
+def test_own_files_under_a_ctr_name_are_pointed_to_import(tmp_path):
+    """A user's own BARS-layout files given to `download kuaivideo --from` fail the published md5; the fix named
+    only "download again", not the import that reads them (walk 32b)."""
+    own = tmp_path / "own"
+    own.mkdir()
+    for name in ("train.csv", "test.csv"):
+        (own / name).write_text("timestamp,user_id,item_id\n1,2,3\n")
+    with pytest.raises(DownloadError, match=r"kuaivideo is read from its published files only.*Fix: download the "
+                                            r"archive again or pass a good copy with --from; files of your own in "
+                                            r"that layout: `seqpe import kuaivideo_own FOLDER`"):
+        download.run("kuaivideo", tmp_path / "raw", DownloadParams(retries=1, backoff_s=0.0), from_path=own,
+                     progress=False)
+    assert not (tmp_path / "raw").exists()

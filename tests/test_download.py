@@ -521,3 +521,4 @@ def test_a_text_file_that_does_not_read_as_the_needed_file_is_refused_at_downloa
     good.write_text("sessionId;userId;itemId;timeframe;eventdate\n1;NA;5;100;2016-05-01\n1;NA;6;200;2016-05-01\n")
     download.run("diginetica", tmp_path / "raw", FAST, from_path=good, progress=False)
     assert (tmp_path / "raw" / "train-item-views.csv").read_bytes() == good.read_bytes()
+

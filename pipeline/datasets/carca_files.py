@@ -137,7 +137,7 @@ def read_features(path: Path, n_items: int) -> "np.ndarray":
     import numpy as np
     obj = _load(path)
     if not isinstance(obj, np.ndarray) or obj.ndim != 2 or obj.dtype.kind not in "biuf":
-        what = (f"a {obj.dtype} array of shape {obj.shape}" if isinstance(obj, np.ndarray)
+        what = (f"an array of {obj.dtype} of shape {obj.shape}" if isinstance(obj, np.ndarray)
                 else f"a {type(obj).__name__}")
         raise DataError(f"{path} holds {what}, not a numeric (items x attributes) matrix", _FIX)
     if obj.shape[0] != n_items or obj.shape[1] < 1:
