@@ -302,6 +302,7 @@ def _import_ctr(dataset: str, src: Path, fmt: str, sessions_dst: Path, samples_d
     try:
         with swap, atomic_dir(sessions_dst) as s_tmp, atomic_dir(samples_dst) as a_tmp:
             result = ctr.build(spec, files["train.csv"].parent, params, own_files=True)
+            result.extra["format"] = fmt         # as the other imports record theirs (`seqpe datasets`; walk 32b)
             manifest = write_result(dataset, spec, result, source, s_tmp, params, stage="import")
             augment.run(dataset, s_tmp, a_tmp, params)
             swap.enter_context(deferred_interrupt())     # exits last: after both folders are swapped in

@@ -56,6 +56,7 @@ def test_imported_files_give_the_registered_stages_samples_byte_for_byte(prepare
     assert (sessions["stage"], sessions["dataset"], sessions["protocol"]) == ("import", f"own_{name}", "ctr")
     assert sorted(sessions["source"]) == ["test.csv", "train.csv"]
     assert sessions["source"]["train.csv"] == hashlib.sha256((raw / "train.csv").read_bytes()).hexdigest()
+    assert sessions["protocol_info"]["format"] == fmt        # `seqpe datasets` showed "? format" (walk 32b)
     nested = root / f"nested-{name}" / "KuaiVideo_x1"            # as BARS' zip unpacks: one folder below
     nested.mkdir(parents=True)
     for f in ("train.csv", "test.csv"):
