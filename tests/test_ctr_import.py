@@ -157,6 +157,8 @@ def _field(line: str, i: int, value: str) -> str:
     (lambda ls: [ls[0], _field(ls[1], 2, "2147483647"), *ls[2:]],         # a Polars InvalidOperationError traceback
      r"an item or category id above 2,147,483,646, the largest seqpe stores \(largest item id 2,147,483,647\)\. "
      r"Fix: renumber the ids"),
+    (lambda ls: [*ls[:2], _field(ls[2], 4, "3^^4"), *ls[3:]],             # polars' "failed in column ''" (walk 32b)
+     r"history lists that are not '\^'-separated integer ids \(train.csv line 3, item_history: '3\^\^4'\)"),
 ])
 def test_ones_own_ctr_files_with_empty_fields_or_odd_lines_are_refused_naming_the_line(prepared, tmp_path, edit,
                                                                                        problem):

@@ -57,6 +57,20 @@ def _id_lists(col: str, dtype=pl.Int32) -> pl.Expr:
     return pl.when(text == "").then(None).otherwise(text).str.split("^").cast(pl.List(dtype), strict=True)
 
 
+def _first_bad_token(lf: pl.LazyFrame, hists: list[str], columns: dict) -> Optional[str]:
+    """Where the first history token that is not an integer id is ("train.csv line 21, pos_items: '3^^4'"), for
+    the error; polars' own message names no line and an empty column (walk 32b). Only run once parsing failed."""
+    for col in hists:
+        text = pl.col(col)
+        bad = (text != "") & text.str.split("^").list.eval(~pl.element().str.contains(r"^-?\d+$")).list.any()
+        found = lf.filter(bad.fill_null(False)).select("split", "row", col).head(1).collect(engine="streaming")
+        if found.height:
+            split, row, value = found.row(0)
+            shown = value if len(value) <= 60 else value[:57] + "..."
+            return f"{split}.csv line {row + 2}, {columns.get(col, col)}: {shown!r}"    # file line = row + 2 (the header is line 1)
+    return None
+
+
 def parse_history(col: str, max_history: int) -> pl.Expr:
     """'^'-joined raw ids -> List(Int32) of new ids (raw + 1), most recent `max_history` kept."""
     parsed = _id_lists(col).fill_null(pl.lit([], dtype=pl.List(pl.Int32)))
@@ -131,8 +145,9 @@ def _stats(lf: pl.LazyFrame, name: str, columns: Optional[dict] = None) -> dict:
     try:
         stats = lf.select(aggs).collect(engine="streaming").row(0, named=True)
     except pl.exceptions.InvalidOperationError as e:  # a strict cast of a history token
+        where = _first_bad_token(lf, hists, columns or {})
         raise DataError(f"{name}: history lists that are not '^'-separated integer ids "
-                        f"({str(e).splitlines()[0]})", "the CSV is damaged; re-download it") from None
+                        f"({where or str(e).splitlines()[0]})", "the CSV is damaged; re-download it") from None
     except (pl.exceptions.ComputeError, OSError) as e:
         from ..errors import as_os_error
         if as_os_error(e) is not None:
