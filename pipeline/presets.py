@@ -86,6 +86,12 @@ def _squash(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
+def shown(name: str, variant: str) -> str:
+    """The NAME_VARIANT preset name messages show: the variant as written, separators as '_' (paper_carca_games,
+    paper_ml_1m; the squashed paper_carcagames read as one word, walk 32a). `_forced` takes either spelling."""
+    return f"{name}_{re.sub(r'[^a-z0-9]+', '_', variant.lower()).strip('_')}"
+
+
 def _words(text: str) -> list[str]:
     """Lower-case runs of letters or of digits: `ml1m_sasrec` -> ml, 1, m, sasrec; `Video-Games` -> video, games."""
     return re.findall(r"[a-z]+|[0-9]+", text.lower())
@@ -103,8 +109,7 @@ def names(presets: Optional[dict]) -> list[str]:
     for name, preset in (presets or {}).items():
         out.append(name)
         if isinstance(preset, dict):
-            out += [f"{name}_{_squash(v)}" for v in preset.get("datasets") or {}
-                    if f"{name}_{_squash(v)}" not in (presets or {})]
+            out += [shown(name, v) for v in preset.get("datasets") or {} if shown(name, v) not in (presets or {})]
     return out
 
 
@@ -139,7 +144,7 @@ def resolve(presets: Optional[dict], preset: Optional[str], model: str, dataset:
         hits = hits[:1]
     if len(hits) > 1:
         raise ParamsError(f"dataset '{dataset}' matches several variants of {where}: {', '.join(hits)}",
-                          f"name the variant: {' or '.join(f'--preset {name}_{_squash(h)}' for h in hits)}")
+                          f"name the variant: {' or '.join(f'--preset {shown(name, h)}' for h in hits)}")
     layers = [base] + [parts(variants[hits[0]], f"{where}, dataset '{hits[0]}'")] if hits else [base]
     train: dict[str, Any] = {}
     models: dict = {}
@@ -163,7 +168,7 @@ def variant_note(presets: Optional[dict], res: Resolved, model: str, dataset: st
         return f"preset {res.name} of {model}: its {res.variant} variant for dataset '{dataset}'"
     return (f"preset {res.name} of {model}: dataset '{dataset}' matches none of its variants ({', '.join(variants)}), "
             f"so its base settings apply (--preset {res.name}_VARIANT picks one: "
-            f"{', '.join(f'{res.name}_{_squash(v)}' for v in variants)})")
+            f"{', '.join(shown(res.name, v) for v in variants)})")
 
 
 def merge_options(preset_opts: dict, explicit: dict) -> dict:
