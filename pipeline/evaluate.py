@@ -78,10 +78,9 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
     show = lambda c: ", ".join(f"@{k}" for k in sorted(c, key=int))  # noqa: E731
     for r in records:   # keep the cut-offs asked for (metrics without a cut-off, e.g. auc, stay)
         cuts = {k.split("@")[1] for k in r["test"] if "@" in k}
-        if cuts and not ks <= cuts:     # none of them was matplotlib's traceback (a figure of nothing); some of
-            lacking = ks - cuts         # them, a report silently without the others' columns (walk 32a)
-            raise DataError(f"evaluate.ks asks for {show(ks)}, and {r.get('name')} seed {r['seed']} computed "
-                            f"{show(cuts)} (not {show(lacking)})",
+        if cuts and not ks & cuts:      # none of them: was matplotlib's traceback (a figure of nothing)
+            raise DataError(f"evaluate.ks asks for {show(ks)}, none of which {r.get('name')} seed {r['seed']} "
+                            f"computed (it has {show(cuts)})",
                             "set evaluate.ks to cut-offs the runs have, or retrain them with the new ks")
         r["test"] = {k: v for k, v in r["test"].items() if "@" not in k or k.split("@")[1] in ks}
     rows, records = report.pooled(records, (lambda name: name not in order) if all_runs else None)  # grid: all
