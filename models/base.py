@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -99,6 +99,10 @@ class ModelSpec:
                                          # --set, recorded as null from params.yaml (pipeline/train/stage.py)
     options: Optional[type] = None       # the dataclass of params.yaml `models.<name>` (its defaults: what a run
                                          # records only where an option differs from them, pipeline.train.setup)
+    unread_options: Optional[Callable[[Any], dict]] = None  # a function of the options dataclass: the options
+                                         # its other settings leave unread, {option: (why, the setting that reads
+                                         # it)} (GRU4Rec's negatives under its loss ce): refused when given with
+                                         # --set, left out of the record from params.yaml (pipeline/train/stage.py)
     side: bool = False                   # True: takes side information (pipeline/side.py): build(..., side=SideInfo)
                                          # and, where the data has context, forward / training_loss /
                                          # score_items(..., context=(context (B, L, C), target_context (B, C)))

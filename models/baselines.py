@@ -195,8 +195,9 @@ def build_itemknn(n_items: int, max_len: int, train, options=None, encoding=None
 
 
 # what a fitted baseline never reads: it counts the train sessions once, with no network, optimiser or epochs
+# nor batches or compiles training rows (train.bucket, compile: walk 32c)
 FITTED_IGNORES = ("epochs", "batch_size", "lr", "weight_decay", "dim", "layers", "heads", "dropout", "patience",
-                  "loss", "ce_impl", "negatives", "lr_schedule", "lr_step", "lr_gamma")
+                  "loss", "ce_impl", "negatives", "lr_schedule", "lr_step", "lr_gamma", "bucket", "compile")
 
 register_model(ModelSpec("pop", _build_pop(Pop), "POP: global popularity", "000 Table 2", uses_encoding=False,
                          fitted=True, ignores=FITTED_IGNORES), options=PopConfig)

@@ -110,12 +110,24 @@ def _builder(cls, name: str):
 
 
 def _ignores(options: dict) -> tuple:
-    """The train keys a factor model does not read: with its own BPR loss (the default), the trainer's loss
-    settings (train.loss, ce_impl, negatives); with models.<name>.loss ce it trains with them."""
-    return () if (options or {}).get("loss", FactorisationConfig.loss) == "ce" else ("loss", "ce_impl", "negatives")
+    """The train keys a factor model does not read: the network sizes (it has factors of train.dim and nothing
+    else) and, with its own BPR loss (the default), the trainer's loss settings (train.loss, ce_impl,
+    negatives); with models.<name>.loss ce it trains with them."""
+    bpr = (options or {}).get("loss", FactorisationConfig.loss) != "ce"
+    return ("layers", "heads", "dropout") + (("loss", "ce_impl", "negatives") if bpr else ())
+
+
+def _unread(name: str):
+    def unread(cfg: FactorisationConfig) -> dict:
+        """models.<name>.negatives is BPR's: under loss ce (the trainer's loss) it is not read."""
+        return {"negatives": (f"models.{name}.loss ce trains with the trainer's loss (train.loss)",
+                              f"models.{name}.loss=bpr")} if cfg.loss == "ce" else {}
+    return unread
 
 
 register_model(ModelSpec("bprmf", _builder(BPRMF, "bprmf"), "BPR-MF: session = mean of its item factors, BPR loss",
-                         "Rendle et al. 2009 (000 Table 2)", uses_encoding=False, causal=True, ignores=_ignores), options=FactorisationConfig)
+                         "Rendle et al. 2009 (000 Table 2)", uses_encoding=False, causal=True, ignores=_ignores,
+                         unread_options=_unread("bprmf")), options=FactorisationConfig)
 register_model(ModelSpec("fpmc", _builder(FPMC, "fpmc"), "FPMC without users: factorised transition from the last item",
-                         "Rendle et al. 2010 (000 Table 2)", uses_encoding=False, causal=True, ignores=_ignores), options=FactorisationConfig)
+                         "Rendle et al. 2010 (000 Table 2)", uses_encoding=False, causal=True, ignores=_ignores,
+                         unread_options=_unread("fpmc")), options=FactorisationConfig)

@@ -133,4 +133,5 @@ def build_fgnn(n_items: int, max_len: int, train, options=None, encoding=None) -
 
 
 register_model(ModelSpec("fgnn", build_fgnn, "FGNN: weighted graph attention + GRU Set2Set readout",
-                         "Qiu et al. 2019 (000 Table 2)", uses_encoding=False), options=FGNNConfig)
+                         "Qiu et al. 2019 (000 Table 2)", uses_encoding=False,
+                         ignores=("layers", "heads")), options=FGNNConfig)   # models.fgnn.wgat_layers, wgat_heads

@@ -129,7 +129,27 @@ def build_narm(n_items: int, max_len: int, train, options=None, encoding=None) -
     return NARM(n_items, train.dim, model_options(NARMConfig, "narm", options))
 
 
+def _gru4rec_ignores(options: dict) -> tuple:
+    """The train keys GRU4Rec does not read: attention sizes (its depth is models.gru4rec.gru_layers) and, under
+    one of its ranking losses, the trainer's loss settings (walk 32c)."""
+    ranking = (options or {}).get("loss", GRU4RecConfig.loss) != "ce"
+    return ("layers", "heads") + (("loss", "ce_impl", "negatives") if ranking else ())
+
+
+def _gru4rec_unread(cfg: GRU4RecConfig) -> dict:
+    """The GRU4Rec options its loss leaves unread: negatives and bpreg under ce (the trainer's loss), bpreg
+    under the losses other than bpr_max."""
+    if cfg.loss == "ce":
+        why = "models.gru4rec.loss ce trains with the trainer's loss (train.loss)"
+        return {"negatives": (why, "models.gru4rec.loss=bpr_max"), "bpreg": (why, "models.gru4rec.loss=bpr_max")}
+    if cfg.loss != "bpr_max":
+        return {"bpreg": (f"models.gru4rec.loss {cfg.loss} has no score regularisation", "models.gru4rec.loss=bpr_max")}
+    return {}
+
+
 register_model(ModelSpec("gru4rec", build_gru4rec, "GRU4Rec: GRU over the session, last state",
-                         "Hidasi et al. 2016 (000 Table 2)", uses_encoding=False, causal=True), options=GRU4RecConfig)
+                         "Hidasi et al. 2016 (000 Table 2)", uses_encoding=False, causal=True,
+                         ignores=_gru4rec_ignores, unread_options=_gru4rec_unread), options=GRU4RecConfig)
 register_model(ModelSpec("narm", build_narm, "NARM: GRU + attentive local encoder, bilinear decoder",
-                         "Li et al. 2017 (000 Table 2)", uses_encoding=False), options=NARMConfig)
+                         "Li et al. 2017 (000 Table 2)", uses_encoding=False,
+                         ignores=("layers", "heads", "dropout")), options=NARMConfig)   # its own two dropouts

@@ -68,6 +68,7 @@ def build_srgnn(n_items: int, max_len: int, train, options=None, encoding=None) 
 
 register_model(ModelSpec("srgnn", build_srgnn, "SR-GNN: gated GNN on the session graph, attention readout",
                          "Wu et al. 2019 (000 Table 2)", uses_encoding=False,
+                         ignores=("layers", "heads", "dropout"),    # models.srgnn.steps is its depth
                          presets={"paper": {"epochs": 30, "batch_size": 100, "dim": 100, "lr": 1e-3,
                                             "weight_decay": 1e-5, "lr_schedule": "step", "lr_step": 3,
                                             "lr_gamma": 0.1, "max_len": 200}}), options=SRGNNConfig)

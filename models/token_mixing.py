@@ -77,9 +77,11 @@ def build_token_mixing(n_items: int, max_len: int, train, options=None,
 
 
 # 003 §4.2: SASRec with the attention swapped, its other settings "following author's suggestion":
-# SASRec's `paper` preset (models/sasrec.py) without its attention option.
-_PRESETS = {"paper": {k: v for k, v in SASREC_PRESETS["paper"].items() if k != "models"}}
+# SASRec's `paper` preset (models/sasrec.py) without its attention settings (the out_proj option, heads).
+_PRESETS = {"paper": {**{k: v for k, v in SASREC_PRESETS["paper"].items() if k != "models"},
+                      "train": {k: v for k, v in SASREC_PRESETS["paper"]["train"].items() if k != "heads"}}}
 
 register_model(ModelSpec("token_mixing", build_token_mixing,
                          "SASRec with a causal MLP-Mixer token-mixing MLP; input-stage encodings",
-                         "Tolstikhin et al. 2021; 003 Table 3", causal=True, presets=_PRESETS), options=TokenMixingConfig)
+                         "Tolstikhin et al. 2021; 003 Table 3", causal=True, presets=_PRESETS,
+                         ignores=("heads",)), options=TokenMixingConfig)

@@ -206,10 +206,26 @@ def _spilled(lf: pl.LazyFrame, transform, n: int, max_len: int, target_width: in
              spill: Path) -> Samples:
     """Build the (n, max_len) matrices slice by slice into .npy files under `spill` (memory-mapped), each
     slice of source rows small enough for a quarter of the budget; reuse them when already complete.
-    Every row is transformed on its own, so the slices laid end to end are exactly the whole."""
+    Every row is transformed on its own, so the slices laid end to end are exactly the whole.
+
+    Built under an exclusive lock on `spill/.samples.lock`: the ranks of a torchrun job (and seeds trained
+    side by side on one split) find no complete folder at the same moment, and without it each built its
+    own and replaced the one another had just published and was opening (FileNotFoundError; walk 33a).
+    The first builds, the others wait and open its folder."""
+    import fcntl
     final = spill / "samples"
     if (final / "complete").is_file():
         return _open(final)
+    spill.mkdir(parents=True, exist_ok=True)
+    with open(spill / ".samples.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)                   # released when the file closes
+        if not (final / "complete").is_file():             # another process may have built it meanwhile
+            _build_spill(lf, transform, n, max_len, target_width, budget_mb, final)
+        return _open(final)
+
+
+def _build_spill(lf: pl.LazyFrame, transform, n: int, max_len: int, target_width: int, budget_mb: float,
+                 final: Path) -> None:
     from .io import scratch_dir
     rows_total = int(lf.select(pl.len()).collect().item())
     per_row = max(1, -(-n // max(rows_total, 1)))                               # samples per source row
@@ -236,7 +252,6 @@ def _spilled(lf: pl.LazyFrame, transform, n: int, max_len: int, target_width: in
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         tmp.mkdir()                                                             # scratch_dir removes it
-    return _open(final)
 
 
 def _open(folder: Path) -> Samples:

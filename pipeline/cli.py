@@ -263,6 +263,12 @@ def _print_manifest(m: dict) -> None:
     print_tables(console, f"{m.get('dataset', '?')} · {m.get('stage', '')} · protocol {m.get('protocol', '?')}",
                  cols, rows)
     rows = {"n_items": m.get("n_items")}
+    if m.get("protocol") == "ctr":     # raw ids are not renumbered: n_items read as a count of 999 items (walk 32b)
+        rows = {"item ids": f"{fmt(m.get('n_items'))} (the largest raw id + 1: ids are not renumbered, so not a count)"}
+        vocab = (m.get("ctr") or {}).get("vocab") or {}
+        if vocab:
+            rows["vocabulary"] = ", ".join(f"{table} {fmt(v.get('kept'))} ids kept (min count {v.get('min_count')})"
+                                           for table, v in vocab.items())
     splits = m.get("splits", {})                      # the manifest's keys are sorted: show train, valid, test
     for split in sorted(splits, key=lambda x: (("train", "valid", "test") + (x,)).index(x)):
         rows[split] = ", ".join(f"{k} {v:,}" for k, v in splits[split].items())
@@ -672,7 +678,7 @@ def _print_runs(results: list[dict]) -> None:
     raw = [k for k in keys if _scale(k) == 1.0]
     cols = [Col("run", key=True), Col("best epoch", "right"),
             *[Col(k, "right", group=k.split("@")[0]) for k in keys]]
-    rows = [[r.get("name", "?"), str(r.get("best_epoch", "")),
+    rows = [[r.get("name", "?"), "fitted" if r.get("stopped") == "fitted" else str(r.get("best_epoch", "")),
              *[(f"{r['test'][k]:.4f}" if _scale(k) == 1.0 else f"{100 * r['test'][k]:.2f}")
                if k in r.get("test", {}) else "" for k in keys]] for r in results]
     print_tables(console, "test metrics (×100" + (f"; {', '.join(raw)} as is" if raw else "") + ")", cols, rows)

@@ -19,6 +19,7 @@ set or the new one); nothing else in <reports> is touched.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -76,13 +77,21 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
         task = "ctr" if any(r.get("task") == "ctr" or r.get("protocol") == "ctr" for r in records) else "next_item"
     ks = {str(k) for k in params.evaluate.ks}
     show = lambda c: ", ".join(f"@{k}" for k in sorted(c, key=int))  # noqa: E731
+    lacking: dict[tuple[str, str], list[int]] = {}     # (configuration, cut-offs it lacks) -> seeds
     for r in records:   # keep the cut-offs asked for (metrics without a cut-off, e.g. auc, stay)
         cuts = {k.split("@")[1] for k in r["test"] if "@" in k}
         if cuts and not ks & cuts:      # none of them: was matplotlib's traceback (a figure of nothing)
             raise DataError(f"evaluate.ks asks for {show(ks)}, none of which {r.get('name')} seed {r['seed']} "
                             f"computed (it has {show(cuts)})",
                             "set evaluate.ks to cut-offs the runs have, or retrain them with the new ks")
+        if cuts and ks - cuts:
+            lacking.setdefault((r.get("name"), show(ks - cuts)), []).append(r["seed"])
         r["test"] = {k: v for k, v in r["test"].items() if "@" not in k or k.split("@")[1] in ks}
+    for (name, missing), seeds in lacking.items():   # some of them: reported without a word (walk 32b)
+        sys.stderr.write(f"note: evaluate.ks asks for {show(ks)}, and {name} (seed{'s' * (len(seeds) > 1)} "
+                         f"{', '.join(map(str, sorted(seeds)))}) was trained without {missing}: its row leaves "
+                         f"{'them' if ',' in missing else 'it'} out (retrain it with these ks to have "
+                         f"{'them' if ',' in missing else 'it'})\n")
     rows, records = report.pooled(records, (lambda name: name not in order) if all_runs else None)  # grid: all
     names = [row["name"] for row in rows]
     if len(set(names)) != len(names):

@@ -514,7 +514,8 @@ def from_dict(cls: type, data: dict, prefix: str = "", strict: bool = False, run
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in fields:
             close = did_you_mean(str(key), settable)
-            fix = f"did you mean '{close}'?" if close else f"known keys here: {', '.join(settable)}"
+            fix = (f"did you mean '{close}'?" if close else f"known keys here: {', '.join(settable)}" if settable
+                   else f"'{prefix}' takes no options: remove '{dotted}'" if prefix else f"remove '{dotted}'")
             raise ParamsError(f"unknown params key '{dotted}'", fix)
         if fields[key].metadata.get("run_only") and not run:
             raise ParamsError(f"'{dotted}' is not a params key: each run's {key} comes from the study grid "

@@ -53,6 +53,7 @@ class Resolved:
     encodings: dict[str, dict[str, Any]] = field(default_factory=dict)
     name: Optional[str] = None
     variant: Optional[str] = None      # the `datasets` fragment that matched, if any
+    twin: Optional[str] = None         # the dataset whose layout picked the variant (no variant in the name)
 
     def record(self) -> Optional[dict]:
         """For run.json: which preset and dataset variant were applied."""
@@ -123,9 +124,12 @@ def _forced(presets: dict, preset: str) -> Optional[tuple[str, str]]:
     return None
 
 
-def resolve(presets: Optional[dict], preset: Optional[str], model: str, dataset: str) -> Resolved:
+def resolve(presets: Optional[dict], preset: Optional[str], model: str, dataset: str,
+            twin: Optional[str] = None) -> Resolved:
     """The preset `preset` of `model` with its variant for `dataset` applied on top (or the variant that
-    `preset` names: NAME_VARIANT)."""
+    `preset` names: NAME_VARIANT). `twin`: the registered dataset whose layout the data has (a CTR import
+    of KuaiVideo_x1 files under a name of one's own), whose variant applies when the name matches none: its
+    name alone gave `mykuai` AmazonElectronics' learning rate and batch (walk 32b)."""
     if preset is None:
         return Resolved()
     presets = presets or {}
@@ -140,6 +144,9 @@ def resolve(presets: Optional[dict], preset: Optional[str], model: str, dataset:
     base = parts(presets[name], where)
     variants = base.get("datasets") or {}
     hits = [forced[1]] if forced else sorted(f for f in variants if matches(f, dataset))
+    by_twin = not hits and twin is not None and any(matches(f, twin) for f in variants)
+    if by_twin:
+        hits = sorted(f for f in variants if matches(f, twin))
     if len(hits) > 1 and all(variants[h] == variants[hits[0]] for h in hits):     # aliases (movielens, ml_1m)
         hits = hits[:1]
     if len(hits) > 1:
@@ -153,7 +160,7 @@ def resolve(presets: Optional[dict], preset: Optional[str], model: str, dataset:
         train.update(layer.get("train") or {})
         models = _merge_options(models, layer.get("models"), f"{where} models")
         encodings = _merge_options(encodings, layer.get("encodings"), f"{where} encodings")
-    return Resolved(train, models, encodings, name, hits[0] if hits else None)
+    return Resolved(train, models, encodings, name, hits[0] if hits else None, twin if by_twin else None)
 
 
 def variant_note(presets: Optional[dict], res: Resolved, model: str, dataset: str) -> Optional[str]:
@@ -164,6 +171,13 @@ def variant_note(presets: Optional[dict], res: Resolved, model: str, dataset: st
     variants = list(((presets or {}).get(res.name) or {}).get("datasets") or {})
     if not variants:
         return None
+    if res.twin is not None:
+        return (f"preset {res.name} of {model}: its {res.variant} variant for dataset '{dataset}', whose data has "
+                f"{res.twin}'s layout (--preset {res.name}_VARIANT picks another: "
+                f"{', '.join(shown(res.name, v) for v in variants)})")
+    if res.variant is not None and not matches(res.variant, dataset):     # --preset NAME_VARIANT (walk 32c)
+        return (f"preset {res.name} of {model}: its {res.variant} variant, as named (--preset "
+                f"{shown(res.name, res.variant)}), for dataset '{dataset}'")
     if res.variant is not None:
         return f"preset {res.name} of {model}: its {res.variant} variant for dataset '{dataset}'"
     return (f"preset {res.name} of {model}: dataset '{dataset}' matches none of its variants ({', '.join(variants)}), "

@@ -144,6 +144,10 @@ _MACHINE_KEYS = {"threads", "device", "time_limit", "memory_budget", "compile"}
 def _settings(rec: dict) -> dict:
     """What a run computed with, besides its seed: seeds pooled into one row must agree on it."""
     train = {k: v for k, v in (rec.get("train") or {}).items() if k not in _MACHINE_KEYS}
+    if train.get("ce_impl") == "auto":      # recorded unresolved before session 33: what it picked on the device
+        train["ce_impl"] = "plain" if rec.get("device") == "cuda" else "chunked"
+    if train.get("precision") == "auto":
+        train["precision"] = "fp32"
     evaluate = {k: v for k, v in (rec.get("evaluate") or {}).items() if k != "batch_size"}
     return {"train": train, "evaluate": evaluate, "options": rec.get("options"),
             "encoding_options": rec.get("encoding_options"), "preset": rec.get("preset"),
@@ -191,7 +195,7 @@ def _without_defaults(settings: dict) -> dict:
     "options.k: 20 vs None" against a newer run of the same settings. Only called where options differ, since
     it imports the model registry (torch); options a model no longer reads are kept as recorded."""
     from .errors import SeqpeError
-    from .train.setup import _non_default
+    from .train.setup import non_default
     import models
     import models.encodings as enc
     train = settings.get("train") or {}
@@ -201,7 +205,7 @@ def _without_defaults(settings: dict) -> dict:
     for key, cls in (("options", getattr(spec, "options", None)), ("encoding_options", config)):
         if cls is not None and isinstance(settings.get(key), dict):
             try:
-                out[key] = _non_default(cls, settings[key], key)
+                out[key] = non_default(cls, settings[key], key)
             except SeqpeError:          # an option since renamed or removed: compared as recorded
                 pass
     return out

@@ -156,6 +156,28 @@ def test_load_sequences_refuses_null_ids(tmp_path):
         load_sequences(tmp_path, "train", 4)
 
 
+def test_processes_that_spill_one_split_at_once_build_it_once(tmp_path):
+    """The ranks of a torchrun job with train.memory_budget find no spill folder at the same moment: each built its
+    own and replaced the one another was opening, which then died with FileNotFoundError (walk 33a: 2 of 4 tries)."""
+    import multiprocessing as mp
+    from spill_race import load_after
+    from test_train import make_samples
+    samples = make_samples(tmp_path / "samples", n_items=12, train=2000)
+    full = load_samples(samples, "train", 6)
+    want = ("ok", int(full.seqs.sum()), int(full.targets.sum()))
+    ctx = mp.get_context("spawn")
+    for attempt in range(3):
+        barrier, out = ctx.Barrier(3), ctx.Queue()
+        procs = [ctx.Process(target=load_after, args=(barrier, str(samples), str(tmp_path / f"spill{attempt}"), out))
+                 for _ in range(3)]
+        for p in procs:
+            p.start()
+        got = [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        assert got == [want] * 3, got
+
+
 def test_a_memory_budget_spills_to_memory_maps_with_the_same_batches(tmp_path):
     """train.memory_budget: a split larger than the budget is built slice by slice into memory-mapped
     files; the arrays, and so the seeded batches, are those of the in-memory path."""

@@ -262,3 +262,17 @@ def test_carca_trains_on_the_generated_files_and_records_the_protocol(carca_samp
         "leave_one_out", "leave_one_out, 10 sampled candidates (uniform, input items excluded)"]
     table = to_markdown(aggregate(records))
     assert "| leave_one_out, 10 sampled candidates (uniform, input items excluded) | carca | abs | sampled |" in table
+
+
+def test_a_memory_budget_carca_cannot_use_is_said(carca_samples, tmp_path, capfd):
+    """CARCA's samples hold each interaction's context and stay in memory: train.memory_budget was ignored
+    without a word (walk 33a)."""
+    from models import MODELS
+    from pipeline.train import tasks
+    p = _params("carca", "abs")
+    budget = dataclasses.replace(p, train=dataclasses.replace(p.train, memory_budget=0.001))
+    manifest = json.loads((carca_samples / "manifest.json").read_text())
+    capfd.readouterr()
+    tasks.make_task("next_item", carca_samples, manifest, budget.train, budget, MODELS["carca"], torch.device("cpu"))
+    assert "note: train.memory_budget is 0.001 MB, and 'carca' reads each interaction's context" in \
+        capfd.readouterr().err

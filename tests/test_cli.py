@@ -413,3 +413,12 @@ def test_preprocess_says_when_a_valid_fraction_carves_no_session(tmp_path):
     assert proc.returncode == 0, proc.stderr
     valid = json.loads((tmp_path / "sessions" / "manifest.json").read_text())["splits"]["valid"]
     assert valid["sessions"] >= 1
+
+
+def test_a_fitted_baseline_shows_fitted_as_its_best_epoch(capsys):
+    """POP's table row read 'best epoch 0' (walk 32c): a fitted baseline has no epochs."""
+    from pipeline.cli import _print_runs
+    _print_runs([{"name": "pop-none/seed-1", "best_epoch": 0, "stopped": "fitted", "test": {"hr@10": 0.25}},
+                 {"name": "sasrec-none/seed-1", "best_epoch": 3, "stopped": "patience", "test": {"hr@10": 0.5}}])
+    rows = [line for line in capsys.readouterr().out.splitlines() if "seed-1" in line]
+    assert "fitted" in rows[0] and " 0 " not in rows[0] and " 3 " in rows[1], rows

@@ -117,6 +117,15 @@ def test_stats_counts_clicks_as_positive_labels(tmp_path):
     cells = {" ".join(line.replace("│", " ").replace("┃", " ").split()) for line in proc.stdout.splitlines()}
     assert {"step rows sessions clicks items", "read train.csv 5 3", "read test.csv 1 1", "train clicks 2, rows 3",
             "valid clicks 1, rows 2", "test clicks 1, rows 1"} <= cells, proc.stdout
+    # raw ids are kept, so the manifest's n_items is the largest id + 1: it read as a count of items (walk 32b)
+    n_items = read_json(tmp_path / "sessions" / "manifest.json")["n_items"]
+    assert f"item ids {n_items} (the largest raw id + 1: ids are not renumbered, so not a count)" in cells, proc.stdout
+    augment.run("kuaivideo", tmp_path / "sessions", tmp_path / "samples", params())
+    proc = seqpe("stats", "kuaivideo", str(tmp_path / "samples"))
+    vocab = read_json(tmp_path / "samples" / "manifest.json")["ctr"]["vocab"]
+    shown = ", ".join(f"{t} {v['kept']} ids kept (min count {v['min_count']})" for t, v in vocab.items())
+    assert any(f"vocabulary {shown}" in " ".join(line.replace("│", " ").split()) for line in proc.stdout.splitlines()), \
+        proc.stdout
 
 
 def test_end_to_end_streamed_and_deterministic(tmp_path):

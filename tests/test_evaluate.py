@@ -167,14 +167,18 @@ def test_the_comparison_axis_leaves_room_for_the_longest_bars_value(metric, mean
     assert (right - hi) / (right - left) >= 0.13                        # about 0.6 inch of a 5.2-inch panel
 
 
-def test_cut_offs_the_runs_never_computed_are_named(tmp_path):
-    """evaluate.ks edited to [15] after training: matplotlib's "Number of columns must be a positive integer"."""
+def test_cut_offs_the_runs_never_computed_are_named(tmp_path, capfd):
+    """evaluate.ks edited to [15] after training: matplotlib's "Number of columns must be a positive integer";
+    with some of the asked cut-offs computed the report left the others out without a word (walk 32b)."""
     write_run(tmp_path / "runs", "sasrec", "lpe", 1, {"hr@10": 0.3, "ndcg@10": 0.1, "hr@20": 0.5})
     with pytest.raises(DataError, match=r"evaluate.ks asks for @15, @50, none of which sasrec-lpe seed 1 computed "
                                         r"\(it has @10, @20\).*retrain them with the new ks"):
         stage.run("toyset", tmp_path / "runs", tmp_path / "reports", params(ks=(50, 15)))
     assert not (tmp_path / "reports").exists()
+    capfd.readouterr()
     stage.run("toyset", tmp_path / "runs", tmp_path / "reports", params(ks=(20, 15)))      # some: reported
+    assert capfd.readouterr().err == ("note: evaluate.ks asks for @15, @20, and sasrec-lpe (seed 1) was trained "
+                                      "without @15: its row leaves it out (retrain it with these ks to have it)\n")
 
 
 def test_missing_runs_are_errors(tmp_path):

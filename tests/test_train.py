@@ -147,7 +147,8 @@ def test_toy_model_learns_and_run_folder_is_complete(tmp_path, toy_registry):
     ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     assert ckpt["epoch"] == record["best_epoch"] and ckpt["config"]["n_items"] == 12
     assert ckpt["config"]["train"]["dim"] == 16
-    assert "samples_per_s" in json.loads((run_dir / "timing.json").read_text())["epochs"][0]
+    timing = json.loads((run_dir / "timing.json").read_text())
+    assert "samples_per_s" in timing["epochs"][0] and timing["world_size"] == 1
 
 
 def test_same_seed_same_weights_and_bytes_other_seed_differs(tmp_path, toy_registry):
@@ -780,7 +781,8 @@ def test_preset_variants_match_a_word_of_the_name_can_be_named_and_are_announced
                                               "(yoochoose, diginetica), so its base settings apply (--preset "
                                               "paper_VARIANT picks one: paper_yoochoose, paper_diginetica)")
     stage.run("toyset", samples, tmp_path / "runs", params(), preset="paper_diginetica", progress=False, tag="d")
-    assert capfd.readouterr().err.strip() == "note: preset paper of toy: its diginetica variant for dataset 'toyset'"
+    assert capfd.readouterr().err.strip() == ("note: preset paper of toy: its diginetica variant, as named (--preset "
+                                              "paper_diginetica), for dataset 'toyset'")     # not matched by the name
     r = json.loads((tmp_path / "runs" / "toy-toy_lpe-d" / "seed-1" / "run.json").read_text())
     assert (r["preset"], r["options"]) == ({"name": "paper", "variant": "diginetica"}, {"alpha": 1.0, "beta": 3})
     with pytest.raises(ParamsError, match="name the variant: --preset paper_diginetica or --preset paper_yoochoose"):
@@ -1462,6 +1464,127 @@ def test_train_keys_a_model_never_reads_are_null_and_refused_when_given(tmp_path
     stage.run("toyset", samples, runs, ce, model="bprmf", overrides=["train.loss=ce"], progress=False, check=True)
 
 
+@pytest.mark.parametrize("model, key", [("gru4rec", "heads"), ("narm", "dropout"), ("stamp", "layers"),
+                                        ("srgnn", "heads"), ("fgnn", "layers"), ("token_mixing", "heads"),
+                                        ("bprmf", "dropout"), ("pop", "bucket")])
+def test_backbones_refuse_the_train_keys_they_never_read(tmp_path, model, key):
+    """GRU4Rec, NARM, STAMP, SR-GNN, FGNN, token mixing and BPR-MF took train.layers / heads / dropout from --set,
+    recorded them and trained the same model (walk 32c: identical test metrics, other fingerprints); POP its
+    train.bucket."""
+    from pipeline.errors import ParamsError
+    samples = make_samples(tmp_path / "samples")
+    with pytest.raises(ParamsError, match=rf"train.{key} is 3, and '{model}' does not read train.{key}"):
+        stage.run("toyset", samples, tmp_path / "runs", params(model, "none", epochs=1), model=model,
+                  overrides=[f"train.{key}=3"], progress=False, check=True)
+
+
+def test_a_key_a_backbone_never_reads_is_not_its_fingerprint(tmp_path, capsys):
+    """From params.yaml the key is recorded as null: raising train.heads for SASRec does not retrain a finished
+    SR-GNN seed (walk 32c: 'holds a run trained with other settings (train.heads: 1 vs 4)')."""
+    import dataclasses
+    samples, runs = make_samples(tmp_path / "samples"), tmp_path / "runs"
+    p = params("srgnn", "none", epochs=1)
+    stage.run("toyset", samples, runs, p, model="srgnn", progress=False)
+    path = runs / "srgnn-none" / "seed-1" / "run.json"
+    record, before = json.loads(path.read_text()), path.stat().st_mtime_ns
+    assert (record["train"]["heads"], record["train"]["layers"], record["train"]["dropout"]) == (None, None, None)
+    capsys.readouterr()
+    stage.run("toyset", samples, runs, dataclasses.replace(p, train=dataclasses.replace(p.train, heads=4, layers=3,
+                                                                                          dropout=0.5)),
+              model="srgnn", progress=False)
+    assert path.stat().st_mtime_ns == before and "other settings" not in capsys.readouterr().err
+
+
+def test_gru4rec_under_a_ranking_loss_refuses_the_trainers_loss_settings(tmp_path):
+    """models.gru4rec.loss bpr_max trains with its own loss: --set train.loss=sampled was recorded and ignored."""
+    import dataclasses
+    from pipeline.errors import ParamsError
+    samples = make_samples(tmp_path / "samples")
+    p = params("gru4rec", "none", epochs=1)
+    ranked = dataclasses.replace(p, models={"gru4rec": {"loss": "bpr_max", "negatives": 4}})
+    with pytest.raises(ParamsError, match=r"train.loss is sampled, and 'gru4rec' does not read train.loss"):
+        stage.run("toyset", samples, tmp_path / "runs", ranked, model="gru4rec",
+                  overrides=["train.loss=sampled"], progress=False, check=True)
+    stage.run("toyset", samples, tmp_path / "runs", p, model="gru4rec", overrides=["train.loss=sampled"],
+              progress=False, check=True)                                  # under its loss ce it reads train.loss
+
+
+@pytest.mark.parametrize("model, options, given, why, reader", [
+    ("gru4rec", {}, "negatives=5", "models.gru4rec.loss ce trains with the trainer's loss", "loss=bpr_max"),
+    ("gru4rec", {"loss": "bpr"}, "bpreg=3.0", "models.gru4rec.loss bpr has no score regularisation", "loss=bpr_max"),
+    ("bprmf", {"loss": "ce"}, "negatives=9", "models.bprmf.loss ce trains with the trainer's loss", "loss=bpr"),
+])
+def test_model_options_another_option_leaves_unread(tmp_path, model, options, given, why, reader):
+    """GRU4Rec's negatives / bpreg and BPR-MF's negatives outside the loss that reads them were recorded: three
+    GRU4Rec runs with byte-identical results under three fingerprints (walk 32c). Given with --set they are refused;
+    from params.yaml they are left out of the run's options."""
+    import dataclasses
+    from pipeline.errors import ParamsError
+    samples, runs = make_samples(tmp_path / "samples"), tmp_path / "runs"
+    key, value = given.split("=")
+    p = dataclasses.replace(params(model, "none", epochs=1),
+                            models={model: {**options, key: float(value) if "." in value else int(value)}})
+    with pytest.raises(ParamsError, match=rf"models.{model}.{key} is {value}, and {why}.*, so it is not read.*drop "
+                                          rf"--set models.{model}.{given}, or add --set models.{model}.{reader}"):
+        stage.run("toyset", samples, runs, p, model=model, overrides=[f"models.{model}.{given}"], progress=False,
+                  check=True)
+    stage.run("toyset", samples, runs, p, model=model, progress=False)
+    record = json.loads((runs / f"{model}-none" / "seed-1" / "run.json").read_text())
+    assert record["options"] == options
+
+
+def test_options_of_a_model_or_encoding_outside_the_run_are_checked(tmp_path):
+    """--set models.narm.bogus on a GRU4Rec run (and encodings.lpe.foo on a run without lpe) passed unchecked; the
+    error for a section without options ended in an empty 'known keys here:' (walk 32c)."""
+    import dataclasses
+    from pipeline.errors import ParamsError
+    samples = make_samples(tmp_path / "samples")
+    p = params("pop", "none")
+    for section, extra, match in (
+            ("models", {"narm": {"bogus": 0.9}}, r"unknown params key 'models.narm.bogus'.*known keys here: emb_dropout"),
+            ("encodings", {"lpe": {"foo": 1}}, r"'encodings.lpe' takes no options: remove 'encodings.lpe.foo'"),
+            ("models", {"pop": {"foo": 1}}, r"'models.pop' takes no options: remove 'models.pop.foo'"),
+            ("encodings", {"rope": {"base": -1.0}}, r"encodings.rope.base must be > 1")):
+        bad = dataclasses.replace(p, **{section: {**getattr(p, section), **extra}})
+        with pytest.raises(ParamsError, match=match):
+            stage.run("toyset", samples, tmp_path / "runs", bad, model="pop", progress=False, check=True)
+
+
+def test_auto_settings_are_recorded_and_fingerprinted_as_what_they_pick(tmp_path, toy_registry, capsys):
+    """train.ce_impl auto is chunked on the CPU and precision auto fp32: with the explicit values the same model
+    was 'trained with other settings', retrained and replaced, and run.json never said which loss ran (walk 33a).
+    A record of older code holding 'auto' pools with the resolved one."""
+    import dataclasses
+    from pipeline import report
+    samples, runs = make_samples(tmp_path / "samples"), tmp_path / "runs"
+    p = params(epochs=1)
+    stage.run("toyset", samples, runs, p, progress=False)
+    path = runs / "toy-toy_lpe" / "seed-1" / "run.json"
+    record, before = json.loads(path.read_text()), path.stat().st_mtime_ns
+    assert (record["train"]["ce_impl"], record["train"]["precision"]) == ("chunked", "fp32")
+    capsys.readouterr()
+    explicit = dataclasses.replace(p, train=dataclasses.replace(p.train, ce_impl="chunked", precision="fp32"))
+    stage.run("toyset", samples, runs, explicit, overrides=["train.ce_impl=chunked", "train.precision=fp32"],
+              progress=False)
+    assert path.stat().st_mtime_ns == before and "other settings" not in capsys.readouterr().err    # reused
+    old = {**record, "train": {**record["train"], "ce_impl": "auto", "precision": "auto"}}
+    assert report.settings_change(old, record) == ""
+    assert "ce_impl: 'plain' vs 'chunked'" in report.settings_change({**old, "device": "cuda"}, record)
+
+
+def test_more_sampled_negatives_than_items_is_said(tmp_path, toy_registry, capfd):
+    """train.negatives 100,000 on 479 items trained 16x slower than ce, without a word (walk 33a)."""
+    import dataclasses
+    samples = make_samples(tmp_path / "samples")                       # 12 items
+    p = params(epochs=1)
+    for negatives, said in ((5, False), (12, True)):
+        q = dataclasses.replace(p, train=dataclasses.replace(p.train, loss="sampled", negatives=negatives))
+        capfd.readouterr()
+        stage.run("toyset", samples, tmp_path / "runs", q, progress=False, check=True)
+        err = capfd.readouterr().err
+        assert ("note: train.negatives is 12, and the data has 12 items" in err) is said, err
+
+
 def test_a_key_another_setting_leaves_unread_is_null_and_refused_when_given(tmp_path, toy_registry, capsys):
     """train.negatives under loss ce (and lr_step / lr_gamma without a schedule) were fingerprinted: `dvc exp run -S
     train.negatives=50` retrained every configuration into bit-identical runs (walk 31b)."""
@@ -1473,7 +1596,7 @@ def test_a_key_another_setting_leaves_unread_is_null_and_refused_when_given(tmp_
     path = runs / "toy-toy_lpe" / "seed-1" / "run.json"
     record, before = json.loads(path.read_text()), path.stat().st_mtime_ns
     assert record["train"]["negatives"] is None and record["train"]["lr_step"] is None
-    assert record["train"]["ce_impl"] == "auto"                                  # read: the loss is ce
+    assert record["train"]["ce_impl"] == "chunked"          # read: the loss is ce (auto, as it resolves on the CPU)
     capsys.readouterr()
     stage.run("toyset", samples, runs, dataclasses.replace(p, train=dataclasses.replace(p.train, negatives=50,
                                                                                           lr_gamma=0.5)), progress=False)

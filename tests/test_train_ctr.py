@@ -210,3 +210,24 @@ def test_a_hand_evaluate_takes_the_datasets_samples_folder_for_the_per_sample_te
     proc = seqpe("report", "data/runs/sample_ctr", "--samples", "data/samples", cwd=project)
     assert_one_line_error(proc, "no manifest.json in data/samples: it is not a samples folder seqpe prepared",
                           "Fix: pass one dataset's folder inside it: data/samples/sample_ctr")
+
+
+def test_a_ctr_import_under_its_own_name_gets_its_layouts_preset_variant():
+    """`--preset paper` on KuaiVideo_x1 files imported as `mykuai` gave AmazonElectronics' lr and batch (the base
+    settings: no variant in the name), though the samples record KuaiVideo's layout (walk 32b)."""
+    from models import MODELS
+    from pipeline import presets
+    from pipeline.datasets.ctr import OPTIONS
+    from pipeline.train.stage import _layout_twin
+    spec = MODELS["din"]
+    twin = _layout_twin({"params": {"preprocess": {"options": OPTIONS["kuaivideo"]}}})
+    res = presets.resolve(spec.presets, "paper", "din", "mykuai", twin)
+    assert (twin, res.variant, res.twin, res.train["lr"], res.train["batch_size"]) == \
+        ("kuaivideo", "kuaivideo", "kuaivideo", 1e-3, 4096)
+    assert "its kuaivideo variant for dataset 'mykuai', whose data has kuaivideo's layout" in \
+        presets.variant_note(spec.presets, res, "din", "mykuai")
+    named = presets.resolve(spec.presets, "paper", "din", "my_electronics", twin)      # a variant in the name wins
+    assert (named.variant, named.twin, named.train["batch_size"]) == ("electronics", None, 1024)
+    assert _layout_twin({"params": {"preprocess": {"options": OPTIONS["amazon_electronics"]}}}) == "amazon_electronics"
+    assert _layout_twin({"params": {"preprocess": {"options": {"valid": "tail"}}}}) is None
+    assert _layout_twin({}) is None

@@ -44,13 +44,22 @@ def pick_model(name: Optional[str], task: str, params: Params, models: dict):
 
 
 def check_option_names(params: Params, models: dict) -> None:
-    """Every name under `models:` / `encodings:` is a registered model / encoding: options under a
-    misspelt name (`--set models.posrce.anchors=false`) would otherwise be read by no run, silently."""
+    """Every name under `models:` / `encodings:` is a registered model / encoding, and every option under it
+    one that model / encoding has, whether or not this run trains it: options under a misspelt name (`--set
+    models.posrce.anchors=false`) or key (`--set models.narm.bogus=1` on a GRU4Rec run) would otherwise be
+    read by no run, silently (walk 32c)."""
     import models.encodings as enc
     for section, known in (("models", models), ("encodings", enc.ENCODINGS)):
-        for name in getattr(params, section):
+        for name, options in getattr(params, section).items():
             if name not in known:
                 raise unknown(f"name under {section}:", name, known)
+            cls = getattr(known[name], "options" if section == "models" else "config", None)
+            if not options or cls is None:      # a model registered without an options class checks them in its build
+                continue
+            if section == "encodings":
+                enc.check_encoding_options(name, options)
+            else:
+                from_dict(cls, dict(options), f"models.{name}")
 
 
 def pick_encoding(spec, encoding: Optional[str], task: str, params: Params, preset_encoding: Optional[str]) -> str:
@@ -80,10 +89,10 @@ def resolve_train(train: TrainParams, spec, preset: Optional[str], model: str, e
 
 
 def resolve_run(params: Params, spec, preset: Optional[str], model: str, encoding: Optional[str], dataset: str,
-                explicit: Iterable[str] = ()) -> tuple[TrainParams, Params, presets.Resolved]:
+                explicit: Iterable[str] = (), twin: Optional[str] = None) -> tuple[TrainParams, Params, presets.Resolved]:
     """(TrainParams, Params with the preset's model/encoding options merged under the explicit ones,
     the preset applied); precedence in pipeline/presets.py."""
-    res = presets.resolve(spec.presets, preset, model, dataset)
+    res = presets.resolve(spec.presets, preset, model, dataset, twin)
     tp = _train_params(params.train, res.train, model, encoding, explicit)
     params = dataclasses.replace(params, train=tp, models=presets.merge_options(res.models, params.models),
                                  encodings=presets.merge_options(res.encodings, params.encodings))
@@ -99,14 +108,14 @@ def _set_options(params: Params, spec, encoding: str) -> Params:
     import models.encodings as enc
     models, encodings = dict(params.models), dict(params.encodings)
     if spec.options is not None and spec.name in models:
-        models[spec.name] = _non_default(spec.options, models[spec.name], f"models.{spec.name}")
+        models[spec.name] = non_default(spec.options, models[spec.name], f"models.{spec.name}")
     config = getattr(enc.ENCODINGS.get(encoding), "config", None)
     if encoding in encodings and config is not None:
-        encodings[encoding] = _non_default(config, encodings[encoding], f"encodings.{encoding}")
+        encodings[encoding] = non_default(config, encodings[encoding], f"encodings.{encoding}")
     return dataclasses.replace(params, models=models, encodings=encodings)
 
 
-def _non_default(cls: type, given: Optional[dict], key: str) -> dict:
+def non_default(cls: type, given: Optional[dict], key: str) -> dict:
     """The options of `given` whose value (as `cls` reads it) is not `cls`'s default, in the order given."""
     cfg, default = from_dict(cls, dict(given or {}), key), cls()
     return {k: getattr(cfg, k) for k in (given or {}) if getattr(cfg, k) != getattr(default, k)}
@@ -169,8 +178,10 @@ def build_encoding(name: str, tp: TrainParams, options: dict, dim: Optional[int]
     another name (byte-identical outputs, reported as a different configuration)."""
     import models.encodings as enc
     from models.encodings.base import PositionalEncoding
-    built = enc.build_encoding(name, dim=dim or tp.dim, max_len=tp.max_len, heads=tp.heads,
-                               layers=tp.layers, options=options)
+    # a model that has no heads or blocks (STAMP, token mixing: train.heads recorded as null) takes input-stage
+    # encodings only, which read neither; one acting in attention is built at 1 for the model to refuse
+    built = enc.build_encoding(name, dim=dim or tp.dim, max_len=tp.max_len, heads=tp.heads or 1,
+                               layers=1 if tp.layers is None else tp.layers, options=options)
     if tp.layers == 0 and tp.model in BLOCK_MODELS and name != "none" \
             and type(built).embed is PositionalEncoding.embed:
         raise ParamsError(f"train.layers is 0, so {tp.model} has no attention block, and {name} acts only inside "

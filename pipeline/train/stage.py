@@ -11,7 +11,7 @@ from typing import Optional
 from .. import presets
 from ..errors import ConstantModel, DataError, ParamsError
 from ..io import claim_dir, claim_file, refuse_nested, require_kind, verify_shards
-from ..params import EvaluateParams, Params, check_seeds, to_dict
+from ..params import EvaluateParams, Params, check_seeds, from_dict, to_dict
 from ..report import config_name
 from ..versions import versions
 from . import distributed, heap, runs, setup, state, threads
@@ -54,12 +54,16 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     params = dataclasses.replace(params, train=params.train_for(kind, tuple(explicit)))   # study.<task>.train
     spec = setup.pick_model(model, kind, params, MODELS)
     setup.check_option_names(params, MODELS)
-    res = presets.resolve(spec.presets, preset, spec.name, dataset)
+    twin = _layout_twin(manifest) if kind == "ctr" else None
+    res = presets.resolve(spec.presets, preset, spec.name, dataset, twin)
     enc_name = setup.pick_encoding(spec, encoding, kind, params, res.train.get("encoding"))
-    tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset, explicit)
+    tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset, explicit, twin)
     if kind == "ctr":
         params = _ctr_settings(params, tp, spec, explicit, overrides)
     tp = _drop_ignored(tp, spec, params, overrides)
+    params = _drop_unread_options(params, spec, overrides)
+    if kind != "ctr":
+        tp = _resolve_auto(tp)
     if tp.objective == "sequence" and not spec.causal:
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",
@@ -108,6 +112,12 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     cut = _cut_shorter(manifest, tp, samples_dir, applied, explicit)
     if cut and os.environ.get("RANK", "0") == "0":
         sys.stderr.write(f"note: {cut}\n")
+    n_items = manifest.get("n_items")
+    if tp.loss == "sampled" and isinstance(n_items, int) and tp.negatives >= n_items \
+            and os.environ.get("RANK", "0") == "0":     # 100,000 draws from 479 items trained 16x slower (walk 33a)
+        sys.stderr.write(f"note: train.negatives is {tp.negatives:,}, and the data has {n_items:,} items: the sampled "
+                         f"softmax draws its negatives with replacement, so train.loss ce (each item once, exact) is "
+                         f"cheaper than this\n")
     owner = runs.dvc_output_of(Path(runs_dir) / config)
     if owner is not None and owner[1] != (Path(runs_dir) / config).resolve():
         where = "is" if owner[1] == Path(runs_dir).resolve() else f"is inside {owner[1]},"
@@ -291,6 +301,28 @@ def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> P
         params.evaluate, **{k: getattr(defaults, k) for k in _CTR_EVALUATE}))
 
 
+def _resolve_auto(tp):
+    """`tp` with train.ce_impl and precision `auto` replaced by what they pick on the run's device (ce_impl:
+    chunked on the CPU, plain on CUDA; precision: fp32), as train.device auto enters the fingerprint: `auto`
+    and the value it picks were two fingerprints for one model (a finished seed retrained and replaced, seeds
+    not pooled by `seqpe report`), and run.json did not say which loss ran (walk 33a)."""
+    from .tasks import ce_impl
+    resolved = {}
+    if tp.ce_impl == "auto":
+        resolved["ce_impl"] = ce_impl(tp, setup.pick_device(tp.device))
+    if tp.precision == "auto":
+        resolved["precision"] = "fp32"
+    return dataclasses.replace(tp, **resolved)
+
+
+def _layout_twin(manifest: dict) -> Optional[str]:
+    """The BARS dataset (amazon_electronics, kuaivideo) whose CTR layout and valid rule CTR samples have: an
+    import of its files under a name of one's own (`seqpe import mykuai DIR`) gets its preset variant."""
+    from ..datasets.ctr import OPTIONS
+    preprocess = ((manifest.get("params") or {}).get("preprocess") or {})
+    return next((name for name, options in OPTIONS.items() if preprocess.get("options") == options), None)
+
+
 def _drop_ignored(tp, spec, params: Params, overrides):
     """`tp` with the train keys the model never reads (ModelSpec.ignores: DIN's layers and heads, a fitted
     baseline's training keys, BPR-MF's loss settings) set to null, or a ParamsError for one given with --set.
@@ -320,6 +352,25 @@ def _drop_ignored(tp, spec, params: Params, overrides):
             raise ParamsError(f"{given.replace('=', ' is ', 1)}, and '{spec.name}' does not read train.{key}: the "
                               "setting would be ignored (and recorded as if it applied)", f"drop --set {given}")
     return dataclasses.replace(tp, **{key: None for key in (*ignores, *unread)})
+
+
+def _drop_unread_options(params: Params, spec, overrides) -> Params:
+    """`params` without the model options its other options leave unread (ModelSpec.unread_options: GRU4Rec's
+    negatives and bpreg under its loss ce, BPR-MF's negatives under ce), or a ParamsError for one given with
+    --set. Recorded, such an option made another fingerprint and another report row for the same model (walk
+    32c: three GRU4Rec runs with byte-identical results); from params.yaml it is simply not part of the run."""
+    options = params.models.get(spec.name)
+    if spec.unread_options is None or not options:
+        return params
+    unread = spec.unread_options(from_dict(spec.options, dict(options), f"models.{spec.name}"))
+    for key, (why, reader) in unread.items():
+        given = next((text.strip() for text in overrides or []
+                      if text.split("=", 1)[0].strip() == f"models.{spec.name}.{key}"), None)
+        if given is not None:
+            raise ParamsError(f"{given.replace('=', ' is ', 1)}, and {why}, so it is not read: the setting would be "
+                              "ignored (and recorded as if it applied)", f"drop --set {given}, or add --set {reader}")
+    kept = {k: v for k, v in options.items() if k not in unread}
+    return dataclasses.replace(params, models={**params.models, spec.name: kept})
 
 
 def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag, device,
@@ -541,7 +592,8 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
         "best_epoch": best_epoch, "stopped": stopped,
         "select_metric": select, "valid": best["valid"], "test": test,
     }
-    timing_rec = {"device": str(device), "threads": torch.get_num_threads(), "epochs": timing,
+    timing_rec = {"device": str(device), "threads": torch.get_num_threads(), "world_size": dist.world,  # samples/s
+                  "epochs": timing,                                              # of W processes (walk 33a)
                   "resumed_from_epoch": resumed, "test_s": test_s, "total_s": time.perf_counter() - t_start}
     return net, record, timing_rec, per_sample
 

@@ -30,6 +30,8 @@ backbone's auxiliary loss (DIEN, DMIN); metrics AUC, gAUC and logloss (models/me
 """
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 import numpy as np
 
@@ -178,6 +180,10 @@ class NextItemTask:
         self.side = side.SideInfo(side.item_features(samples_dir, manifest), side.context_names(manifest)) \
             if getattr(spec, "side", False) else None
         width = self.side.context_width if self.side is not None else 0
+        if width and tp.memory_budget and os.environ.get("RANK", "0") == "0":     # was silent (walk 33a)
+            sys.stderr.write(f"note: train.memory_budget is {tp.memory_budget:g} MB, and '{spec.name}' reads each "
+                             "interaction's context, whose samples are held in memory: the budget does not apply "
+                             "to this run\n")
         self.data = {}
         for split in SPLITS:
             loader = load_sequences if split == "train" and tp.objective == "sequence" else load_samples
