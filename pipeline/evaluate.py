@@ -88,10 +88,10 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
             lacking.setdefault((r.get("name"), show(ks - cuts)), []).append(r["seed"])
         r["test"] = {k: v for k, v in r["test"].items() if "@" not in k or k.split("@")[1] in ks}
     for (name, missing), seeds in lacking.items():   # some of them: reported without a word (walk 32b)
+        them = "them" if "," in missing else "it"
         sys.stderr.write(f"note: evaluate.ks asks for {show(ks)}, and {name} (seed{'s' * (len(seeds) > 1)} "
                          f"{', '.join(map(str, sorted(seeds)))}) was trained without {missing}: its row leaves "
-                         f"{'them' if ',' in missing else 'it'} out (retrain it with these ks to have "
-                         f"{'them' if ',' in missing else 'it'})\n")
+                         f"{them} out (retrain it with these ks to have {them})\n")
     rows, records = report.pooled(records, (lambda name: name not in order) if all_runs else None)  # grid: all
     names = [row["name"] for row in rows]
     if len(set(names)) != len(names):

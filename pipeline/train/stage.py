@@ -323,6 +323,11 @@ def _layout_twin(manifest: dict) -> Optional[str]:
     return next((name for name, options in OPTIONS.items() if preprocess.get("options") == options), None)
 
 
+def _given(overrides, key: str) -> Optional[str]:
+    """The --set text that sets `key` (`train.heads=4`), or None."""
+    return next((text.strip() for text in overrides or [] if text.split("=", 1)[0].strip() == key), None)
+
+
 def _drop_ignored(tp, spec, params: Params, overrides):
     """`tp` with the train keys the model never reads (ModelSpec.ignores: DIN's layers and heads, a fitted
     baseline's training keys, BPR-MF's loss settings) set to null, or a ParamsError for one given with --set.
@@ -342,8 +347,7 @@ def _drop_ignored(tp, spec, params: Params, overrides):
         ("lr_gamma", tp.lr_schedule == "none" and ("train.lr_schedule is none", "train.lr_schedule=step")),
     ) if why and key not in ignores}
     for key in (*ignores, *unread):
-        given = next((text.strip() for text in overrides or [] if text.split("=", 1)[0].strip() == f"train.{key}"),
-                     None)
+        given = _given(overrides, f"train.{key}")
         if given is not None and key in unread:
             raise ParamsError(f"{given.replace('=', ' is ', 1)}, and {unread[key][0]}, so it is not read: the setting "
                               "would be ignored (and recorded as if it applied)",
@@ -364,8 +368,7 @@ def _drop_unread_options(params: Params, spec, overrides) -> Params:
         return params
     unread = spec.unread_options(from_dict(spec.options, dict(options), f"models.{spec.name}"))
     for key, (why, reader) in unread.items():
-        given = next((text.strip() for text in overrides or []
-                      if text.split("=", 1)[0].strip() == f"models.{spec.name}.{key}"), None)
+        given = _given(overrides, f"models.{spec.name}.{key}")
         if given is not None:
             raise ParamsError(f"{given.replace('=', ' is ', 1)}, and {why}, so it is not read: the setting would be "
                               "ignored (and recorded as if it applied)", f"drop --set {given}, or add --set {reader}")
