@@ -103,6 +103,9 @@ class ModelSpec:
                                          # its other settings leave unread, {option: (why, the setting that reads
                                          # it)} (GRU4Rec's negatives under its loss ce): refused when given with
                                          # --set, left out of the record from params.yaml (pipeline/train/stage.py)
+    encoding: Optional[str] = None       # the encoding a run takes without --encoding (or a preset's), in place of
+                                         # the study grid's first: a model that needs one of its own kind (FPARec:
+                                         # positional attention, which the grid's `none` is not)
     side: bool = False                   # True: takes side information (pipeline/side.py): build(..., side=SideInfo)
                                          # and, where the data has context, forward / training_loss /
                                          # score_items(..., context=(context (B, L, C), target_context (B, C)))

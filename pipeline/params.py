@@ -177,9 +177,8 @@ class TrainParams:
             raise ParamsError(f"params key '{key}.ce_impl' is {self.ce_impl}, which sets how train.loss ce is "
                               f"computed, but '{key}.loss' is {self.loss}: it would be ignored",
                               f"drop {key}.ce_impl (auto), or use {key}.loss: ce")
-        if self.dim % self.heads:
-            raise ParamsError(f"params key '{key}.dim' ({self.dim}) must be divisible by '{key}.heads' "
-                              f"({self.heads})", f"change {key}.dim or {key}.heads")
+        # dim % heads is checked per run (train.stage), once the model's unread keys are known: STAMP reads no
+        # heads, and a CTR backbone splits the item width (fields x dim), not dim, into heads
 
 
 @dataclass(frozen=True)

@@ -558,14 +558,19 @@ def test_a_seed_starting_afresh_beside_its_resume_file_of_other_inputs_says_why(
         os.utime(path, (1, 1) if path.name == kept else None)
     code = run_files.code_versions()
     monkeypatch.setattr(run_files, "code_versions", lambda: {**code, "seqpe_code": "edited"})
-    stage.run("toyset", samples, tmp_path / "runs2", params(**cut), progress=False)
+    stage.run("toyset", samples, tmp_path / "runs", params(**cut), progress=False)
     err = " ".join(capsys.readouterr().err.split())
     assert "other inputs (train.lr: 0.03 vs 0.02; seqpe's source code (another checkout or version)), which this " \
            "command cannot go on from (1 more of this seed are kept)" in err     # the newest file of the seed named
     monkeypatch.setattr(run_files, "code_versions", lambda: code)
+    stage.run("toyset", samples, tmp_path / "elsewhere", params(**cut, lr=0.05), progress=False, check=True)
+    stage.run("toyset", samples, tmp_path / "elsewhere", params(**cut, lr=0.05), progress=False)
+    assert "starts at epoch 1" not in capsys.readouterr().err        # another runs folder: another experiment
     listed = json.loads(_state("--json"))                                 # `seqpe state` tells that one apart
     assert sorted(e["status"] for e in listed if e["kind"] == "resume") == [
-        "resumable", "resumable", "resumable by other seqpe code"]
+        "resumable", "resumable", "resumable", "resumable by other seqpe code"]
+    assert sorted(Path(e["run"]).parent.parent.name for e in listed if e["kind"] == "resume") == [
+        "elsewhere", "runs", "runs", "runs"]                                # (walk 33a: named by every later run)
     stage.run("toyset", samples, tmp_path / "runs", params(**cut), progress=False)     # its own inputs: resumes
     assert "starts at epoch 1" not in capsys.readouterr().err
     assert json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "timing.json").read_text())[
@@ -1125,6 +1130,18 @@ def test_sequence_loss_equals_the_mean_prefix_loss_for_a_forward_encoding(tmp_pa
     assert seq.item() == pytest.approx(pre.item(), abs=1e-5)
 
 
+@pytest.mark.parametrize("model", ["parec", "fparec"])
+def test_a_model_of_its_own_encoding_takes_it_without_encoding(tmp_path, model):
+    """`seqpe train --model fparec` took the grid's first encoding (`none`) and refused it ("needs a
+    positional-attention encoding"); it now takes its own, as its preset does. An explicit one still wins."""
+    samples = make_samples(tmp_path / "samples")
+    p = params(model="sasrec", encoding="none")                       # the grid: sasrec x none
+    [res] = stage.run("toyset", samples, tmp_path / "runs", p, model=model, progress=False, check=True)
+    assert res["name"] == f"{model}-{model}" and res["parameters"] > 0
+    with pytest.raises(ParamsError, match=f"model '{model}' needs a positional-attention encoding, got 'none'"):
+        stage.run("toyset", samples, tmp_path / "runs", p, model=model, encoding="none", progress=False, check=True)
+
+
 def test_sequence_objective_learns_and_refuses_what_it_cannot_train(tmp_path):
     samples = _shifted_toy(tmp_path)
     for model, encoding in (("sasrec", "lrpe"), ("fparec", "fparec")):
@@ -1476,6 +1493,24 @@ def test_backbones_refuse_the_train_keys_they_never_read(tmp_path, model, key):
     with pytest.raises(ParamsError, match=rf"train.{key} is 3, and '{model}' does not read train.{key}"):
         stage.run("toyset", samples, tmp_path / "runs", params(model, "none", epochs=1), model=model,
                   overrides=[f"train.{key}=3"], progress=False, check=True)
+
+
+@pytest.mark.parametrize("model, said", [("stamp", "'stamp' does not read train.heads"),
+                                         ("sasrec", "train.dim (64) must be divisible by train.heads (3), which "
+                                                    "'sasrec' splits it into")])
+def test_a_head_count_is_checked_against_dim_only_for_a_model_that_reads_it(tmp_path, monkeypatch, capsys, model,
+                                                                             said):
+    """`--model stamp --set train.heads=3` said "'train.dim' (64) must be divisible by 'train.heads' (3)", a fix
+    to a key STAMP never reads (the params file checked dim % heads for every model; walk 33a)."""
+    from pipeline import cli
+    make_samples(tmp_path / "samples")
+    monkeypatch.setattr(sys, "argv", ["seqpe", "train", "toyset", str(tmp_path / "samples"), str(tmp_path / "runs"),
+                                      "--model", model, "--set", "train.heads=3", "--set", "train.dim=64", "--quiet",
+                                      "--check", "--params", str(ROOT / "params.yaml")])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and said in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_key_a_backbone_never_reads_is_not_its_fingerprint(tmp_path, capsys):

@@ -101,6 +101,16 @@ def test_next_item_loss_and_objective_settings_are_refused_for_ctr_models(ctr_sa
     assert not (tmp_path / "runs").exists() and not (tmp_path / "r").exists()
 
 
+def test_a_ctr_head_count_need_divide_only_the_item_width(ctr_samples, tmp_path):
+    """BST splits the item width (fields x train.dim), not train.dim, into heads: dim 10 with 2 fields and 4 heads
+    is a valid BST, which the params file refused ("'train.dim' (10) must be divisible by 'train.heads' (4)")."""
+    stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("bst", "none", dim=10, heads=4), model="bst",
+              encoding="none", progress=False, check=True)
+    with pytest.raises(ParamsError, match=r"item width 20 \(train.dim 10 x 2 fields\) is not divisible by train.heads \(3\)"):
+        stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("bst", "none", dim=10, heads=3), model="bst",
+                  encoding="none", progress=False, check=True)
+
+
 @pytest.mark.parametrize("model, key", [("din", "layers"), ("din", "heads"), ("dien", "layers"), ("dmin", "layers")])
 def test_a_depth_or_head_count_a_backbone_lacks_is_refused_when_given(ctr_samples, tmp_path, model, key):
     """`--set train.layers=7` on DIN trained byte-identical predictions, recorded layers 7, and replaced the

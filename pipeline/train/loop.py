@@ -154,12 +154,12 @@ def checked(evaluate: Callable[[], dict], where: str) -> dict:
 def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, generator, device, progress: bool,
                history: list, timing: list, resume_path: Optional[Path],
                on_epoch: Optional[Callable[[list], None]] = None, dist: Optional[Dist] = None,
-               inputs: Optional[dict] = None) -> tuple[int, str, int]:
+               inputs: Optional[dict] = None, run_dir: Optional[Path] = None) -> tuple[int, str, int]:
     """Train `net` on `task`; leaves the best weights in `net`. Returns (best epoch, why training
     stopped: "epochs" | "patience" | "time_limit", the epoch a resumed run went on from or 0).
     `on_epoch(history)` is called after each epoch (curves), also for the epochs a resumed run restored.
-    `inputs` (runs.shown_inputs) goes into the resume file, so that a command of other inputs can say why
-    it does not go on from it."""
+    `inputs` (runs.shown_inputs) and `run_dir` (the seed's folder) go into the resume file, so that a command
+    of other inputs can say why it does not go on from it (one of the same folder only: stage._note_other_resume)."""
     import torch
     dist = dist or Dist()
     maximise = task.higher_is_better(select)
@@ -257,7 +257,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                     "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
                     "loop": loop, "history": history, "timing": timing,
                     "label": label, "epochs": tp.epochs, "world": dist.world,     # for `seqpe state`
-                    "inputs": inputs})
+                    "inputs": inputs, "run_dir": str(Path(run_dir).resolve()) if run_dir is not None else None})
                 LAST_SAVED[:] = [label, epoch]                   # what a Ctrl-C's note names
             if on_epoch is not None and dist.main:
                 on_epoch(history)

@@ -4,7 +4,8 @@ Precedence of the settings (pipeline/presets.py): params.yaml `train:` < the mod
 dataset variant) < `--set train.KEY=...` < `--model` / `--encoding`. A run's model and encoding come
 from the command line or the study grid (`study.<task>.models / encodings`): a hand run without
 `--model` trains the grid's first model, without `--encoding` its first encoding (a preset's
-paper encoding when `--preset` is given). An encoding given explicitly to a model that takes none
+paper encoding when `--preset` is given; the model's own, ModelSpec.encoding, for PARec and FPARec,
+which need positional attention). An encoding given explicitly to a model that takes none
 (GRU4Rec, POP) is an error, as is a model of the other task (a CTR backbone on next-item data).
 """
 from __future__ import annotations
@@ -76,6 +77,8 @@ def pick_encoding(spec, encoding: Optional[str], task: str, params: Params, pres
         return encoding
     if preset_encoding is not None:
         return preset_encoding
+    if spec.encoding is not None:
+        return spec.encoding
     grid = getattr(params.study, task)
     return grid.encodings[0] if grid.encodings else "none"
 

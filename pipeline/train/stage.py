@@ -62,6 +62,9 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         params = _ctr_settings(params, tp, spec, explicit, overrides)
     tp = _drop_ignored(tp, spec, params, overrides)
     params = _drop_unread_options(params, spec, overrides)
+    if kind != "ctr" and tp.heads and tp.dim is not None and tp.dim % tp.heads:     # CTR: models.ctr.layers checks fields x dim
+        raise ParamsError(f"train.dim ({tp.dim}) must be divisible by train.heads ({tp.heads}), which "
+                          f"'{spec.name}' splits it into", "change train.dim or train.heads")
     if kind != "ctr":
         tp = _resolve_auto(tp)
     if tp.objective == "sequence" and not spec.causal:
@@ -193,7 +196,7 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
             summary["reused"].append(seed)
         elif task is not None and os.environ.get("RANK", "0") == "0":     # torchrun: rank 0 says it, once
             _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, world, manifest))
-            _note_other_resume(f"{dataset} {config} seed {seed}", fp, key)
+            _note_other_resume(f"{dataset} {config} seed {seed}", fp, key, run_dirs[seed])
     return summary
 
 
@@ -397,12 +400,12 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
             reused = record is not None
             if not reused and dist.main:
                 _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, dist.world, manifest))
-                _note_other_resume(label, fp, key)
+                _note_other_resume(label, fp, key, run_dirs[seed])
             if not reused:
                 curves = (lambda h, s=seed: runs.write_curves(live_dir, s, h)) if live_dir is not None else None
                 net, record, timing, per_sample = train_one(spec, task, tp, params, manifest, select, seed, device,
                                                             progress, runs.resume_path(fp), label, curves, dist,
-                                                            runs.shown_inputs(key))
+                                                            runs.shown_inputs(key), run_dirs[seed])
                 record.update(name=config, tag=tag, preset=applied.record(), fingerprint=fp)
                 if dist.main:
                     runs.save_run(run_dirs[seed], net, record, timing, per_sample)
@@ -516,13 +519,15 @@ def _note_siblings(run_dirs: dict, settings: dict) -> None:
                          f"--tag NAME\n")
 
 
-def _note_other_resume(label: str, fp: str, key: dict) -> None:
-    """A seed about to start afresh while a resume file of the same seed with other inputs is kept (another
-    checkout of seqpe, an edited setting, other samples): say so and why, before hours of training redo
-    what that file holds (it stays: a command of its own inputs goes on from it)."""
+def _note_other_resume(label: str, fp: str, key: dict, run_dir: Path) -> None:
+    """A seed about to start afresh in `run_dir` while a resume file of the same seed and folder with other
+    inputs is kept (another checkout of seqpe, an edited setting, other samples): say so and why, before hours
+    of training redo what that file holds (it stays: a command of its own inputs goes on from it). One of
+    another runs folder is another experiment: it is not named (walk 33a: a time-limited torchrun run was
+    announced by every later run of that seed, in any folder)."""
     if runs.resume_path(fp).exists():
         return                                   # this very run: it resumes
-    others = state.other_resumes(label, fp)
+    others = state.other_resumes(label, fp, run_dir)
     if not others:
         return
     o = others[0]
@@ -548,7 +553,8 @@ def _lock(fp: str, run_dir: Path, what: dict, dist):
 
 
 def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed: int, device, progress: bool,
-              resume_path: Optional[Path], label: str, on_epoch=None, dist=None, inputs=None) -> tuple:
+              resume_path: Optional[Path], label: str, on_epoch=None, dist=None, inputs=None,
+              run_dir: Optional[Path] = None) -> tuple:
     """Train (or fit) one seed; return (net with the best weights, record, timing, per-sample test frame)."""
     import torch
 
@@ -574,7 +580,8 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
             on_epoch(history)
     else:
         best_epoch, stopped, resumed = fit_epochs(net, task, tp, select, seed, label, generator, device, progress,
-                                                  history, timing, resume_path, on_epoch, dist, inputs)
+                                                  history, timing, resume_path, on_epoch, dist, inputs,
+                                                  run_dir)
     t0 = time.perf_counter()
     test, per_sample = checked(lambda: task.test(net), f"{label}, test split, best epoch {best_epoch}")
     if task.kind == "ctr":

@@ -179,17 +179,19 @@ def _resume_info(path: Path) -> Optional[dict]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         return {"what": state.get("label"), "epoch": state["loop"]["epoch"], "epochs": state.get("epochs"),
-                "world": state.get("world"), "inputs": state.get("inputs")}
+                "world": state.get("world"), "inputs": state.get("inputs"), "run_dir": state.get("run_dir")}
     except FileNotFoundError:
         raise
     except Exception:
         return None
 
 
-def other_resumes(label: str, fp: str) -> list[dict]:
+def other_resumes(label: str, fp: str, run_dir: Optional[Path] = None) -> list[dict]:
     """Resume files of the seed `label` ("dataset config seed N") kept under another fingerprint: the same
     seed trained with other settings, samples or code, which a command with this fingerprint cannot go on
-    from (newest first; each _resume_info's entries plus "path")."""
+    from (newest first; each _resume_info's entries plus "path"); with `run_dir`, only those of that seed
+    folder (and those written before resume files named theirs)."""
+    here = str(Path(run_dir).resolve()) if run_dir is not None else None
     root = runs.state_root() / "resume"
     found = []
     for path in sorted(root.glob("*.pt")) if root.is_dir() else []:
@@ -199,7 +201,7 @@ def other_resumes(label: str, fp: str) -> list[dict]:
             info, modified = _resume_info(path), path.stat().st_mtime
         except FileNotFoundError:                      # finished and dropped meanwhile
             continue
-        if info is not None and info["what"] == label:
+        if info is not None and info["what"] == label and (here is None or info["run_dir"] in (None, here)):
             found.append({**info, "path": path, "modified": modified})
     return sorted(found, key=lambda e: (-e["modified"], str(e["path"])))
 
@@ -236,7 +238,8 @@ def entries() -> list[dict]:
                   "resumable by other seqpe code" if _other_code(info.get("inputs")) else "resumable")
         found.append({"kind": "resume", "fingerprint": path.stem, "what": what,
                       "epoch": (info or {}).get("epoch"), "epochs": (info or {}).get("epochs"),
-                      "processes": (info or {}).get("world"), "status": status, "path": str(path),
+                      "processes": (info or {}).get("world"), "run": (info or {}).get("run_dir"),
+                      "status": status, "path": str(path),
                       "bytes": stat.st_size, "modified": stat.st_mtime})
     for path in sorted((root / "done").glob("*")) if (root / "done").is_dir() else []:
         rec = runs._record(path) if _FP.fullmatch(path.name) else None
@@ -254,12 +257,13 @@ def entries() -> list[dict]:
         found.append({"kind": "finished", "fingerprint": path.name,
                       "what": f"{rec.get('dataset')} {rec.get('name')} seed {rec.get('seed')}",
                       "epoch": rec.get("epochs_run"), "epochs": (rec.get("train") or {}).get("epochs"),
-                      "processes": rec.get("world_size"), "status": status, "path": str(path), "bytes": size,
+                      "processes": rec.get("world_size"), "run": None, "status": status, "path": str(path),
+                      "bytes": size,
                       "modified": stat.st_mtime})
     spill = root / "spill"
     if spill.is_dir():
         found.append({"kind": "spill", "fingerprint": None, "what": "memory-mapped sample matrices "
-                      "(train.memory_budget)", "epoch": None, "epochs": None, "processes": None,
+                      "(train.memory_budget)", "epoch": None, "epochs": None, "processes": None, "run": None,
                       "status": "delete by hand when no training runs", "path": str(spill), "bytes": _size(spill),
                       "modified": spill.stat().st_mtime})
     for entry in found:
