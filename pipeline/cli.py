@@ -95,11 +95,12 @@ def _default(kind: str, dataset: str, given: Optional[Path], check: bool = True)
 
 
 def _kv_table(title: str, rows: dict) -> Table:
-    t = Table(title=title, show_header=False)
+    from rich.text import Text                          # plain text: a path's "[x]" is not rich markup
+    t = Table(title=Text(title), show_header=False)
     t.add_column(style="bold", no_wrap=True)
     t.add_column(overflow="fold")                       # a sha256 or a path wraps, never ends in "…"
     for k, v in rows.items():
-        t.add_row(str(k), f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v))
+        t.add_row(Text(str(k)), Text(f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)))
     return t
 
 
@@ -591,7 +592,8 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete the resume
     if not entries:
         console.print(f"{where} holds no training state", highlight=False, markup=False, soft_wrap=True)
         return
-    t = Table(title=f"training state in {where}")
+    from rich.text import Text
+    t = Table(title=Text(f"training state in {where}"))
     longest = max(len(word) for e in entries for word in e["status"].split())
     for name, justify in (("kind", "left"), ("seed", "left"), ("epoch", "right"), ("MB", "right"),
                           ("modified", "left"), ("status", "left")):     # a status's words are never cut
@@ -602,12 +604,48 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete the resume
         what = e["what"] or f"? ({e['fingerprint']})"
         if (e["processes"] or 1) > 1:
             what += f" ({e['processes']} processes)"
-        t.add_row(e["kind"], what, epoch, f"{e['bytes'] / 1e6:,.1f}", e["modified"], e["status"])
+        t.add_row(*map(Text, (e["kind"], what, epoch, f"{e['bytes'] / 1e6:,.1f}", e["modified"], e["status"])))
     console.print(t)
     console.print("`seqpe state --prune` deletes the entries no command of this checkout will read (other code's, "
                   "damaged, time-limited runs' copies); `--prune --all` also the resumable and finished seeds "
                   "no running training holds or needs (they are then trained again); the spill maps go by "
                   "hand, when no training runs", highlight=False)
+
+
+@app.command()
+def models(as_json: Annotated[bool, typer.Option("--json", help="print the list as JSON")] = False):
+    """List every model: task, paper, the encodings it takes, fitted or trained, objectives, presets, options."""
+    from models import MODELS
+
+    from .tables import Col, print_tables, to_json
+    listed = [_model_entry(spec) for spec in MODELS.values()]
+    if as_json:
+        to_json(listed)
+        return
+    cols = [Col("name", key=True), Col("task"), Col("what", wrap=True), Col("paper", wrap=True), Col("encoding"),
+            Col("objective"), Col("presets", wrap=True), Col("options (default)", wrap=True)]
+    rows = [[e["name"], e["task"].replace("_", "-"), e["description"], e["paper"],
+             "none" if not e["takes_encoding"] else f"{e['encoding']} (its own)" if e["encoding"] else "any",
+             "fitted" if e["fitted"] else " or ".join(e["objectives"]) or "-",
+             "; ".join(f"{k}" + (f" ({', '.join(v)})" if v else "") for k, v in e["presets"].items()) or "-",
+             ", ".join(f"{k}={v}" for k, v in e["options"].items()) or "-"] for e in listed]
+    print_tables(console, "seqpe models", cols, rows, caption="`seqpe train DATASET --model NAME [--encoding E] "
+                 "[--preset P]`; a preset's datasets in parentheses have their own variant; options go under "
+                 "models.NAME in params.yaml (or --set models.NAME.OPTION=VALUE). " + PAPERS)
+
+
+def _model_entry(spec) -> dict:
+    """What `seqpe models` says of one ModelSpec (models/base.py)."""
+    import dataclasses
+    options = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+               for f in dataclasses.fields(spec.options)} if spec.options is not None else {}
+    return {"name": spec.name, "task": spec.task, "description": spec.description, "paper": spec.paper,
+            "takes_encoding": spec.uses_encoding, "encoding": spec.encoding, "fitted": spec.fitted,
+            "objectives": [] if spec.fitted or spec.task == "ctr" else ["prefixes", "sequence"] if spec.causal
+            else ["prefixes"],
+            "presets": {name: sorted((p.get("datasets") or {}) if isinstance(p, dict) else {})
+                        for name, p in (spec.presets or {}).items()},
+            "side_information": spec.side, "options": options}
 
 
 encodings_app = typer.Typer(help="Positional encodings: list them, or draw one (PosRec Figs. 7-12).",

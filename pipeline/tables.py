@@ -103,6 +103,7 @@ def tables(title: Optional[str], cols: Sequence[Col], rows: Sequence[Sequence[An
            caption: Optional[str] = None) -> list:
     """rich Tables showing `rows` under `cols` within `width` columns (see the module docstring)."""
     from rich.table import Table
+    from rich.text import Text
     rows = [[("" if v is None else str(v)) for v in row] for row in rows]
     out = []
     blocks = split_columns(cols, rows, width)
@@ -110,7 +111,8 @@ def tables(title: Optional[str], cols: Sequence[Col], rows: Sequence[Sequence[An
         widths = _widths(cols, rows, block, width)
         fits = sum(widths.values()) + _OVERHEAD * len(block) + 1 <= width
         more = f" ({n + 1}/{len(blocks)})" if len(blocks) > 1 and title else ""
-        t = Table(title=(title + more) if title else None, caption=caption if n == len(blocks) - 1 else None)
+        t = Table(title=Text(title + more) if title else None,
+                  caption=Text(caption) if caption and n == len(blocks) - 1 else None)
         for i in block:
             c = cols[i]
             if not fits:               # a column wider than the console on its own: rich folds it
@@ -120,7 +122,7 @@ def tables(title: Optional[str], cols: Sequence[Col], rows: Sequence[Sequence[An
             else:
                 t.add_column(c.header, justify=c.justify, no_wrap=True, width=widths[i])
         for row in rows:
-            t.add_row(*[row[i] for i in block])
+            t.add_row(*[Text(row[i]) for i in block])   # plain text: "[history ; target]" is not rich markup
         out.append(t)
     return out
 
@@ -136,11 +138,12 @@ def kv(console, title: str, pairs: dict) -> None:
     rows = [[str(k), f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)]
             for k, v in pairs.items()]
     from rich.table import Table
-    t = Table(title=title, show_header=False)
+    from rich.text import Text
+    t = Table(title=Text(title), show_header=False)
     t.add_column(no_wrap=True, style="bold")
     t.add_column(overflow="fold")
     for row in rows:
-        t.add_row(*row)
+        t.add_row(*map(Text, row))
     console.print(t)
 
 

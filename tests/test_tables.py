@@ -72,6 +72,32 @@ def test_datasets_table_at_80_columns_and_piped(tmp_path):
     assert next(d for d in data if d["dataset"] == "sample")["enabled"] is True
 
 
+def test_models_lists_every_model_with_what_it_takes():
+    """`seqpe models`: no command listed the models, their encodings, objectives, presets and options (a user
+    learnt them from error messages)."""
+    from models import MODELS
+    proc = cli("models")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in proc.stdout
+    for name in MODELS:
+        assert any(f"│ {name} " in line for line in lines), name
+    assert "[history" in proc.stdout          # BST's "Transformer over [history ; target]": not read as rich markup
+    data = {e["name"]: e for e in json.loads(cli("models", "--json").stdout)}
+    assert set(data) == set(MODELS)
+    assert (data["fparec"]["encoding"], data["fparec"]["objectives"]) == ("fparec", ["prefixes", "sequence"])
+    assert (data["pop"]["takes_encoding"], data["pop"]["fitted"], data["din"]["objectives"]) == (False, True, [])
+    assert data["posrec"]["presets"] == {"paper": ["diginetica", "yoochoose"]}
+    assert data["srgnn"]["options"]["steps"] == 1 and data["carca"]["side_information"] is True
+
+
+def test_a_cell_or_title_with_brackets_is_shown_as_written():
+    """rich read "[x]" in a cell, title or caption as markup and dropped it (a path, BST's description)."""
+    out = render(lambda c: print_tables(c, "runs in /data/[old]", [Col("name", key=True), Col("note", wrap=True)],
+                                        [["a[b]", "[bold]kept[/bold]"]], caption="see [docs]"))
+    assert "/data/[old]" in out and "a[b]" in out and "[bold]kept[/bold]" in out and "see [docs]" in out
+
+
 def test_datasets_lists_the_imports_of_params_yaml(tmp_path):
     import yaml
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
