@@ -1513,6 +1513,26 @@ def test_a_head_count_is_checked_against_dim_only_for_a_model_that_reads_it(tmp_
     assert e.value.code == 1 and said in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("ks, candidates, said", [
+    ([1, 12], 0, r"evaluate.ks has 12, and each target is ranked among 12 items \(the data's n_items\): HR@12 "
+                 r"would be 1 for any model, a constant one too. Fix: use cut-offs below 12 \(e.g. \[1\]\)"),
+    ([1, 5], 4, r"evaluate.ks has 5, and each target is ranked among 5 items \(the target and its "
+                r"evaluate.candidates 4 negatives\).*or more evaluate.candidates")])
+def test_a_cutoff_every_model_reaches_is_refused(tmp_path, toy_registry, ks, candidates, said):
+    """HR@K with K at or above the items a target is ranked among is 1 for a constant model: as the selection
+    metric it kept epoch 1 whatever came after, and the tables showed 100.00 (walk 34a)."""
+    import dataclasses
+    samples = make_samples(tmp_path / "samples")                   # 12 items
+    p = params(select_metric=f"hr@{ks[-1]}")
+    p = dataclasses.replace(p, evaluate=dataclasses.replace(p.evaluate, ks=ks, candidates=candidates))
+    with pytest.raises(ParamsError, match=said):
+        stage.run("toyset", samples, tmp_path / "runs", p, progress=False, check=True)
+    assert not (tmp_path / "runs").exists()
+    fine = dataclasses.replace(p.evaluate, ks=[1, ks[-1] - 1])                 # one below: a real cut-off
+    stage.run("toyset", samples, tmp_path / "runs", dataclasses.replace(p, evaluate=fine, train=dataclasses.replace(
+        p.train, select_metric=f"hr@{ks[-1] - 1}")), progress=False, check=True)
+
+
 def test_a_key_a_backbone_never_reads_is_not_its_fingerprint(tmp_path, capsys):
     """From params.yaml the key is recorded as null: raising train.heads for SASRec does not retrain a finished
     SR-GNN seed (walk 32c: 'holds a run trained with other settings (train.heads: 1 vs 4)')."""

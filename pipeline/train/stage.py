@@ -107,6 +107,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     for run_dir in run_dirs.values():
         claim_dir(run_dir, None, "run")
     setup.select_metric(tp, selection(kind, params))    # refused here, not after the samples load (nor ok'd by --check)
+    if kind == "next_item":
+        _check_cutoffs(params.evaluate, manifest)
     if spec.fitted:
         distributed.refuse(f"train --model {spec.name}")
     note = presets.variant_note(spec.presets, res, spec.name, dataset)     # once the command is known to be good
@@ -198,6 +200,26 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
             _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, world, manifest))
             _note_other_resume(f"{dataset} {config} seed {seed}", fp, key, run_dirs[seed])
     return summary
+
+
+def _check_cutoffs(ev, manifest: dict) -> None:
+    """Refuse a cut-off K at or above the number of items each target is ranked among (the data's n_items, or
+    evaluate.candidates + 1): HR@K is then 1 for every model, a constant one too, and as train.select_metric it
+    kept epoch 1 whatever came after (walk 34a: evaluate.candidates 5 with hr@10; evaluate.ks [10, 500] on 479
+    items)."""
+    n_items = manifest.get("n_items")
+    ranked = ev.candidates + 1 if ev.candidates else n_items
+    if not isinstance(ranked, int):
+        return
+    among = (f"the target and its evaluate.candidates {ev.candidates} negatives" if ev.candidates else
+             "the data's n_items")
+    top = [k for k in ev.ks if k >= ranked]
+    if top:
+        below = [k for k in ev.ks if k < ranked]
+        raise ParamsError(f"evaluate.ks has {', '.join(map(str, top))}, and each target is ranked among {ranked:,} "
+                          f"items ({among}): HR@{top[0]} would be 1 for any model, a constant one too",
+                          f"use cut-offs below {ranked:,}" + (f" (e.g. {below})" if below else "")
+                          + (", or more evaluate.candidates" if ev.candidates else ""))
 
 
 def _cut_shorter(manifest: dict, tp, samples_dir, applied, explicit) -> Optional[str]:
