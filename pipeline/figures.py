@@ -216,7 +216,7 @@ def curves_png(records: list[dict], names: list[str], metric: str, title: str,
         for ax, pts in ((loss_ax, c["mean_loss"]), (valid_ax, c["mean_valid"])):
             if pts:
                 line, = ax.plot(*zip(*pts), color=colour, lw=1.8, ls=style, label=label,
-                                marker="o" if len(pts) < 3 else None, markersize=4)   # one epoch: a point
+                                marker="o" if len(pts) == 1 else None, markersize=4)   # one epoch: a point
         if line is not None:
             handles.append(line)
     unit = " (x100)" if _scale(metric) == 100.0 else ""

@@ -102,6 +102,28 @@ def test_learning_curves_overlay_every_configuration(tmp_path):
     assert (tmp_path / "b" / "comparison.png").read_bytes() == (tmp_path / "a" / "comparison.png").read_bytes()
 
 
+@pytest.mark.parametrize("epochs", [1, 2, 3])
+def test_curves_dot_only_the_best_epochs_and_a_one_epoch_mean(monkeypatch, epochs):
+    """Two-epoch runs drew a dot at every epoch of the mean line, under a title saying "dots = each seed's best
+    epoch" (walk 34a: dots at epoch 1 though every seed's best was 2); a one-epoch mean is still a point."""
+    import matplotlib.axes
+    from pipeline import figures
+    drawn = []
+    real = matplotlib.axes.Axes.plot
+
+    def plot(self, *args, **kwargs):
+        drawn.append((args, kwargs))
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", plot)
+    records = [{"name": "sasrec-lpe", "seed": seed, "best_epoch": epochs, "select_metric": "ndcg@10",
+                "history": [{"epoch": e, "loss": 3.0 - e, "lr": 1e-3, "valid": {"ndcg@10": 0.1 * e + 0.01 * seed}}
+                            for e in range(1, epochs + 1)]} for seed in (1, 2)]
+    figures.curves_png(records, ["sasrec-lpe"], "ndcg@10", "t")
+    dotted = [args[0] for args, kwargs in drawn if kwargs.get("marker") == "o" or "o" in args[2:]]
+    best = [(epochs, epochs)]                              # each seed's best epoch (one call for both seeds)
+    assert sorted(dotted) == sorted(best + ([(1,), (1,)] if epochs == 1 else []))   # + the loss and valid means
+
+
 def test_figures_mark_a_configuration_whose_seeds_stopped_at_the_time_limit(tmp_path):
     """report.md says "3 (unfinished)"; the comparison bars and the curves' legend said nothing."""
     from pipeline import figures
