@@ -25,7 +25,7 @@ from typing import Optional
 
 from . import figures, report
 from .errors import DataError, ParamsError
-from .io import absent, claim_dir, cleanup_new_folders, deferred_interrupt, dumps_json, write_bytes
+from .io import absent, claim_dir, cleanup_new_folders, deferred_interrupt, dumps_json, not_runs, write_bytes
 from .params import Params
 
 
@@ -53,6 +53,8 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
     if not runs_dir.is_dir():
         raise DataError(f"runs folder {runs_dir} {absent(runs_dir)}",
                         f"run `seqpe train {dataset}` first, or pass its runs folder, e.g. data/runs/{dataset}")
+    if (wrong := not_runs(runs_dir, dataset)) is not None:
+        raise wrong
     records = [r for r in report.find_runs([runs_dir]) if r.get("dataset") in (dataset, None)]
     if not records:
         raise DataError(f"no runs of dataset '{dataset}' under {runs_dir}", f"run `seqpe train {dataset}` first")
@@ -72,7 +74,8 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
         if missing:
             raise DataError(f"the study grid of '{dataset}' has no runs for {', '.join(missing[:4])}"
                             + (f" and {len(missing) - 4} more" if len(missing) > 4 else ""),
-                            f"run `dvc repro` (or `seqpe train {dataset} --model M --encoding E`) first")
+                            f"run `dvc repro` (or `seqpe train {dataset} --model M --encoding E`) first"
+                            + f", or add --all to report the runs {runs_dir} holds")
     else:
         task = "ctr" if any(r.get("task") == "ctr" or r.get("protocol") == "ctr" for r in records) else "next_item"
     ks = {str(k) for k in params.evaluate.ks}

@@ -283,6 +283,25 @@ def _owner(folder: Path) -> tuple[Optional[str], Optional[str]]:
     return None, None
 
 
+def not_runs(folder: Path, dataset: Optional[str] = None) -> Optional[DataError]:
+    """What `folder`, given where a runs folder belongs (`seqpe evaluate DATASET RUNS`, `seqpe report RUNS`), is
+    instead, as the DataError naming the folder to pass; None when it may be a runs folder. One seed's folder,
+    one configuration's seeds, or another stage's output (samples, sessions, raw data, a report) was blamed on
+    missing runs, with the fix to train them again (walk 34a)."""
+    folder = Path(folder)
+    kind, owner = _owner(folder)
+    if kind == "run":
+        return DataError(f"{folder} is one seed's folder ({folder.parent.name}/{folder.name}), not a runs folder",
+                         f"pass the runs folder above it, {folder.parent.parent}")
+    if kind is not None:
+        return DataError(f"{folder} holds {owner or 'a dataset'}'s {_WHAT[kind]}, not runs",
+                         f"pass its runs folder, e.g. data/runs/{owner or dataset or 'DATASET'}")
+    if any(p.is_file() for p in folder.glob("seed-*/run.json")):
+        return DataError(f"{folder} holds the seeds of one configuration ({folder.name}), not a runs folder",
+                         f"pass the runs folder above it, {folder.parent}")
+    return None
+
+
 def refuse_nested(dst: str | Path, what: str, instead: str, *, itself: bool = False) -> None:
     """A DataError when `dst` lies inside a folder another seqpe stage wrote (raw data, sessions, samples,
     a run, a report): each is replaced whole when its stage runs again, or by `dvc repro` and `dvc

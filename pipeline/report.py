@@ -30,7 +30,7 @@ from scipy import stats
 from . import significance
 from .errors import DataError, ParamsError, unknown
 from .params import config_name  # noqa: F401  (report.config_name: the name every caller uses)
-from .io import claim_file, read_json, refuse_nested, starts_with, write_bytes
+from .io import claim_file, not_runs, read_json, refuse_nested, starts_with, write_bytes
 
 _FAMILY = {"hr": 0, "recall": 0, "mrr": 1, "ndcg": 2, "auc": 3, "gauc": 4, "logloss": 5}
 
@@ -667,7 +667,13 @@ def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Opt
         check_out(out)
     records = find_runs(roots)
     if not records:
+        for root in roots:
+            if (wrong := not_runs(root)) is not None:
+                raise wrong
         raise DataError(f"no run.json under {', '.join(str(r) for r in roots)}", "run `seqpe train DATASET` first")
+    if samples is not None and not any("ctr" in (r.get("task"), r.get("protocol")) for r in records):   # walk 34a
+        raise ParamsError(f"--samples gives the test labels of CTR runs, and the runs under "
+                          f"{', '.join(str(r) for r in roots)} are next-item runs, which need none", "drop --samples")
     rows, records = pooled(records, lambda name: True)
     labels = significance.read_test_labels(samples) if samples is not None else None
     compare(records, rows, baseline, labels)

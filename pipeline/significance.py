@@ -101,6 +101,11 @@ def read_test_labels(samples_dir: str | Path) -> np.ndarray:
             raise DataError(f"{samples_dir} holds {m.get('dataset')}'s {m.get('protocol')} {m.get('kind')}, and "
                             "--samples gives the test labels of CTR runs (next-item runs need none)",
                             "drop --samples, or pass the CTR dataset's samples folder, e.g. data/samples/sample_ctr")
+        from .io import manifest_kind
+        if manifest_kind(m) != "samples":          # sessions: the same labels, but not the folder the runs read
+            raise DataError(f"{samples_dir} holds {m.get('dataset')}'s {manifest_kind(m) or 'data'}, and --samples "
+                            "reads the samples folder the CTR runs were trained on",
+                            f"pass data/samples/{m.get('dataset')} (written by `seqpe augment {m.get('dataset')}`)")
     elif not any((Path(samples_dir) / "test").glob("part-*.parquet")):
         # e.g. one level off (data/samples): the scan below would say "no shards in ...: re-run", the wrong fix
         raise DataError(f"no {MANIFEST} in {samples_dir}: it is not a samples folder seqpe prepared",

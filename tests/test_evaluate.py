@@ -51,6 +51,33 @@ def test_aggregation_math_summary_tables_and_figure(tmp_path):
     assert (tmp_path / "reports" / "report.csv").read_text().splitlines()[0].startswith("dataset,protocol")
 
 
+def test_a_folder_given_for_runs_that_is_not_one_names_the_runs_folder(tmp_path):
+    """evaluate blamed a configuration's folder, a seed's or a samples folder on missing runs and told the user to
+    train them again; report said "no run.json" of a samples folder (walk 34a)."""
+    from pipeline import report
+    from pipeline.io import write_json
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        write_run(runs, "sasrec", "lpe", seed, {"hr@10": 0.3})
+    samples = tmp_path / "samples"
+    write_json(samples / "manifest.json", {"dataset": "toyset", "kind": "samples", "protocol": "srgnn", "shards": []})
+    cases = [(runs / "sasrec-lpe", f"{runs / 'sasrec-lpe'} holds the seeds of one configuration \\(sasrec-lpe\\), not "
+                                   f"a runs folder. Fix: pass the runs folder above it, {runs}"),
+             (runs / "sasrec-lpe" / "seed-1", f"seed-1 is one seed's folder \\(sasrec-lpe/seed-1\\), not a runs folder. "
+                                              f"Fix: pass the runs folder above it, {runs}"),
+             (samples, "samples holds toyset's samples \\(manifest.json\\), not runs. Fix: pass its runs folder, e.g. "
+                       "data/runs/toyset")]
+    for folder, said in cases:
+        with pytest.raises(DataError, match=said):
+            stage.run("toyset", folder, tmp_path / "reports", params())
+    with pytest.raises(DataError, match=cases[2][1]):
+        report.run([samples])
+    assert not (tmp_path / "reports").exists()
+    write_run(tmp_path / "hand", "sasrec", "rope", 1, {"hr@10": 0.3}, dataset="sample")
+    with pytest.raises(DataError, match="the study grid of 'sample' has no runs for .* or add --all to report the runs"):
+        stage.run("sample", tmp_path / "hand", tmp_path / "reports", params(grid=True))   # a hand run outside the grid
+
+
 def test_output_is_deterministic(tmp_path):
     runs = tmp_path / "runs"
     for seed in (2, 1):

@@ -293,6 +293,15 @@ def test_ctr_report_uses_log_loss_and_auc_with_the_samples_labels(tmp_path):
     with pytest.raises(DataError, match="other holds beauty's leave_one_out sessions, and --samples gives the test "
                                         "labels of CTR runs .*Fix: drop --samples, or pass the CTR dataset's"):
         report.run([runs], samples=tmp_path / "other")
+    write_json(tmp_path / "other" / "manifest.json", {"dataset": "kuai", "kind": "sessions", "protocol": "ctr",
+                                                       "shards": []})
+    with pytest.raises(DataError, match="other holds kuai's sessions, and --samples reads the samples folder the CTR "
+                                        "runs were trained on. Fix: pass data/samples/kuai"):    # walk 34a: accepted
+        report.run([runs], samples=tmp_path / "other")
+    write_run(tmp_path / "next", "sasrec", "lpe", 1, {"hr@10": 0.3})
+    with pytest.raises(ParamsError, match="--samples gives the test labels of CTR runs, and the runs under .*next are "
+                                          "next-item runs, which need none. Fix: drop --samples"):   # was ignored
+        report.run([tmp_path / "next"], samples=samples)
     # another dataset's labels with as many rows (the same share of positives, even): named, not tested on
     write_split(tmp_path / "shuffled", "test", pl.DataFrame({"label": rng.permutation(labels).astype(np.int8)}))
     with pytest.raises(DataError, match=r"labels passed with --samples are not the ones din-\w+ seed 1 was scored on"):
