@@ -731,7 +731,6 @@ def _print_runs(results: list[dict]) -> None:
 # so an interrupted command leaves the previous output as it was (tests/test_interrupt.py checks each).
 _UNCHANGED = "nothing was written: the destination keeps its previous content"
 INTERRUPTED = {
-    "download": f"{_UNCHANGED} (a partial download stays as .FILE.part in it and resumes next time)",
     "preprocess": _UNCHANGED, "augment": _UNCHANGED, "import": _UNCHANGED, "export": _UNCHANGED,
     "train": ("the seed being trained wrote nothing (seeds finished before it are kept); its last finished epoch, "
               "if one finished, is saved, so the same command continues from there"),
@@ -755,7 +754,25 @@ def _interrupted_note(argv: list[str]) -> str:
             label, epoch = LAST_SAVED
             return (f"the seed being trained has no run folder yet (seeds finished before it are kept); {label} is "
                     f"saved as of its epoch {epoch}, so the same command continues from there")
+    if command == "download":
+        return _UNCHANGED + _partial_download(argv)
     return INTERRUPTED.get(command, "nothing was left half-written")
+
+
+def _partial_download(argv: list[str]) -> str:
+    """Where an interrupted download's bytes wait, named (was the placeholder ".FILE.part"); nothing for generated
+    data, which is not downloaded, nor for --from a file of the user's."""
+    words = [a for a in argv if not a.startswith("-")]
+    if "--from" in argv or len(words) < 2:
+        return ""
+    try:
+        from .datasets import get
+        src = get(words[1]).source
+    except Exception:                   # an unknown name: refused before anything was fetched
+        return ""
+    if src.archive == "generated":
+        return ""
+    return f" (a partial download stays as .{src.filename}.part in it and resumes next time)"
 
 
 def _rewrap_help(group: typer.Typer) -> None:

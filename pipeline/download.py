@@ -256,7 +256,7 @@ def _give_up(dataset, src, dst: Path, failures, part: Path) -> DownloadError:
 def _manual_fix(dataset, src) -> str:
     """What to download, from where, and how to hand it to seqpe."""
     if src.manual:
-        fix = src.manual.rstrip(". ")
+        fix = src.manual.rstrip(". ").replace("{dataset}", dataset)     # a source of several datasets (Yoochoose)
         if "--from" not in fix:
             fix += f", then run `seqpe download {dataset} --from PATH/{src.filename}`"
     else:
@@ -400,7 +400,11 @@ def _gzip_holds_json_lines(src, path: Path) -> None:
     if not inner.strip() or inner.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{":
         return
     alternate = _text_alternate(inner, src)
-    what = "text that is not JSON lines" if sniff.kind_of_bytes(inner) == "text" else sniff.describe(inner)
+    first = inner.lstrip(b"\xef\xbb\xbf").split(b"\n", 1)[0]
+    if alternate is not None and first.count(b",") != 3:     # not user,item,rating,timestamp rows (an HTML page):
+        alternate = None                                      # unpacking it as the ratings CSV was the fix given
+    what = ("text that is not JSON lines" if sniff.kind_of_bytes(inner) == "text"
+            and sniff.describe(inner) != "an HTML page" else sniff.describe(inner))
     unpacked = alternate or path.name.removesuffix(".gz")
     raise DownloadError(f"{path} is gzip data holding {what}, not the JSON lines of {src.filename}",
                         f"unpack it (`gunzip -c {path} > {unpacked}`) and pass {unpacked}" if alternate else
@@ -451,6 +455,8 @@ def _install(dataset, src, dst: Path, path: Path, origin: str, where: str, previ
     try:
         with atomic_dir(dst) as tmp:
             written = archive.unpack(path, kind, src.files, tmp, name=src.filename, move=owned, label=label)
+            if origin != "generated":
+                _check_readable(dataset, tmp, label or where)
             record = _record(dataset, src, origin, n, sha, md5, written)
             if generator is not None:
                 record["generator"] = generator
@@ -473,8 +479,7 @@ def _install_copied(dataset, src, dst: Path, path: Path, alternate: bool = False
     files = (name,) if alternate else src.files
     with atomic_dir(dst) as tmp:
         placed = archive.collect_as(path, name, tmp) if as_name else archive.collect(path, files, tmp)
-        if as_name:
-            _check_readable(dataset, tmp, name, path)
+        _check_readable(dataset, tmp, str(path))
         record = _record(dataset, src, "file", None, None, None, placed)
         if alternate:
             record["filename"] = name
@@ -490,25 +495,55 @@ def _install_copied(dataset, src, dst: Path, path: Path, alternate: bool = False
     return _summary(dataset, src, record, note)
 
 
-def _check_readable(dataset: str, folder: Path, name: str, given: Path) -> None:
-    """A text file taken as `name` by its content ("text") must read as that file: the dataset's own reader
-    parses its first rows here, so `--from README.md` is refused now rather than recorded in source.json
-    and refused later by `seqpe preprocess`."""
+HEAD_BYTES = 1 << 16        # what _check_readable reads of each file: enough rows for the reader's checks
+
+
+def _check_readable(dataset: str, folder: Path, given: str) -> None:
+    """The text files just placed in `folder` must read as the dataset's: its own reader parses the first rows
+    of each (a copy of their first HEAD_BYTES, cut at a line end), so a file that is not the dataset's is
+    refused now, naming what is wrong, rather than recorded in source.json and refused by `seqpe preprocess`,
+    whose fix (download it again) may be impossible (Diginetica wants a login), and whose next `--from` a good
+    file then differs from the recorded one (walk 34b: a zip member, a gzip of HTML or a tar, an alternate
+    file taken by its name alone were installed). Only the first rows: a whole Yoochoose file takes minutes.
+    Skipped for what is checked otherwise: generated data, the CTR and CARCA files (published md5s, and
+    readers that join several files), a gzip (its JSON lines are checked by _gzip_holds_json_lines)."""
+    import tempfile
+
     import polars as pl
 
     from .datasets import get
     spec = get(dataset)
-    if spec.build is not None:
+    if spec.build is not None or spec.protocol == "ctr" or spec.source.archive == "generated":
         return
-    try:
-        frame = spec.reader(folder)
-        if isinstance(frame, pl.LazyFrame):
-            frame.head(50).collect()
-    except (DataError, pl.exceptions.PolarsError, ValueError) as e:
-        problem = (e.problem if isinstance(e, DataError) else str(e).splitlines()[0]).replace(str(folder / name),
-                                                                                              str(given))
-        raise DownloadError(f"{given} does not read as {dataset}'s {name}: {problem}",
-                            f"pass the original {name} or the downloaded archive") from None
+    files = [p for p in sorted(Path(folder).iterdir()) if p.is_file() and p.name != SOURCE_JSON]
+    if not files or any(p.name.lower().endswith(".gz") for p in files):
+        return
+    with tempfile.TemporaryDirectory(prefix="seqpe-head-") as tmp:
+        for p in files:
+            with open(p, "rb") as f:
+                head = f.read(HEAD_BYTES)
+            if len(head) == HEAD_BYTES and b"\n" in head:
+                head = head[:head.rindex(b"\n") + 1]
+            (Path(tmp) / p.name).write_bytes(head)
+        try:
+            frame = spec.reader(Path(tmp))
+            if isinstance(frame, pl.LazyFrame):
+                frame.head(50).collect()
+        except (DataError, pl.exceptions.PolarsError, ValueError) as e:
+            problem = e.problem if isinstance(e, DataError) else str(e).splitlines()[0]
+            for p in files:
+                problem = problem.replace(str(Path(tmp) / p.name), p.name)
+            problem = problem.replace(str(tmp), str(given))
+            raise DownloadError(f"{given} does not read as {dataset}'s {', '.join(p.name for p in files)}: "
+                                f"{problem}", _original(spec.source)) from None
+
+
+def _original(src) -> str:
+    """The fix naming the files a source is read from: its archive, the files in it, its alternates."""
+    inside = tuple(src.files) != (src.filename,)
+    return (f"pass the original {src.filename}" + (f" or the files extracted from it ({', '.join(src.files)})"
+                                                   if inside else "")
+            + (f" (or {' / '.join(src.alternates)})" if src.alternates else ""))
 
 
 def _same_as_recorded(dst: Path, src, previous: Optional[dict], record: dict) -> None:

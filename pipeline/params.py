@@ -644,7 +644,12 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None =
             if not isinstance(node, dict):
                 raise ParamsError(f"override '{text}': '{k}' is not a section", "override a leaf key")
         node[keys[-1]] = value
-    return from_dict(Params, data, strict=strict)
+    try:
+        return from_dict(Params, data, strict=strict)
+    except ParamsError as e:                    # `--params ok.yaml` missing a key was told to add it to params.yaml
+        if path.is_file() and path.name != "params.yaml" and (e.fix or "").startswith("add it to params.yaml"):
+            raise ParamsError(e.problem, f"add it to {path}" + e.fix.removeprefix("add it to params.yaml")) from None
+        raise
 
 
 def to_dict(obj: Any) -> Any:

@@ -89,6 +89,16 @@ def test_an_interrupted_stage_leaves_its_previous_output(prepared, monkeypatch, 
     assert not [p.name for p in root.iterdir() if p.name.startswith(".")]       # no temporary folders
 
 
+def test_an_interrupted_download_names_its_partial_file():
+    """The note said "a partial download stays as .FILE.part", a placeholder, also for generated data, which
+    downloads nothing (walk 34b)."""
+    note = cli._interrupted_note
+    assert note(["download", "yoochoose", "raw"]).endswith(
+        "(a partial download stays as .yoochoose-data.7z.part in it and resumes next time)")
+    for argv in (["download", "sample"], ["download", "diginetica", "--from", "x.zip"], ["download", "nosuch"]):
+        assert note(argv) == "nothing was written: the destination keeps its previous content", argv
+
+
 def test_an_interrupted_training_keeps_finished_seeds_and_resumes(prepared, tmp_path, monkeypatch, capsys):
     root = prepared
     import pipeline.train.loop as loop

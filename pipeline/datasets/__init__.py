@@ -26,7 +26,7 @@ class SourceSpec:
     sha256: Optional[str] = None       # of the archive as downloaded, when known
     md5: Optional[str] = None          # published md5 (only where that is all there is)
     size: Optional[int] = None         # bytes of the archive, when known
-    manual: Optional[str] = None       # how to get it by hand when there is no public URL
+    manual: Optional[str] = None       # how to get it by hand when there is no public URL ({dataset}: the name asked)
     homepage: Optional[str] = None
     file_md5: dict = field(default_factory=dict)   # published md5 of unpacked members
     # other single files the reader accepts in place of `files` (Amazon: the ratings-only CSV);

@@ -71,7 +71,7 @@ def read_numeric_dat(path: Path, names: tuple[str, ...]) -> pl.DataFrame:
     try:
         df = pl.read_csv(path, separator=":", has_header=False, schema=schema, quote_char=None,
                          raise_if_empty=False, truncate_ragged_lines=False)
-    except (pl.exceptions.ComputeError, pl.exceptions.ShapeError, pl.exceptions.NoDataError):
+    except pl.exceptions.PolarsError:           # any (a `,` or tab file: SchemaError, was a traceback; walk 34b)
         return read_dat(path, names, names)
     values = [f"c{k}" for k in range(0, n, 2)]
     gaps = [f"c{k}" for k in range(1, n, 2)]

@@ -163,7 +163,7 @@ YOOCHOOSE = SourceSpec(
     url="https://s3-eu-west-1.amazonaws.com/yc-rdata/yoochoose-data.7z",
     manual=("download yoochoose-data.7z from the RecSys Challenge 2015 page or the Kaggle copy "
             "(https://www.kaggle.com/datasets/chadgostopp/recsys-challenge-2015), then run "
-            "`seqpe download yoochoose_1_64 --from PATH/yoochoose-data.7z`"),
+            "`seqpe download {dataset} --from PATH/yoochoose-data.7z`"),   # {dataset}: the name the command used
     homepage="https://recsys.acm.org/recsys15/challenge/",
 )
 

@@ -138,6 +138,13 @@ def _stats(lf: pl.LazyFrame, name: str, columns: Optional[dict] = None) -> dict:
         empty = pl.col(col).is_null() & ~blank
         aggs.append(empty.sum().alias(f"empty_{col}"))
         aggs.append(pl.struct("split", "row").filter(empty).first().alias(f"first_empty_{col}"))
+    def length(c: str) -> pl.Expr:  # tokens in a '^' list; null or "" (no history, a missing field) 0
+        return (pl.when(pl.col(c).is_null() | (pl.col(c) == "")).then(0)
+                .otherwise(pl.col(c).str.count_matches("^", literal=True) + 1))
+    if item_lists and cate_lists:   # each history item's category at the same place: one list as long as the other
+        apart = pl.any_horizontal([length(c) != length(item_lists[0]) for c in cate_lists]) & ~blank
+        aggs.append(apart.sum().alias("hist_apart"))
+        aggs.append(pl.struct("split", "row").filter(apart).first().alias("first_hist_apart"))
     if "timestamp" in schema:       # the tail rule takes train.csv's last rows for its most recent ones
         step_back = pl.col("timestamp").filter(train & ~blank).diff() < 0
         aggs.append(step_back.sum().alias("time_disorder"))
@@ -167,6 +174,11 @@ def _stats(lf: pl.LazyFrame, name: str, columns: Optional[dict] = None) -> dict:
         if count:
             raise DataError(f"{name}: {count:,} row(s) with an empty {(columns or {}).get(col, col)} (the first on "
                             f"{first['split']}.csv line {first['row'] + 2:,})", fill)
+    if stats.get("hist_apart"):     # was imported, and `seqpe train` refused it with a fix to preprocess again
+        first, names = stats["first_hist_apart"], [(columns or {}).get(c, c) for c in (item_lists[0], *cate_lists)]
+        raise DataError(f"{name}: {stats['hist_apart']:,} row(s) whose {' and '.join(names)} differ in length (the "
+                        f"first on {first['split']}.csv line {first['row'] + 2:,}): each history item has its "
+                        f"category at the same place", "repair or drop those rows (a field may be missing)")
     problems = [(stats["negative_hist"], "negative ids in history lists"),
                 (stats["bad_label"], "labels other than 0/1")]
     for count, what in problems:

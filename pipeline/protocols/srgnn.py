@@ -98,6 +98,18 @@ def _narrow(ids: pl.Series) -> pl.Series:
     return ids.cast(pl.Int32) if fits else ids
 
 
+def check_times(frame: pl.DataFrame, what: str) -> None:
+    """A DataError for rows without a timeframe (`time` null; `row` the file row): sorted first in their
+    session without a word, where SR-GNN's script (`int(timeframe)`) stops (walk 34b: an empty field, or a row
+    cut short, `1;NA;20`)."""
+    nulls = frame.get_column("time").null_count()
+    if nulls:
+        first = frame.filter(pl.col("time").is_null()).get_column("row").min()
+        raise DataError(f"{what} has {nulls:,} row(s) with an empty timeframe (the first on line {first + 2:,}: "
+                        "a field left empty, or a row cut short)",
+                        "use the unmodified original file (every row needs an integer timeframe)")
+
+
 def read_sessions(spec, raw_dir: Path) -> pl.DataFrame:
     """Steps 1-2: one row per raw session, in order of first appearance in the file.
 
@@ -117,6 +129,7 @@ def read_sessions(spec, raw_dir: Path) -> pl.DataFrame:
     clicks = clicks.drop("stamp").with_columns(_narrow(clicks.get_column("session_id")),
                                                _narrow(clicks.get_column("item_id")))
     if sort:  # 2. one global stable sort (session, time; ties keep the file row order) instead of a sort per group
+        check_times(clicks.select("time", "row"), what)
         clicks = clicks.sort("session_id", "time", maintain_order=True)
     # Runs of equal session ids (whole sessions when a file keeps sessions contiguous, as the
     # real ones do) are grouped on a sorted key: much faster than hashing 33M session ids.

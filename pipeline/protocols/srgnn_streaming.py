@@ -45,7 +45,7 @@ import polars as pl
 
 from ..errors import DataError
 from . import ProtocolResult, collect, reading, step
-from .srgnn import (AUGMENT, ID, STAMP_SECONDS, STEP, fraction_plan, no_sessions_left, no_train_left,
+from .srgnn import (AUGMENT, ID, STAMP_SECONDS, STEP, check_times, fraction_plan, no_sessions_left, no_train_left,
                     protocol_info, valid_count)
 
 PART_BYTES = 256 << 20        # raw text per partition (Yoochoose: ~6M clicks, ~0.5 GB in memory)
@@ -358,6 +358,10 @@ def _build(spec, raw_dir: Path, params, scratch: Path) -> ProtocolResult:
     # 1. every click to Parquet partitions; 3-4. item counts over the sessions of >= 2 clicks
     clicks = _spill(spec, raw_dir, scratch / "clicks", parts, what)
     t = _count(clicks)
+    if sort:                   # the rows without a timeframe, part by part (memory stays bounded)
+        check_times(pl.concat([c.filter(pl.col("time").is_null()) for p in range(clicks.parts)
+                               if (c := _read_ordered(clicks, p, ["time", "row"])) is not None]
+                              or [pl.DataFrame({"time": [], "row": []})], how="vertical_relaxed"), what)
     if t["sessions"] == 0:
         raise DataError(f"{what} has no rows", "re-download it (`seqpe download DATASET`)")
     counts, n_read_items = _counts(t)

@@ -1,0 +1,123 @@
+"""Raw files are judged by their content when they arrive: `seqpe download` parses the first rows of what it
+installs (a zip member, a gzip, an alternate file, a folder's files) with the dataset's own reader, and the
+protocols refuse rows they would otherwise read wrong (walk 34b)."""
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VIEWS = ("sessionId;userId;itemId;timeframe;eventdate\n"
+         + "".join(f"{s};NA;{10 + (s * 7 + k) % 9};{k};2016-01-{1 + s % 20:02d}\n" for s in range(1, 40)
+                   for k in range(3)))
+
+
+def seqpe(*argv, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *argv, "--quiet"], cwd=cwd, capture_output=True,
+                          text=True, env=dict(os.environ, SEQPE_STATE=str(cwd / "state")))
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in " ".join(proc.stderr.split()), (fragment, proc.stderr)
+
+
+def test_download_reads_what_an_archive_or_a_gzip_holds_before_installing_it(tmp_path):
+    """A zip whose member is comma-separated, a gzip of an HTML page and a gzip of a tar were installed as
+    Diginetica's views; preprocess then said to download it again (a login), and the next --from a good file
+    was refused as differing from the recorded one."""
+    with zipfile.ZipFile(tmp_path / "comma.zip", "w") as z:
+        z.writestr("train-item-views.csv", VIEWS.replace(";", ","))
+    (tmp_path / "html.gz").write_bytes(gzip.compress(b"<!DOCTYPE html><html><body>sign in</body></html>\n"))
+    for name, said in (("comma.zip", "comma.zip does not read as diginetica's train-item-views.csv: "
+                                     "train-item-views.csv is separated by commas"),
+                       ("html.gz", "html.gz does not read as diginetica's train-item-views.csv: "
+                                   "train-item-views.csv is an HTML page")):
+        proc = seqpe("download", "diginetica", "raw", "--from", name, cwd=tmp_path)
+        one_line_error(proc, said, "Fix: pass the original dataset-train-diginetica.zip")
+        assert not (tmp_path / "raw").exists()
+    with zipfile.ZipFile(tmp_path / "good.zip", "w") as z:
+        z.writestr("train-item-views.csv", VIEWS)
+    proc = seqpe("download", "diginetica", "raw", "--from", "good.zip", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "raw" / "train-item-views.csv").read_text() == VIEWS
+
+
+def test_an_alternate_file_is_taken_by_its_content_not_its_name(tmp_path):
+    """ratings_Beauty.csv holding an HTML page was installed by its name; a gzip of HTML was told to be unpacked
+    as ratings_Beauty.csv."""
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "ratings_Beauty.csv").write_text("<html><body>not found</body></html>\n")
+    proc = seqpe("download", "beauty", "raw", "--from", "f/ratings_Beauty.csv", cwd=tmp_path)
+    one_line_error(proc, "ratings_Beauty.csv does not read as beauty's ratings_Beauty.csv", "is an HTML page")
+    (tmp_path / "page.gz").write_bytes(gzip.compress(b"<html><body>not found</body></html>\n"))
+    proc = seqpe("download", "beauty", "raw", "--from", "page.gz", cwd=tmp_path)
+    one_line_error(proc, "page.gz is gzip data holding an HTML page", "Fix: pass the original reviews_Beauty_5.json.gz")
+    assert "gunzip" not in proc.stderr and not (tmp_path / "raw").exists()
+    rows = "".join(f"U{u},I{(u * 3 + k) % 7},5.0,{1_400_000_000 + k}\n" for u in range(30) for k in range(6))
+    (tmp_path / "f" / "ratings_Beauty.csv").write_text(rows)
+    assert seqpe("download", "beauty", "raw", "--from", "f/ratings_Beauty.csv", cwd=tmp_path).returncode == 0
+
+
+def test_a_movielens_file_of_another_separator_is_one_line_at_download_and_preprocess(tmp_path):
+    """ratings.dat separated by commas was installed, and preprocess crashed with polars' SchemaError."""
+    from pipeline.datasets.movielens import read_ratings
+    from pipeline.errors import DataError
+    (tmp_path / "ml").mkdir()
+    (tmp_path / "ml" / "ratings.dat").write_text("1,1,5,978300760\n1,2,3,978302109\n")
+    (tmp_path / "ml" / "users.dat").write_text("1::F::1::10::48067\n")
+    (tmp_path / "ml" / "movies.dat").write_text("1::Toy Story (1995)::Animation\n2::Jumanji (1995)::Adventure\n")
+    with pytest.raises(DataError, match="ratings.dat line 1 has not 4 '::'-separated fields: '1,1,5,978300760'"):
+        read_ratings(tmp_path / "ml").collect()
+    proc = seqpe("download", "ml_1m", "raw", "--from", "ml", cwd=tmp_path)
+    one_line_error(proc, "does not read as ml_1m's", "ratings.dat line 1 has not 4 '::'-separated fields")
+    assert not (tmp_path / "raw").exists()
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
+def test_a_click_without_a_timeframe_is_refused_naming_its_line(tmp_path, streaming):
+    """A Diginetica row with an empty timeframe (or cut short, `1;NA;20`) was sorted first in its session."""
+    lines = VIEWS.splitlines(keepends=True)
+    lines[5] = "2;NA;20\n"                                     # file line 6: cut short
+    (tmp_path / "views.csv").write_text("".join(lines))
+    assert seqpe("download", "diginetica", "raw", "--from", "views.csv", cwd=tmp_path).returncode == 0
+    proc = seqpe("preprocess", "diginetica", "raw", "sessions", "--set", f"preprocess.streaming={streaming}",
+                 cwd=tmp_path)
+    one_line_error(proc, "has 1 row(s) with an empty timeframe (the first on line 6",
+                   "Fix: use the unmodified original file")
+    assert not (tmp_path / "sessions").exists()
+
+
+def test_a_ctr_history_of_items_and_categories_of_other_lengths_is_refused_at_import(tmp_path):
+    """A row missing its cate_history (or with fewer categories than items) was imported, and `seqpe train` then
+    refused the samples with a fix to preprocess again, which gives the same rows."""
+    head = "label,user_id,item_id,cate_id,item_history,cate_history\n"
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "train.csv").write_text(head + "1,1,10,1,5^6,1^1\n0,1,11,1,5^6^10\n1,2,12,2,7,2\n"
+                                                "1,1,13,1,5^6^10^11,1^1^1^1\n")
+    (tmp_path / "own" / "test.csv").write_text(head + "1,1,14,1,5^6^10^11^13,1^1^1^1^1\n")
+    proc = seqpe("import", "mine", "own", "--sessions", "s", "--samples", "p", cwd=tmp_path)
+    one_line_error(proc, "mine: 1 row(s) whose item_history and cate_history differ in length (the first on "
+                         "train.csv line 3)", "Fix: repair or drop those rows")
+    assert not (tmp_path / "s").exists() and not (tmp_path / "p").exists()
+
+
+def test_fixes_name_the_dataset_and_the_params_file_the_user_gave(tmp_path):
+    """`seqpe download yoochoose` was told to run `seqpe download yoochoose_1_64 --from ...` (another raw folder);
+    `--params ok.yaml` lacking a key was told to add it to params.yaml."""
+    from pipeline.datasets import get
+    from pipeline.download import _manual_fix
+    assert "`seqpe download yoochoose --from PATH/yoochoose-data.7z`" in _manual_fix("yoochoose",
+                                                                                    get("yoochoose").source)
+    assert "`seqpe download yoochoose_1_4 --from" in _manual_fix("yoochoose_1_4", get("yoochoose_1_4").source)
+    (tmp_path / "ok.yaml").write_text("preprocess:\n  min_item_count: 7\n")
+    proc = seqpe("preprocess", "diginetica", "raw", "sessions", "--params", "ok.yaml", cwd=tmp_path)
+    one_line_error(proc, "missing params key", "Fix: add it to ok.yaml")
