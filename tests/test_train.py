@@ -812,6 +812,26 @@ def test_cli_preset_then_set_on_an_unregistered_dataset(tmp_path, toy_registry, 
     assert r["options"] == {"alpha": 0.5, "beta": 2} and r["dataset"] == "yoochoose_srgnn"
 
 
+def test_a_metrics_file_of_a_hand_run_pools_the_seeds_trained_earlier_with_its_settings(tmp_path, toy_registry,
+                                                                                       capsys):
+    """`train --seed 3 --metrics FILE` wrote seed 3's numbers alone over the mean of seeds 1-3 that report shows
+    (walk 34a); a seed of other settings stays out."""
+    import math
+    samples, runs, metrics = make_samples(tmp_path / "samples"), tmp_path / "runs", tmp_path / "m.json"
+    p = params(epochs=2, patience=0)
+    stage.run("toyset", samples, runs, p, seeds=[1, 2], progress=False)
+    capsys.readouterr()
+    stage.run("toyset", samples, runs, p, seeds=[3], progress=False, metrics_path=metrics)
+    assert "holds the mean over seeds 1, 2, 3: seeds 1, 2 of" in " ".join(capsys.readouterr().err.split())
+    tests = [json.loads((runs / "toy-toy_lpe" / f"seed-{s}" / "run.json").read_text())["test"] for s in (1, 2, 3)]
+    written = json.loads(metrics.read_text())
+    assert written["seeds"] == 3 and written["test"]["hr@5"] == math.fsum(t["hr@5"] for t in tests) / 3
+    stage.run("toyset", samples, runs, params(epochs=2, patience=0, lr=0.05), seeds=[4], progress=False,
+              metrics_path=metrics)
+    alone = json.loads((runs / "toy-toy_lpe" / "seed-4" / "run.json").read_text())["test"]
+    assert json.loads(metrics.read_text())["seeds"] == 1 and json.loads(metrics.read_text())["test"] == alone
+
+
 def test_a_metrics_file_is_not_written_for_seeds_the_time_limit_stopped(tmp_path, toy_registry):
     """`train --metrics` averaged a time-limited seed with a finished one (which `report` refuses to pool),
     and DVC showed that mean as the configuration's result."""

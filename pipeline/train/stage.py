@@ -463,8 +463,34 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                             f"train.time_limit before the end, so {metrics_path} was not written (its mean "
                             f"would stand for unfinished models); the runs are saved",
                             "run the same command with --set train.time_limit=0: it resumes where they stopped")
-        runs.write_config_metrics(Path(metrics_path), records, f"{dataset} {config}")
+        config_dir = run_dirs[seeds[0]].parent
+        earlier = _same_settings_seeds(config_dir, set(seeds), tp, params, manifest, dist.world)
+        if earlier:
+            sys.stderr.write(f"note: {metrics_path} holds the mean over seeds "
+                             f"{', '.join(map(str, sorted([*seeds, *earlier])))}: seed{'s' if len(earlier) > 1 else ''} "
+                             f"{', '.join(map(str, sorted(earlier)))} of {config_dir} trained earlier with the "
+                             f"same settings, data and code\n")
+        runs.write_config_metrics(Path(metrics_path), [*records, *earlier.values()], f"{dataset} {config}")
     return results
+
+
+def _same_settings_seeds(config_dir: Path, given: set, tp, params: Params, manifest: dict, world: int) -> dict:
+    """{seed: record} of the finished seeds in `config_dir` other than `given` whose fingerprint is the one this
+    command gives that seed (the same settings, data, code and process count): `train --metrics` of a hand run
+    with `--seed 3` wrote seed 3 alone, replacing the mean over seeds 1-3 that `seqpe report` shows (walk 34a)."""
+    found = {}
+    for path in sorted(config_dir.glob("seed-*/run.json")):
+        try:
+            rec = runs.read_json(path)
+        except Exception:                               # not a record of seqpe's: report names it
+            continue
+        seed = rec.get("seed") if isinstance(rec, dict) else None
+        if not isinstance(seed, int) or seed in given or rec.get("stopped") == "time_limit":
+            continue
+        if rec.get("fingerprint") == runs.hash_inputs(runs.fingerprint_inputs(tp, params, manifest, seed,
+                                                                                world=world)):
+            found[seed] = rec
+    return found
 
 
 CONSTANT_SPAN = 1e-5     # test logits closer than this (max - min) are one constant score
