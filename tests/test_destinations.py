@@ -219,6 +219,31 @@ def test_live_curves_never_replace_a_run_or_a_users_folder(prepared, tmp_path):
     assert [p.name for p in live.iterdir()] == ["seed-1"]
 
 
+def test_live_curves_of_another_configuration_are_not_replaced(prepared, tmp_path):
+    """`--live L` of sasrec-lpe replaced sasrec-none's seed-1 curves in L without a word (walk 34a), where --metrics
+    refuses another configuration's file. Its own curves are replaced: a rerun, other settings of it, a run whose
+    folder was deleted but whose resume file (an interrupted run of that folder) still holds the epochs."""
+    import os
+    runs, live = tmp_path / "runs", tmp_path / "L"
+    base = ["train", "sample", str(prepared / "samples"), str(runs), "--model", "sasrec", "--seed", "1", "--quiet",
+            "--set", "train.epochs=2", "--set", "train.dim=8", "--set", "train.layers=1", "--live", str(live)]
+    assert seqpe(*base, "--encoding", "none").returncode == 0
+    before = (live / "seed-1" / "plots" / "metrics" / "train" / "loss.tsv").read_bytes()
+    for check in ([], ["--check"]):
+        assert_one_line_error(seqpe(*base, "--encoding", "lpe", *check),
+                              f"--live {live} holds curves in seed-1 that are not sample sasrec-lpe seed 1's",
+                              "Fix: pass this configuration's own folder, e.g. data/live/sample/sasrec-lpe")
+    assert (live / "seed-1" / "plots" / "metrics" / "train" / "loss.tsv").read_bytes() == before
+    assert not (runs / "sasrec-lpe").exists()
+    assert seqpe(*base, "--encoding", "none", "--set", "train.lr=0.01").returncode == 0     # its own: replaced
+    cut = [*base, "--encoding", "none", "--set", "train.time_limit=1e-9"]
+    assert seqpe(*cut).returncode == 0                        # epoch 1, its resume file kept
+    shutil.rmtree(runs / "sasrec-none" / "seed-1")
+    env = os.environ.get("SEQPE_STATE")
+    assert env and list(Path(env).glob("resume/*.pt"))
+    assert seqpe(*cut).returncode == 0                        # the curves are those of the resume file: its own
+
+
 def test_encoding_figures_are_not_written_into_a_stages_folder(prepared):
     proc = seqpe("encodings", "inspect", "rope", "--lengths", "5", "--out", str(prepared / "sessions"))
     assert_one_line_error(proc, "sessions holds sample's sessions (manifest.json)")

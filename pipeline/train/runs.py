@@ -396,6 +396,65 @@ def claim_curves(live_dir: Path, example: str) -> None:
                         f"seed-N folders whole", f"pass a new or empty folder for the curves, e.g. {example}")
 
 
+def _curve(seed_dir: Path) -> Optional[list[tuple[int, float]]]:
+    """(epoch, value) rows of a seed's curves as write_curves wrote them: its train loss, or (a fitted baseline,
+    no loss) its first valid metric; None when they cannot be read."""
+    metrics = seed_dir / "plots" / "metrics"
+    path = metrics / "train" / "loss.tsv"
+    if not path.is_file():
+        path = next(iter(sorted((metrics / "valid").glob("*.tsv"))), None) if (metrics / "valid").is_dir() else None
+    if path is None:
+        return None
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()[1:]
+        return [(int(step), float(value)) for step, value in (line.split("\t")[-2:] for line in lines if line)]
+    except (OSError, ValueError):
+        return None
+
+
+def _history_curve(history: list, seed_dir: Path) -> list[tuple[int, float]]:
+    """The rows `_curve` reads back from write_curves(history)."""
+    if (seed_dir / "plots" / "metrics" / "train" / "loss.tsv").is_file():
+        return [(h["epoch"], float(h["loss"])) for h in history if h.get("loss") is not None]
+    files = sorted((seed_dir / "plots" / "metrics" / "valid").glob("*.tsv"))
+    key = files[0].stem if files else None
+    return [(h["epoch"], float(h["valid"][key])) for h in history if key in (h.get("valid") or {})]
+
+
+def claim_seed_curves(seed_dir: Path, run_dir: Path, label: str) -> None:
+    """Refuse to replace curves at `seed_dir` (--live FOLDER/seed-N) that are not this seed's: not those of the
+    run in `run_dir` nor of a resume file kept for that folder (an interrupted run of it). `--live` of one
+    folder for two configurations replaced the first one's seed-1 curves with the second's, without a word, where
+    `--metrics` refuses another configuration's file (walk 34a)."""
+    if not seed_dir.is_dir():
+        return
+    found = _curve(seed_dir)
+    if found is None:
+        return                                       # nothing of seqpe's to compare: claim_curves judged the folder
+    histories = []
+    if (run_dir / "run.json").is_file():
+        try:
+            histories.append(read_json(run_dir / "run.json").get("history") or [])
+        except Exception:
+            pass
+    from . import state
+    for other in state.other_resumes(label, "", run_dir):
+        histories.append(state.resume_history(other["path"]))
+    for history in histories:
+        try:
+            mine = _history_curve(history, seed_dir)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if len(found) <= len(mine) and all(a[0] == b[0] and abs(a[1] - b[1]) <= 1e-12 * max(1.0, abs(b[1]))
+                                           for a, b in zip(found, mine)):
+            return                                   # its own (the whole run, or epochs an interrupted run wrote)
+    raise DataError(f"--live {seed_dir.parent} holds curves in {seed_dir.name} that are not {label}'s (another "
+                    f"configuration's, or of a run no longer in {run_dir.parent}): --live would replace them",
+                    f"pass this configuration's own folder, e.g. data/live/{label.split()[0]}/{label.split()[1]} (or "
+                    f"delete {seed_dir} if those curves are not needed: `seqpe train` with --live rewrites a "
+                    "finished run's curves from its run.json)")
+
+
 def write_curves(live_dir: Path, seed: int, history: list) -> None:
     """Per-epoch train loss and valid metrics of one seed, through dvclive (DVC plots read its TSVs):
     <live>/seed-<n>/plots/metrics/{train/loss,valid/<metric>}.tsv. Rewritten from the whole history each

@@ -106,6 +106,9 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     run_dirs = {seed: Path(runs_dir) / config / f"seed-{seed}" for seed in seeds}
     for run_dir in run_dirs.values():
         claim_dir(run_dir, None, "run")
+    if live_dir is not None:
+        for seed, run_dir in run_dirs.items():
+            runs.claim_seed_curves(Path(live_dir) / f"seed-{seed}", run_dir, f"{dataset} {config} seed {seed}")
     setup.select_metric(tp, selection(kind, params))    # refused here, not after the samples load (nor ok'd by --check)
     if kind == "next_item":
         _check_cutoffs(params.evaluate, manifest)

@@ -186,6 +186,15 @@ def _resume_info(path: Path) -> Optional[dict]:
         return None
 
 
+def resume_history(path: Path) -> list:
+    """The per-epoch history a resume file holds ([] when it cannot be read), memory-mapped."""
+    import torch
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("history") or []
+    except Exception:
+        return []
+
+
 def other_resumes(label: str, fp: str, run_dir: Optional[Path] = None) -> list[dict]:
     """Resume files of the seed `label` ("dataset config seed N") kept under another fingerprint: the same
     seed trained with other settings, samples or code, which a command with this fingerprint cannot go on
