@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import archive, sniff  # `fetch` (requests + urllib3, ~0.1 s to import) only where something is fetched
-from .errors import DataError, DownloadError
+from .errors import DataError, DownloadError, polars_said
 from .io import atomic_dir, claim_dir, cleanup_new_folders, file_mismatch, read_json, scratch_dir, write_json
 from .params import DownloadParams, PreprocessParams, SampleCTRParams, SampleParams, to_dict
 
@@ -530,7 +530,7 @@ def _check_readable(dataset: str, folder: Path, given: str) -> None:
             if isinstance(frame, pl.LazyFrame):
                 frame.head(50).collect()
         except (DataError, pl.exceptions.PolarsError, ValueError) as e:
-            problem = e.problem if isinstance(e, DataError) else str(e).splitlines()[0]
+            problem = e.problem if isinstance(e, DataError) else polars_said(str(e))
             for p in files:
                 problem = problem.replace(str(Path(tmp) / p.name), p.name)
             problem = problem.replace(str(tmp), str(given))

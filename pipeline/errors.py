@@ -135,3 +135,13 @@ def as_os_error(e: BaseException, path=None) -> Optional[OSError]:
         return None
     code = int(found.group(1))
     return OSError(code, os.strerror(code), *([str(path)] if path is not None else []))
+
+
+def polars_said(message: str) -> str:
+    """The first line of a Polars parse error, in the terms of the file rather than of Polars' API (a row with
+    an extra field drew "provided `new_columns` does not match ... pass extra_columns='ignore'")."""
+    first = next((line.strip() for line in str(message).splitlines() if line.strip()), "a parse error")
+    if "new_columns` does not match number of columns" in first or "more fields than defined" in first:
+        return "a row has more fields than the file's columns"
+    return first
+

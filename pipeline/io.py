@@ -379,6 +379,9 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
     _require_writable(dst)
     if not dst.exists() and not dst.is_symlink():
         return
+    if dst.is_symlink() and not dst.exists():      # was "is a file, not a folder" (walk 34b)
+        raise DataError(f"{dst} is a link to {os.readlink(dst)}, which does not exist",
+                        f"make the folder it points to, or pass another destination (or remove the link {dst})")
     if not dst.is_dir():
         raise DataError(f"{dst} is a file, not a folder", "pass a folder path for the output (a file is never replaced)")
     entries = [e.name for e in dst.iterdir() if e.name not in allow]

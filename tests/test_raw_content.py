@@ -121,3 +121,25 @@ def test_fixes_name_the_dataset_and_the_params_file_the_user_gave(tmp_path):
     (tmp_path / "ok.yaml").write_text("preprocess:\n  min_item_count: 7\n")
     proc = seqpe("preprocess", "diginetica", "raw", "sessions", "--params", "ok.yaml", cwd=tmp_path)
     one_line_error(proc, "missing params key", "Fix: add it to ok.yaml")
+
+
+def test_a_row_with_an_extra_field_and_a_dangling_destination_are_named_plainly(tmp_path):
+    """A Yoochoose row with a fifth field gave Polars' advice on its own API (`extra_columns='ignore'`); a link to a
+    missing folder as the destination was called "a file, not a folder"."""
+    rows = "".join(f"{s},2014-04-0{1 + s % 5}T10:0{k}:00.000Z,{200 + (s + k) % 6},0\n" for s in range(1, 30)
+                   for k in range(3))
+    (tmp_path / "yoochoose-clicks.dat").write_text(rows + "30,2014-04-05T10:00:00.000Z,201,0,extra\n")
+    proc = seqpe("download", "yoochoose", "raw", "--from", "yoochoose-clicks.dat", cwd=tmp_path)
+    one_line_error(proc, "does not read as yoochoose's yoochoose-clicks.dat: a row has more fields than the file's "
+                         "columns")                          # the whole file is within the rows download reads
+    assert "extra_columns" not in proc.stderr
+    import polars as pl
+
+    from pipeline.errors import DataError
+    from pipeline.protocols import reading
+    with pytest.raises(DataError, match="could not read it: a row has more fields than the file's columns. Fix"):
+        with reading("it"):                                   # a longer file: preprocess says the same
+            pl.read_csv(tmp_path / "yoochoose-clicks.dat", has_header=False, new_columns=["a", "b", "c", "d"])
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    proc = seqpe("preprocess", "diginetica", "raw", "dangling", cwd=tmp_path)
+    one_line_error(proc, f"dangling is a link to {tmp_path / 'nowhere'}, which does not exist")

@@ -91,7 +91,8 @@ def reading(what: str):
         from ..errors import as_os_error
         if as_os_error(e) is not None:      # a disk that failed or filled (a streaming spill), not the file's content
             raise
-        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        from ..errors import polars_said
+        first = polars_said(str(e)) if str(e).strip() else type(e).__name__
         raise DataError(f"could not read {what}: {first}",
                         "check that the raw file is the unmodified original (ids must be integers, "
                         "dates YYYY-MM-DD / ISO-8601)") from None
