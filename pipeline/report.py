@@ -671,11 +671,11 @@ def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Opt
             if (wrong := not_runs(root)) is not None:
                 raise wrong
         raise DataError(f"no run.json under {', '.join(str(r) for r in roots)}", "run `seqpe train DATASET` first")
+    rows, records = pooled(records, lambda name: True)
+    labels = significance.read_test_labels(samples) if samples is not None else None
     if samples is not None and not any("ctr" in (r.get("task"), r.get("protocol")) for r in records):   # walk 34a
         raise ParamsError(f"--samples gives the test labels of CTR runs, and the runs under "
                           f"{', '.join(str(r) for r in roots)} are next-item runs, which need none", "drop --samples")
-    rows, records = pooled(records, lambda name: True)
-    labels = significance.read_test_labels(samples) if samples is not None else None
     compare(records, rows, baseline, labels)
     if out is not None:
         write_report(rows, out)
