@@ -479,7 +479,7 @@ def _install_copied(dataset, src, dst: Path, path: Path, alternate: bool = False
     files = (name,) if alternate else src.files
     with atomic_dir(dst) as tmp:
         placed = archive.collect_as(path, name, tmp) if as_name else archive.collect(path, files, tmp)
-        _check_readable(dataset, tmp, str(path))
+        _check_readable(dataset, tmp, str(path), itself=Path(path).is_file())
         record = _record(dataset, src, "file", None, None, None, placed)
         if alternate:
             record["filename"] = name
@@ -498,7 +498,7 @@ def _install_copied(dataset, src, dst: Path, path: Path, alternate: bool = False
 HEAD_BYTES = 1 << 16        # what _check_readable reads of each file: enough rows for the reader's checks
 
 
-def _check_readable(dataset: str, folder: Path, given: str) -> None:
+def _check_readable(dataset: str, folder: Path, given: str, itself: bool = False) -> None:
     """The text files just placed in `folder` must read as the dataset's: its own reader parses the first rows
     of each (a copy of their first HEAD_BYTES, cut at a line end), so a file that is not the dataset's is
     refused now, naming what is wrong, rather than recorded in source.json and refused by `seqpe preprocess`,
@@ -531,8 +531,8 @@ def _check_readable(dataset: str, folder: Path, given: str) -> None:
                 frame.head(50).collect()
         except (DataError, pl.exceptions.PolarsError, ValueError) as e:
             problem = e.problem if isinstance(e, DataError) else polars_said(str(e))
-            for p in files:
-                problem = problem.replace(str(Path(tmp) / p.name), p.name)
+            for p in files:                  # `itself`: the one file is the given file, named as given
+                problem = problem.replace(str(Path(tmp) / p.name), given if itself else p.name)
             problem = problem.replace(str(tmp), str(given))
             raise DownloadError(f"{given} does not read as {dataset}'s {', '.join(p.name for p in files)}: "
                                 f"{problem}", _original(spec.source)) from None

@@ -140,7 +140,7 @@ def test_error_text_with_brackets_is_printed_verbatim(tmp_path):
 
 # --------------------------------------------------------------------------- hardening (issue 13)
 
-def tiny_samples(root: Path, n_items: int = 9) -> Path:
+def tiny_samples(root: Path, n_items: int = 24) -> Path:   # > the default cut-offs (evaluate.ks up to 20)
     """A samples folder of next-item rows `item -> item + 1` (enough for pop and a 1-epoch SASRec)."""
     import polars as pl
     from pipeline.io import write_json, write_split
@@ -269,7 +269,7 @@ def test_version_json_and_80_columns(tmp_path):
                                                  r"checkout); python .*\)\n", proc.stdout), proc.stdout
     samples = tiny_samples(tmp_path / "samples")
     stats = json.loads(seqpe("stats", "toyset", str(samples), "--json").stdout)
-    assert stats["n_items"] == 9 and stats["kind"] == "samples" and set(stats) >= {"dataset", "protocol", "splits"}
+    assert stats["n_items"] == 24 and stats["kind"] == "samples" and set(stats) >= {"dataset", "protocol", "splits"}
     for seed in ("1", "2"):
         proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "pop", "--seed", seed,
                      "--quiet")
@@ -405,7 +405,8 @@ def test_preprocess_says_when_a_valid_fraction_carves_no_session(tmp_path):
     assert proc.returncode == 0 and "note: preprocess.valid_fraction=0.1 carves no valid session out of the " \
         in proc.stderr and "`seqpe train` will refuse these samples" in proc.stderr, proc.stderr
     assert seqpe("augment", "sample", str(tmp_path / "sessions"), str(tmp_path / "samples"), *tiny).returncode == 0
-    check = seqpe("train", "sample", str(tmp_path / "samples"), str(tmp_path / "runs"), "--check", *tiny)
+    check = seqpe("train", "sample", str(tmp_path / "samples"), str(tmp_path / "runs"), "--check", *tiny,
+                  "--set", "evaluate.ks=[1]")               # a few items: HR@10 would be 1 (refused first)
     assert_one_line_error(check, "the valid split of", "has no samples", "(it was 0.1) or more raw data")
     wanted = re.search(r"valid_fraction=(0\.\d+) or more", proc.stderr).group(1)
     proc = seqpe("preprocess", "sample", str(tmp_path / "raw"), str(tmp_path / "sessions"), *tiny,

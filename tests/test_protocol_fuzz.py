@@ -206,8 +206,10 @@ def reference_ctr(train: list[tuple], test: list[tuple], rule: str, fraction: fl
             "test": [sample(r) for r in test], "n_items": max(items) + 1}
 
 
+# each history item with its category (the protocol refuses lists of other lengths, walk 34b)
 ctr_row = st.tuples(st.integers(0, 1), st.integers(0, 3), st.integers(0, 9), st.integers(0, 4),
-                    st.lists(st.integers(0, 9), max_size=6), st.lists(st.integers(0, 4), max_size=6))
+                    st.lists(st.tuples(st.integers(0, 9), st.integers(0, 4)), max_size=6)).map(
+    lambda r: (*r[:4], [i for i, _ in r[4]], [c for _, c in r[4]]))
 
 
 @FUZZ

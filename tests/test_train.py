@@ -803,7 +803,7 @@ def test_cli_preset_then_set_on_an_unregistered_dataset(tmp_path, toy_registry, 
     monkeypatch.setattr(sys, "argv", ["seqpe", "train", "yoochoose_srgnn", str(tmp_path / "samples"),
                                       str(tmp_path / "runs"), "--model", "toy", "--encoding", "toy_lpe",
                                       "--preset", "paper", "--set", "train.epochs=2", "--set", "train.dim=8",
-                                      "--quiet", "--params", str(ROOT / "params.yaml")])
+                                      "--quiet", "--set", "evaluate.ks=[1,5]", "--params", str(ROOT / "params.yaml")])
     with pytest.raises(SystemExit) as e:
         cli.main()
     assert e.value.code == 0
@@ -935,7 +935,8 @@ def test_cli_says_when_the_time_limit_stopped_a_run(tmp_path, toy_registry, monk
     make_samples(tmp_path / "samples")
     monkeypatch.setattr(sys, "argv", ["seqpe", "train", "toyset", str(tmp_path / "samples"), str(tmp_path / "runs"),
                                       "--model", "toy", "--encoding", "toy_lpe", "--set", "train.epochs=3",
-                                      "--set", "train.time_limit=1e-9", "--params", str(ROOT / "params.yaml")])
+                                      "--set", "train.time_limit=1e-9", "--set", "evaluate.ks=[1,5]",   # 12 items
+                                      "--params", str(ROOT / "params.yaml")])
     with pytest.raises(SystemExit) as e:
         cli.main()
     out = capsys.readouterr().out
