@@ -331,8 +331,8 @@ def train(dataset: str,
           runs: Annotated[Optional[Path], typer.Argument(help="runs folder (default data/runs/DATASET)")] = None,
           model: Annotated[Optional[str], typer.Option(help="model name (default: the study grid's first for "
                                                              "this dataset's task)")] = None,
-          encoding: Annotated[Optional[str], typer.Option(help="encoding name (default: the preset's, the "
-                                                                "model's own (parec, fparec), or the grid's first)")] = None,
+          encoding: Annotated[Optional[str], typer.Option(
+              help="encoding name (default: the preset's, the model's own (parec, fparec), or the grid's first)")] = None,
           seed: Annotated[Optional[list[int]], typer.Option(help="seed(s) (default study.seeds)")] = None,
           preset: Annotated[Optional[str], typer.Option(
               help="model's named settings, e.g. paper (train + model/encoding options, per-dataset "

@@ -144,4 +144,3 @@ def polars_said(message: str) -> str:
     if "new_columns` does not match number of columns" in first or "more fields than defined" in first:
         return "a row has more fields than the file's columns"
     return first
-

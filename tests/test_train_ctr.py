@@ -106,7 +106,8 @@ def test_a_ctr_head_count_need_divide_only_the_item_width(ctr_samples, tmp_path)
     is a valid BST, which the params file refused ("'train.dim' (10) must be divisible by 'train.heads' (4)")."""
     stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("bst", "none", dim=10, heads=4), model="bst",
               encoding="none", progress=False, check=True)
-    with pytest.raises(ParamsError, match=r"item width 20 \(train.dim 10 x 2 fields\) is not divisible by train.heads \(3\)"):
+    with pytest.raises(ParamsError, match=r"item width 20 \(train.dim 10 x 2 fields\) is not divisible by "
+                                          r"train.heads \(3\)"):
         stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("bst", "none", dim=10, heads=3), model="bst",
                   encoding="none", progress=False, check=True)
 

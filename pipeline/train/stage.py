@@ -62,7 +62,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         params = _ctr_settings(params, tp, spec, explicit, overrides)
     tp = _drop_ignored(tp, spec, params, overrides)
     params = _drop_unread_options(params, spec, overrides)
-    if kind != "ctr" and tp.heads and tp.dim is not None and tp.dim % tp.heads:     # CTR: models.ctr.layers checks fields x dim
+    if kind != "ctr" and tp.heads and tp.dim is not None and tp.dim % tp.heads:   # CTR: models.ctr.layers (fields x dim)
         raise ParamsError(f"train.dim ({tp.dim}) must be divisible by train.heads ({tp.heads}), which "
                           f"'{spec.name}' splits it into", "change train.dim or train.heads")
     if kind != "ctr":
