@@ -433,10 +433,11 @@ def report(runs: Annotated[Optional[list[Path]], typer.Argument(help="runs folde
     Every test metric of every configuration under RUNS; the tests are a paired t-test over seeds and
     Wilcoxon and bootstrap tests over samples."""
     from . import report as stage
-    rows = stage.run(runs or [Path("data") / "runs"], out, baseline=baseline, samples=samples)
+    left_out: list[dict] = []
+    rows = stage.run(runs or [Path("data") / "runs"], out, baseline=baseline, samples=samples, left_out=left_out)
     if as_json:
         from .tables import to_json
-        to_json(stage.to_json(rows))
+        to_json(stage.to_json(rows, left_out))
     elif not quiet:
         stage.print_tables(console, rows)
         if out is not None:

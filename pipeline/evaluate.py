@@ -7,7 +7,8 @@ baselines) over `study.seeds`, in grid order, and refuses a grid with runs missi
 other configurations in the same runs folder are left out (`seqpe report` shows everything, and
 `--all` here too). The per-configuration DVC metrics files are written by the train stage.
 
-    <reports>/summary.json     per configuration: seeds, mean/std/ci95 of every metric; the runs table
+    <reports>/summary.json     per configuration: seeds, mean/std/ci95 of every metric; the runs table; the
+                               configurations --all left out (seeds that cannot be pooled) and why
     <reports>/report.md        the Markdown table (x100) that `seqpe report` also writes
     <reports>/report.csv       the same numbers, raw
     <reports>/comparison.png   each configuration's test metric with its 95% CI (pipeline/figures.py)
@@ -95,7 +96,9 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
         sys.stderr.write(f"note: evaluate.ks asks for {show(ks)}, and {name} (seed{'s' * (len(seeds) > 1)} "
                          f"{', '.join(map(str, sorted(seeds)))}) was trained without {missing}: its row leaves "
                          f"{them} out (retrain it with these ks to have {them})\n")
-    rows, records = report.pooled(records, (lambda name: name not in order) if all_runs else None)  # grid: all
+    left_out: list[dict] = []
+    rows, records = report.pooled(records, (lambda name: name not in order) if all_runs else None,  # grid: all
+                                  left_out)
     names = [row["name"] for row in rows]
     if len(set(names)) != len(names):
         raise DataError(f"{runs_dir} mixes protocols for one configuration",
@@ -119,7 +122,8 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
     runs = [{"name": f"{r['name']}/seed-{r['seed']}", "config": r["name"], "seed": r["seed"],
              "best_epoch": r.get("best_epoch"), "valid": r.get("valid", {}), "test": r["test"]}
             for r in sorted(records, key=lambda r: (order.get(r["name"], len(order)), r["name"], r["seed"]))]
-    summary = {"dataset": dataset, "task": task, "reference": reference, "configs": rows, "runs": runs}
+    summary = {"dataset": dataset, "task": task, "reference": reference, "configs": rows, "runs": runs,
+               "left_out": left_out}
     per_seed: dict[str, dict[str, list[float]]] = {}
     for r in records:
         for k, v in r["test"].items():
@@ -128,7 +132,7 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
     seeds = sorted({s for row in rows for s in row["seeds"]})
     title = f"{dataset}: {len(rows)} configuration{'s' if len(rows) != 1 else ''}, seeds {', '.join(map(str, seeds))}"
     files = {"summary.json": dumps_json(summary).encode("utf-8"),           # every file rendered first, then
-             "report.md": report.to_markdown(rows).encode("utf-8"),         # written together: a Ctrl-C
+             "report.md": report.to_markdown(rows, left_out).encode("utf-8"),   # written together: a Ctrl-C
              "report.csv": report.to_csv(rows).encode("utf-8"),             # leaves the previous set or the
              "comparison.csv": figures.comparison_csv(rows, panels).encode("utf-8"),   # new one, not a mix
              "comparison.png": figures.comparison_png(rows, panels, title, reference, per_seed),

@@ -243,11 +243,13 @@ def _check_pooled(name: str, recs: list[dict]) -> None:
                             "retrain one of them with the other's settings, or give the variant its own --tag")
 
 
-def aggregate(records: list[dict], skippable=None) -> list[dict]:
+def aggregate(records: list[dict], skippable=None, left_out: Optional[list] = None) -> list[dict]:
     """Group runs by (dataset, protocol, model, encoding, tag); summarise every test metric over seeds
     (refused when a group's seeds repeat or were trained with different settings). `skippable(name)`: such a
     group is left out with a note on stderr instead, and the others are reported (one configuration whose
-    seeds differ made the whole `seqpe report` print nothing); refused all the same when every group is."""
+    seeds differ made the whole `seqpe report` print nothing); refused all the same when every group is.
+    `left_out`: a list that receives one entry per group left out (`left_out_entry`), for the files and the
+    JSON that outlive the stderr note."""
     groups = _by_config(records)
     rows, refused = [], []
     for (dataset, protocol, model, encoding, tag), recs in sorted(groups.items()):
@@ -259,6 +261,8 @@ def aggregate(records: list[dict], skippable=None) -> list[dict]:
             if skippable is None or not skippable(name):
                 raise
             refused.append(e)            # said below once the others are known (every one refused: one error)
+            if left_out is not None:
+                left_out.append(left_out_entry(dataset, protocol, model, encoding, tag or None, recs, e))
             continue
         keys = sorted({k for r in recs for k in r["test"]}, key=metric_order)
         rows.append({
@@ -276,10 +280,27 @@ def aggregate(records: list[dict], skippable=None) -> list[dict]:
     return rows
 
 
-def pooled(records: list[dict], skippable) -> tuple[list[dict], list[dict]]:
-    """(rows, records) of `aggregate(records, skippable)`, the records of the configurations it left out dropped
-    (the paired tests must not see them either)."""
-    rows = aggregate(records, skippable)
+def left_out_entry(dataset: str, protocol: str, model: str, encoding: str, tag: Optional[str], recs: list[dict],
+                   why: Exception) -> dict:
+    """A configuration `aggregate` left out: who it is, its seeds, and why (the refusal's problem)."""
+    return {"dataset": dataset, "protocol": protocol, "model": model, "encoding": encoding, "tag": tag,
+            "configuration": config_name(model, encoding, tag), "seeds": [r["seed"] for r in recs],
+            "reason": getattr(why, "problem", str(why)), "fix": getattr(why, "fix", None)}
+
+
+def left_out_note(left_out: list[dict]) -> Optional[str]:
+    """The note under a report file naming the configurations left out (they used to vanish from the file,
+    said only on the stderr of the command that wrote it)."""
+    if not left_out:
+        return None
+    return "Left out of this report (their seeds cannot be pooled into one row): " + "; ".join(
+        e["reason"] for e in left_out) + "."
+
+
+def pooled(records: list[dict], skippable, left_out: Optional[list] = None) -> tuple[list[dict], list[dict]]:
+    """(rows, records) of `aggregate(records, skippable, left_out)`, the records of the configurations it left
+    out dropped (the paired tests must not see them either)."""
+    rows = aggregate(records, skippable, left_out)
     kept = {(row["dataset"], row["protocol"], row["name"]) for row in rows}
     return rows, [r for r in records if (_config_key(r)[0], _config_key(r)[1],
                                          config_name(r["model"], r["encoding"], r.get("tag") or None)) in kept]
@@ -489,7 +510,7 @@ def row_notes(rows: list[dict]) -> list[str]:
     return [note for note in (unfinished_note(rows), checkout_note(rows), baseline_note(rows)) if note]
 
 
-def to_markdown(rows: list[dict]) -> str:
+def to_markdown(rows: list[dict], left_out: list[dict] = ()) -> str:
     keys = metric_keys(rows)
     head = ["dataset", "protocol", "model", "encoding", "tag", "seeds", *keys]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
@@ -499,7 +520,7 @@ def to_markdown(rows: list[dict]) -> str:
         cells += [_cell(row["metrics"].get(k), _scale(k)) for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [CTR_NOTE if _ctr_only(rows) else TIE_NOTE]
-    notes += row_notes(rows)
+    notes += row_notes(rows) + ([note] if (note := left_out_note(left_out)) else [])
     compared = _compared(rows)
     if compared:
         head, metrics = comparison_header(rows), _seed_metrics(rows)
@@ -624,18 +645,25 @@ def comparison_table(rows: list[dict]):
     return None if view is None else tables(*view, width=10**6)[0]
 
 
-def to_json(rows: list[dict]) -> list[dict]:
+def to_json(rows: list[dict], left_out: list[dict] = ()) -> list[dict]:
     """The rows for `seqpe report --json`: stable keys, raw values in [0, 1] (not x100): dataset,
     protocol, model, encoding, tag, configuration, seeds, best_epochs, unfinished (the seeds stopped at
-    train.time_limit), metrics {name: {mean, std,
-    ci95, n}} and comparison (None, or the baseline test results of pipeline.significance)."""
+    train.time_limit), metrics {name: {mean, std, ci95, n}}, comparison (None, or the baseline test results
+    of pipeline.significance) and left_out (None). Then one entry per configuration left out because its
+    seeds cannot be pooled (`aggregate`): the same keys, its seeds, metrics {}, and left_out {reason, fix}
+    (they were a stderr note only, which a script reading the JSON never sees)."""
     out = []
     for row in rows:
         out.append({"dataset": row["dataset"], "protocol": row["protocol"], "model": row["model"],
                     "encoding": row["encoding"], "tag": row.get("tag"), "configuration": row["name"],
                     "seeds": row["seeds"], "best_epochs": row["best_epochs"], "unfinished": row["unfinished"],
                     "metrics": row["metrics"],
-                    "comparison": row.get("comparison")})
+                    "comparison": row.get("comparison"), "left_out": None})
+    for e in left_out:
+        out.append({**{k: e[k] for k in ("dataset", "protocol", "model", "encoding", "tag", "configuration",
+                                         "seeds")},
+                    "best_epochs": None, "unfinished": None, "metrics": {}, "comparison": None,
+                    "left_out": {"reason": e["reason"], "fix": e["fix"]}})
     return out
 
 
@@ -651,18 +679,20 @@ def check_out(out: str | Path) -> Path:
     return out
 
 
-def write_report(rows: list[dict], out: str | Path) -> Path:
+def write_report(rows: list[dict], out: str | Path, left_out: list[dict] = ()) -> Path:
     out = check_out(out)
-    text = to_markdown(rows) if out.suffix.lower() == ".md" else to_csv(rows)
+    text = to_markdown(rows, left_out) if out.suffix.lower() == ".md" else to_csv(rows)
     write_bytes(out, text.encode("utf-8"))
     return out
 
 
 def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Optional[str] = None,
-        samples: Optional[str | Path] = None) -> list[dict]:
+        samples: Optional[str | Path] = None, left_out: Optional[list] = None) -> list[dict]:
     """Aggregate every run under `roots`, compare each configuration with `baseline` (default: each
     dataset's first), write `out` (.md or .csv) when given; return the rows. `samples`: the samples
-    folder of a CTR dataset, whose test labels the per-sample CTR tests need."""
+    folder of a CTR dataset, whose test labels the per-sample CTR tests need. `left_out`: a list that
+    receives the configurations left out (`aggregate`)."""
+    left_out = [] if left_out is None else left_out
     if out is not None:
         check_out(out)
     records = find_runs(roots)
@@ -671,12 +701,12 @@ def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Opt
             if (wrong := not_runs(root)) is not None:
                 raise wrong
         raise DataError(f"no run.json under {', '.join(str(r) for r in roots)}", "run `seqpe train DATASET` first")
-    rows, records = pooled(records, lambda name: True)
+    rows, records = pooled(records, lambda name: True, left_out)
     labels = significance.read_test_labels(samples) if samples is not None else None
     if samples is not None and not any("ctr" in (r.get("task"), r.get("protocol")) for r in records):   # walk 34a
         raise ParamsError(f"--samples gives the test labels of CTR runs, and the runs under "
                           f"{', '.join(str(r) for r in roots)} are next-item runs, which need none", "drop --samples")
     compare(records, rows, baseline, labels)
     if out is not None:
-        write_report(rows, out)
+        write_report(rows, out, left_out)
     return rows

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -258,6 +259,18 @@ def test_the_study_grid_is_reported_in_grid_order_without_hand_runs(tmp_path):
     every = stage.run("sample", runs, tmp_path / "all", params(grid=True), all_runs=True)
     assert [c["name"] for c in every["configs"]] == ["sasrec-lpe", "pop-none", "sasrec-alibi"]   # grid first
     assert every["reference"] == "sasrec-lpe"          # as without --all (was pop-none, the first in sorted order)
+    assert every["left_out"] == []
+    write_run(runs, "sasrec", "alibi", 2, {"hr@10": 0.8, "ndcg@10": 0.8}, dataset="sample")
+    path = runs / "sasrec-alibi" / "seed-2" / "run.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "train": {"epochs": 3}}))
+    every = stage.run("sample", runs, tmp_path / "all", params(grid=True), all_runs=True)   # seeds that differ
+    assert [c["name"] for c in every["configs"]] == ["sasrec-lpe", "pop-none"]              # left out, and said so
+    assert [(e["configuration"], e["seeds"]) for e in every["left_out"]] == [("sasrec-alibi", [1, 2])]
+    assert json.loads((tmp_path / "all" / "summary.json").read_text())["left_out"][0]["reason"].startswith(
+        "sample sasrec-alibi: seed 1 and seed 2 were trained with different settings (train.epochs: ")
+    assert "Left out of this report (their seeds cannot be pooled into one row): sample sasrec-alibi: seed 1 and " \
+        "seed 2" in (tmp_path / "all" / "report.md").read_text()
+    shutil.rmtree(runs / "sasrec-alibi")
     (runs / "pop-none" / "seed-3" / "run.json").unlink()
     with pytest.raises(DataError, match="the study grid of 'sample' has no runs for pop-none/seed-3"):
         stage.run("sample", runs, tmp_path / "r2", params(grid=True))

@@ -393,9 +393,21 @@ def test_a_configuration_whose_seeds_differ_is_left_out_and_the_others_reported(
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(tmp_path), "--json"], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(r["configuration"] for r in json.loads(proc.stdout)) == ["pop-none", "sasrec-none"]
+    out = json.loads(proc.stdout)
+    assert [(r["configuration"], r["left_out"] is None) for r in out] == \
+        [("pop-none", True), ("sasrec-none", True), ("sasrec-none-tl", False)]
     assert "note: left out of the report: toyset sasrec-none-tl: seed 1 and seed 2 were trained with different " \
            "settings (train.epochs: 5 vs 3)" in " ".join(proc.stderr.split())
+    # walk 34a #7: a script reading the JSON, or the report file, saw the configuration vanish (stderr note only)
+    assert out[2]["seeds"] == [1, 2] and out[2]["metrics"] == {} and out[2]["comparison"] is None
+    assert out[2]["left_out"]["reason"] == "toyset sasrec-none-tl: seed 1 and seed 2 were trained with different " \
+        "settings (train.epochs: 5 vs 3), so they cannot be pooled into one mean" and "--tag" in out[2]["left_out"]["fix"]
+    md = tmp_path.with_name(tmp_path.name + "-report.md")
+    assert subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(tmp_path), "--out", str(md), "-q"],
+                          cwd=ROOT, capture_output=True).returncode == 0
+    assert "Left out of this report (their seeds cannot be pooled into one row): toyset sasrec-none-tl: seed 1 and " \
+           "seed 2 were trained with different settings (train.epochs: 5 vs 3)" in md.read_text()
+    assert "Left out" not in report.to_markdown(report.aggregate(report.find_runs([tmp_path / "pop-none"])))
     with pytest.raises(DataError, match="sasrec-none-tl: seed 1 and seed 2"):
         report.aggregate(report.find_runs([tmp_path]))                               # not skippable: refused
     with pytest.raises(DataError, match="sasrec-none-tl"):
