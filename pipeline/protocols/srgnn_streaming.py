@@ -173,13 +173,17 @@ def _read_ordered(clicks: _Clicks, p: int, columns: list[str]) -> pl.DataFrame |
     return c if c is None or c.get_column("row").is_sorted() else c.sort("row")
 
 
-def _count(clicks: _Clicks) -> dict:
-    """Pass 2: sessions, clicks, null ids, and per item its clicks and its one-click sessions."""
-    t = {"sessions": 0, "clicks": 0, "long": 0, "null_ids": 0, "null_items": 0, "all": [], "singles": []}
+def _count(clicks: _Clicks, times: bool = False) -> dict:
+    """Pass 2: sessions, clicks, null ids, and per item its clicks and its one-click sessions; with `times` (a
+    protocol that sorts by timeframe), the rows without one ("no_time": time, row), part by part."""
+    t = {"sessions": 0, "clicks": 0, "long": 0, "null_ids": 0, "null_items": 0, "all": [], "singles": [],
+         "no_time": [pl.DataFrame({"time": [], "row": []})]}
     for p in range(clicks.parts):
-        c = _read_ordered(clicks, p, ["session_id", "item_id", "row"])
+        c = _read_ordered(clicks, p, ["session_id", "item_id", "row", *(["time"] if times else [])])
         if c is None:
             continue
+        if times:
+            t["no_time"].append(c.filter(pl.col("time").is_null()).select("time", "row"))
         f, _, _ = _per_session(c, pl.len().alias("n"), pl.col("item_id").first().alias("item"))
         t["sessions"] += f.height
         t["clicks"] += c.height
@@ -357,11 +361,8 @@ def _build(spec, raw_dir: Path, params, scratch: Path) -> ProtocolResult:
 
     # 1. every click to Parquet partitions; 3-4. item counts over the sessions of >= 2 clicks
     clicks = _spill(spec, raw_dir, scratch / "clicks", parts, what)
-    t = _count(clicks)
-    if sort:                   # the rows without a timeframe, part by part (memory stays bounded)
-        check_times(pl.concat([c.filter(pl.col("time").is_null()) for p in range(clicks.parts)
-                               if (c := _read_ordered(clicks, p, ["time", "row"])) is not None]
-                              or [pl.DataFrame({"time": [], "row": []})], how="vertical_relaxed"), what)
+    t = _count(clicks, times=sort)
+    check_times(pl.concat(t["no_time"], how="vertical_relaxed"), what)   # the rows without a timeframe
     if t["sessions"] == 0:
         raise DataError(f"{what} has no rows", "re-download it (`seqpe download DATASET`)")
     counts, n_read_items = _counts(t)

@@ -431,16 +431,17 @@ def claim_seed_curves(seed_dir: Path, run_dir: Path, label: str) -> None:
     found = _curve(seed_dir)
     if found is None:
         return                                       # nothing of seqpe's to compare: claim_curves judged the folder
-    histories = []
-    if (run_dir / "run.json").is_file():
-        try:
-            histories.append(read_json(run_dir / "run.json").get("history") or [])
-        except Exception:
-            pass
-    from . import state
-    for other in state.other_resumes(label, "", run_dir):
-        histories.append(state.resume_history(other["path"]))
-    for history in histories:
+    def histories():                                 # run.json first: the resume files (torch loads) only if needed
+        if (run_dir / "run.json").is_file():
+            try:
+                yield read_json(run_dir / "run.json").get("history") or []
+            except Exception:
+                pass
+        from . import state
+        for other in state.other_resumes(label, "", run_dir):
+            yield state.resume_history(other["path"])
+
+    for history in histories():
         try:
             mine = _history_curve(history, seed_dir)
         except (KeyError, TypeError, ValueError):
