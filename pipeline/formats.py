@@ -48,7 +48,6 @@ in memory and swapped in as one folder; it never overwrites a folder holding oth
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import pickle
 from dataclasses import dataclass, field
@@ -61,7 +60,7 @@ import polars as pl
 from . import sniff, unpickle
 from .augment import last_samples, prefix_samples, shifted_samples
 from .errors import DataError, ParamsError, unknown
-from .io import (MANIFEST, SPLITS, atomic_dir, claim_dir, deferred_interrupt, read_manifest, read_split,
+from .io import (MANIFEST, SPLITS, atomic_dir, atomic_dirs, claim_dir, read_manifest, read_split,
                  refuse_nested, require_kind, sha256_file, shard_entry, special_kind, verify_shards, write_bytes,
                  write_json, write_parquet, write_split)
 from .params import IMPORT_FORMATS, IMPORT_NAME, Params, to_dict
@@ -298,14 +297,12 @@ def _import_ctr(dataset: str, src: Path, fmt: str, sessions_dst: Path, samples_d
         files[name] = path
     spec = dataclasses.replace(get(CTR_FORMATS[fmt]), name=dataset)
     source = {name: sha256_file(path) for name, path in files.items()}
-    swap = contextlib.ExitStack()
     try:
-        with swap, atomic_dir(sessions_dst) as s_tmp, atomic_dir(samples_dst) as a_tmp:
+        with atomic_dirs(sessions_dst, samples_dst) as (s_tmp, a_tmp):     # swapped in together
             result = ctr.build(spec, files["train.csv"].parent, params, own_files=True)
             result.extra["format"] = fmt         # as the other imports record theirs (`seqpe datasets`; walk 32b)
             manifest = write_result(dataset, spec, result, source, s_tmp, params, stage="import")
             augment.run(dataset, s_tmp, a_tmp, params)
-            swap.enter_context(deferred_interrupt())     # exits last: after both folders are swapped in
     except DataError as e:     # the readers' fixes speak of a download: these files are the user's own
         if e.fix and "download" in e.fix:
             raise DataError(e.problem, f"check {files['train.csv'].parent}'s train.csv and test.csv: whole, and "
@@ -561,13 +558,12 @@ def _check_dense_ids(src: Path, n_items: int, n_distinct: int, hint: str = "") -
 # --------------------------------------------------------------------------- write
 
 def _write(dataset: str, imp: Imported, sessions_dst: Path, samples_dst: Path, params: Params) -> None:
-    """Both folders are built in full before either replaces what was there; a Ctrl-C once both are
-    built waits until both are swapped in (io.deferred_interrupt), so the pair always matches."""
+    """Both folders are built in full before either replaces what was there, and swapped in together
+    (io.atomic_dirs: a Ctrl-C once both are built waits until both are in), so the pair always matches."""
     head = {"stage": "import", "dataset": dataset, "protocol": imp.protocol, "params": imp.params,
             "source": imp.source, "steps": imp.steps, "n_items": imp.n_items, "augment": imp.augment,
             "protocol_info": imp.info}
-    swap = contextlib.ExitStack()
-    with swap, atomic_dir(sessions_dst) as s_tmp, atomic_dir(samples_dst) as a_tmp:
+    with atomic_dirs(sessions_dst, samples_dst) as (s_tmp, a_tmp):
         shards = []
         for split in SPLITS:
             shards += write_split(s_tmp, split, imp.sessions[split].rechunk(), params.preprocess.rows_per_shard)
@@ -587,7 +583,6 @@ def _write(dataset: str, imp: Imported, sessions_dst: Path, samples_dst: Path, p
             "max_len": max(_longest(imp.samples[s]) for s in SPLITS),
             "splits": {s: {**_sample_counts(imp.samples[s]), "sessions": imp.sessions[s].height,
                            "clicks": _clicks(imp.sessions[s])} for s in SPLITS}})
-        swap.enter_context(deferred_interrupt())     # exits last: after both folders are swapped in
 
 
 # --------------------------------------------------------------------------- export

@@ -96,17 +96,26 @@ def user_path(path: str | Path) -> str:
     return str(Path(*parts)) if parts else str(path)
 
 
+def _mtime(path: Path) -> float:
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def sweep_leftovers(dst: str | Path) -> int:
     """Remove what killed runs left next to `dst`: `.NAME.p<pid>.*.{tmp,old,gen}` entries whose
     process is gone (and pid-less `.NAME.*.{tmp,old,gen}` ones, written before runs carried a pid).
     A live run's entries (another process writing the same destination) are left alone.
-    Returns the number of entries removed."""
+    Returns the number of entries removed. A dead writer's `.old` folder is put back instead when `dst` is
+    missing: the writer was killed between its two renames (`_swap_in` without an exchange), and that folder is
+    the previous output, the only copy (it was deleted here)."""
     dst = Path(dst)
     parent, head = dst.parent, f".{dst.name}."
     if not parent.is_dir():
         return 0
     removed = 0
-    for entry in parent.iterdir():
+    for entry in sorted(parent.iterdir(), key=lambda e: (not e.name.endswith(".old"), -_mtime(e), e.name)):
         name = entry.name
         if not name.startswith(head) or not name.endswith(LEFTOVER_SUFFIXES):
             continue
@@ -116,6 +125,10 @@ def sweep_leftovers(dst: str | Path) -> int:
             pid = int(tag[1:])
             if pid == os.getpid() or _pid_alive(pid):
                 continue
+        if name.endswith(".old") and entry.is_dir() and not entry.is_symlink() and not os.path.lexists(dst):
+            with contextlib.suppress(OSError):
+                os.replace(entry, dst)
+            continue                                 # put back (or left where it is): never deleted
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
@@ -205,6 +218,71 @@ def scratch_dir(dst: str | Path, suffix: str = ".gen") -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+_renameat2: Any = None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing entries in one step: Linux's renameat2(RENAME_EXCHANGE), through ctypes because the
+    standard library has no call for it. With two renames (dst to a side name, then the new folder to dst) a
+    SIGKILL between them left no folder at dst at all, and the next run's sweep deleted the side copy, the only
+    one (walk 35b). False where libc, the kernel or the file system lacks the call: the caller renames twice."""
+    global _renameat2
+    if _renameat2 is None:
+        import ctypes
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).renameat2
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+            _renameat2 = fn
+        except (OSError, AttributeError):
+            _renameat2 = False
+    if not _renameat2:
+        return False
+    import ctypes
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (38, 22, 95):          # ENOSYS, EINVAL (not on this file system), EOPNOTSUPP
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def _swap_in(tmp: Path, dst: Path) -> Optional[Path]:
+    """Put the folder `tmp` at `dst` and return where dst's previous content now is (None: there was none).
+    One exchange where the system has it; else dst goes to a `.old` side name first (`sweep_leftovers` puts
+    a dead writer's `.old` back when dst is missing)."""
+    if not dst.exists():
+        os.replace(tmp, dst)
+        return None
+    if _exchange(tmp, dst):
+        return tmp
+    old = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".old", dir=dst.parent))
+    os.rmdir(old)
+    os.replace(dst, old)
+    try:
+        os.replace(tmp, dst)
+    except BaseException:
+        if old.exists() and not dst.exists():
+            os.replace(old, dst)      # the swap failed half-way (another process took dst): put it back
+        raise
+    return old
+
+
+def _swap_back(dst: Path, old: Optional[Path]) -> None:
+    """Undo `_swap_in`: dst's previous content (at `old`; None: there was none) back at dst, the new removed."""
+    if old is None:
+        shutil.rmtree(dst, ignore_errors=True)
+        return
+    if not _exchange(old, dst):
+        new = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent))
+        os.rmdir(new)
+        os.replace(dst, new)
+        os.replace(old, dst)
+        old = new
+    shutil.rmtree(old, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def atomic_dir(dst: str | Path) -> Iterator[Path]:
     """Yield an empty temporary folder next to `dst`; swap it in for `dst` on success.
@@ -214,31 +292,55 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
     check first that `dst` is theirs to replace (`claim_dir`): this only swaps folders.
     What a killed earlier run left next to `dst` is swept first (`sweep_leftovers`).
     """
-    dst = through_link(dst)
-    if dst.exists() and not dst.is_dir():
-        raise DataError(f"{dst} is a file, not a folder", "pass a folder path (a file is never replaced)")
-    with cleanup_new_folders(dst.parent):
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        sweep_leftovers(dst)
-        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent))
-        old = None
+    with atomic_dirs(dst) as (tmp,):
+        yield tmp
+
+
+@contextlib.contextmanager
+def atomic_dirs(*dsts: str | Path) -> Iterator[list[Path]]:
+    """`atomic_dir` for folders that change together (an import's sessions and samples): one temporary folder
+    each, all built before any is swapped in; then every swap, one after the other with nothing between them
+    (the old copies are deleted only once all are in: the old samples' deletion sat between the two swaps, so a
+    SIGKILL there left the new samples beside the old sessions, walk 35b), with a Ctrl-C or SIGTERM held back
+    until they are done (`deferred_interrupt`). A swap that fails puts back the ones made before it."""
+    dsts = [through_link(d) for d in dsts]
+    for dst in dsts:
+        if dst.exists() and not dst.is_dir():
+            raise DataError(f"{dst} is a file, not a folder", "pass a folder path (a file is never replaced)")
+    with contextlib.ExitStack() as stack:
+        tmps: list[Path] = []
+        for dst in dsts:
+            stack.enter_context(cleanup_new_folders(dst.parent))
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            sweep_leftovers(dst)
         try:
-            yield tmp
-            if dst.exists():
-                old = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".old", dir=dst.parent))
-                os.rmdir(old)
-                os.replace(dst, old)
-            _publish_mode(tmp, directory=True)
-            os.replace(tmp, dst)
-            _fsync_dir(dst.parent)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+            for dst in dsts:
+                tmps.append(Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent)))
+            yield tmps
         except BaseException as e:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if old is not None and old.exists() and not dst.exists():
-                os.replace(old, dst)      # the swap failed half-way (another process took dst): put it back
-            _raise_named(e, dst)
+            for tmp in tmps:
+                shutil.rmtree(tmp, ignore_errors=True)
+            _raise_named(e, dsts[-1])
             raise
+        with deferred_interrupt():
+            done: list[tuple[Path, Optional[Path]]] = []
+            try:
+                for tmp, dst in zip(tmps, dsts):
+                    _publish_mode(tmp, directory=True)
+                    done.append((dst, _swap_in(tmp, dst)))
+                for parent in dict.fromkeys(dst.parent for dst in dsts):
+                    _fsync_dir(parent)
+            except BaseException as e:
+                for dst, old in reversed(done):
+                    with contextlib.suppress(OSError):
+                        _swap_back(dst, old)
+                for tmp in tmps:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                _raise_named(e, dsts[len(done)] if len(done) < len(dsts) else dsts[-1])
+                raise
+            for _, old in done:
+                if old is not None:
+                    shutil.rmtree(old, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- whose folder is it
