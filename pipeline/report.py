@@ -479,9 +479,11 @@ def unfinished_note(rows: list[dict]) -> Optional[str]:
 
 
 def _checkout(rec: dict) -> Optional[str]:
-    """The seqpe checkout a run was trained from: its git commit, `+edits` when tracked files differed
-    (run.json's versions); None for an installed seqpe or a run that predates the record."""
+    """The seqpe code a run was trained with: `code <hash>`, the hash of seqpe's source (run.json's versions since
+    session 35); in older records its git commit, `+edits` when tracked files differed; None when unrecorded."""
     v = rec.get("versions") or {}
+    if v.get("seqpe_code"):
+        return f"code {v['seqpe_code'][:10]}"
     if not v.get("seqpe_git"):
         return None
     return v["seqpe_git"][:10] + ("+edits" if v.get("seqpe_dirty") else "")
@@ -500,9 +502,10 @@ def checkout_note(rows: list[dict]) -> Optional[str]:
                 f"seed{'s' if len(v) > 1 else ''} {', '.join(v)}: {k}" for k, v in seen.items()) + ")")
     if not mixed:
         return None
-    return ("Mixed code: the seeds of " + ", ".join(mixed) + " were trained from different seqpe checkouts "
-            "(git commit, +edits: uncommitted changes). They are pooled because their settings agree; if the "
-            "code between them changed what a run computes, retrain the odd seeds from one checkout.")
+    return ("Mixed code: the seeds of " + ", ".join(mixed) + " were trained with different seqpe code (code: a "
+            "hash of seqpe's source; in older runs the git commit, +edits: uncommitted changes). They are pooled "
+            "because their settings agree; if the code between them changed what a run computes, retrain the odd "
+            "seeds with one version.")
 
 
 def row_notes(rows: list[dict]) -> list[str]:

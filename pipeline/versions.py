@@ -1,10 +1,13 @@
-"""The versions that decide what seqpe computes, recorded in every manifest and run.json.
+"""The versions that decide what seqpe computes, and the checkout it runs from.
 
-python, numpy, polars, pyarrow, torch and seqpe itself (the package version, and the git commit of
-its source tree when it runs from a checkout, with `dirty` when tracked files differ from it).
+`versions()`: python, numpy, polars, pyarrow, torch and seqpe itself (the package version, and the git
+commit of its source tree when it runs from a checkout, with `dirty` when tracked files differ from it):
+`seqpe --version`, and a run's timing.json. run.json records `code_versions()` instead (below): the git
+commit is not an input of a run, and recording it made a teammate's `dvc repro` at a later commit (or after
+DVC itself rewrote the tracked dvc.lock, which made the checkout "dirty") change every run.json (walk 35a).
 Read with importlib.metadata, so the data stages record torch's version without importing torch.
 Two runs of the same code and inputs record the same versions, so outputs stay byte-identical
-(and `dvc.lock` reproduces); a different library or commit is visible in the data it produced.
+(and `dvc.lock` reproduces); a different library or source is visible in the data it produced.
 
 `code_versions()` is what decides whether a finished or half-trained seed may be reused (the run
 fingerprint, pipeline/train/runs.py): the libraries' versions and a hash of seqpe's own source (every

@@ -431,24 +431,31 @@ def test_a_configuration_whose_seeds_differ_is_left_out_and_the_others_reported(
 
 def test_seeds_of_different_checkouts_are_pooled_with_a_note(tmp_path):
     """A seed trained after a local edit pooled with the others without a word: the row now carries each
-    seed's checkout (run.json's versions) and the summary names the mixed row."""
+    seed's code (run.json's versions: seqpe's source hash; in older records the git commit) and the summary
+    names the mixed row."""
     import json
     for seed, commit, dirty in ((1, "a" * 40, False), (2, "a" * 40, False), (3, "a" * 40, True)):
         write_run(tmp_path, "sasrec", "none", seed, {"hr@10": 0.5})
         path = tmp_path / "sasrec-none" / f"seed-{seed}" / "run.json"
         rec = json.loads(path.read_text())
-        rec["versions"] = {"seqpe_git": commit, "seqpe_dirty": dirty}
+        rec["versions"] = {"seqpe_git": commit, "seqpe_dirty": dirty}       # a record older than session 35
         write_json(path, rec)
     [row] = report.aggregate(report.find_runs([tmp_path]))
     assert row["checkouts"] == ["aaaaaaaaaa", "aaaaaaaaaa", "aaaaaaaaaa+edits"]
     assert report.checkout_note([row]) == (
         "Mixed code: the seeds of toyset sasrec-none (seeds 1, 2: aaaaaaaaaa; seed 3: aaaaaaaaaa+edits) were trained "
-        "from different seqpe checkouts (git commit, +edits: uncommitted changes). They are pooled because their "
-        "settings agree; if the code between them changed what a run computes, retrain the odd seeds from one "
-        "checkout.")
+        "with different seqpe code (code: a hash of seqpe's source; in older runs the git commit, +edits: "
+        "uncommitted changes). They are pooled because their settings agree; if the code between them changed what "
+        "a run computes, retrain the odd seeds with one version.")
     assert "Mixed code" in report.to_markdown([row])
     row["checkouts"] = ["aaaaaaaaaa"] * 3
     assert report.checkout_note([row]) is None
+    for seed, code in ((1, "c" * 20), (2, "c" * 20), (3, "d" * 20)):       # today's records: the source hash
+        path = tmp_path / "sasrec-none" / f"seed-{seed}" / "run.json"
+        write_json(path, {**json.loads(path.read_text()), "versions": {"seqpe_code": code}})
+    [row] = report.aggregate(report.find_runs([tmp_path]))
+    assert row["checkouts"] == ["code cccccccccc", "code cccccccccc", "code dddddddddd"]
+    assert "seed 3: code dddddddddd" in report.checkout_note([row])
 
 
 def test_per_sample_tests_pair_the_common_seeds_only(tmp_path):

@@ -13,7 +13,7 @@ from ..errors import ConstantModel, DataError, ParamsError
 from ..io import claim_dir, claim_file, refuse_nested, require_kind, verify_shards
 from ..params import EvaluateParams, Params, check_seeds, from_dict, to_dict
 from ..report import config_name
-from ..versions import versions
+from ..versions import code_versions, versions
 from . import distributed, heap, runs, setup, state, threads
 from .loop import LAST_SAVED, checked, fit_epochs
 from .tasks import make_task, selection
@@ -648,13 +648,16 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
         "world_size": dist.world,
         "sessions_manifest": manifest.get("sessions_manifest"),   # which sessions folder numbered its items
         "samples_digest": runs.samples_digest(manifest),          # which samples it trained and was scored on
-        "parameters": sum(p.numel() for p in net.parameters()), "versions": versions(),
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "versions": code_versions(),    # libraries + seqpe's source hash, not the git commit: DVC's own rewrite of
+                                        # dvc.lock, or a teammate's later commit, changed every run.json (walk 35a)
         "history": history, "epochs_run": 0 if spec.fitted else len(history),
         "best_epoch": best_epoch, "stopped": stopped,
         "select_metric": select, "valid": best["valid"], "test": test,
     }
     timing_rec = {"device": str(device), "threads": torch.get_num_threads(), "world_size": dist.world,  # samples/s
                   "epochs": timing,                                              # of W processes (walk 33a)
-                  "resumed_from_epoch": resumed, "test_s": test_s, "total_s": time.perf_counter() - t_start}
+                  "resumed_from_epoch": resumed, "test_s": test_s, "total_s": time.perf_counter() - t_start,
+                  "checkout": {k: v for k, v in versions().items() if k in ("seqpe_git", "seqpe_dirty")}}
     return net, record, timing_rec, per_sample
 
