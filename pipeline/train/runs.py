@@ -6,8 +6,9 @@
                              best epoch, valid and test metrics, device (same inputs + seed -> same bytes)
         test_samples.parquet per test sample, in the test split's order: (greater, ties) counts for
                              next-item runs, the logit for CTR runs (pipeline.significance reads them)
-        timing.json          wall-clock figures (seconds per epoch, samples/s); listed in .dvcignore, so
-                             DVC neither hashes nor caches it and `dvc.lock` stays reproducible
+        timing.json          wall-clock figures (seconds per epoch, samples/s) and the git checkout; listed
+                             in .dvcignore, so DVC neither hashes nor caches it and `dvc.lock` stays
+                             reproducible
 
 State that must survive DVC (which deletes a stage's outputs before it runs the stage again) lives
 under the state root, `.seqpe/` in the working directory (env SEQPE_STATE overrides), ignored by git
@@ -47,6 +48,33 @@ CODE_JSON = "code.json"     # beside a finished copy in the state root (not a ru
 
 def state_root() -> Path:
     return Path(os.environ.get(STATE_ENV) or ".seqpe")
+
+
+def _machine_locks() -> Optional[Path]:
+    """The user's lock folder for the whole machine (`<tmp>/seqpe-<uid>/locks`), or None where it cannot be one
+    of the user's own (made by someone else, not a folder, not writable)."""
+    import stat
+    import tempfile
+    folder = Path(tempfile.gettempdir()) / f"seqpe-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+            return None
+        (folder / "locks").mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return folder / "locks"
+
+
+def lock_path(name: str) -> Path:
+    """Where the lock file `name` lives: a fingerprint's under the state root (its resume file and finished copy
+    are there); a run folder's (`dir-<hash of its absolute path>`) in the user's lock folder for the machine,
+    so that two commands writing the same run folder exclude each other whatever their working folder or
+    SEQPE_STATE (walk 35b: from two folders, the later replaced the other's run without a word)."""
+    if name.startswith("dir-") and (machine := _machine_locks()) is not None:
+        return machine / name
+    return state_root() / "locks" / name
 
 
 def fingerprint_inputs(tp: TrainParams, params: Params, manifest: dict, seed: int, world: int = 1) -> dict:
@@ -180,7 +208,7 @@ def forget(fps: list[str], locks: tuple[str, ...] = ()) -> None:
         resume_path(fp).unlink(missing_ok=True)
         shutil.rmtree(done_path(fp), ignore_errors=True)
     for name in (*fps, *locks):
-        (state_root() / "locks" / name).unlink(missing_ok=True)
+        lock_path(name).unlink(missing_ok=True)
     # A root the user named (SEQPE_STATE) stays, empty: removing it would leave behind whatever parents
     # `mkdir -p` made for it, or delete a folder the user made; the default .seqpe goes with its contents.
     named = bool(os.environ.get(STATE_ENV))

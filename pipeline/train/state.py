@@ -1,8 +1,9 @@
 """The training state's guards and housekeeping: per-seed locks, the state root's checks, `seqpe state`.
 
-Locks (`<state root>/locks/`, flock): while a seed trains its process holds two, one on the seed's
-fingerprint (its resume file and finished copy are keyed by it) and one on its run folder (two commands
-with different settings write the same MODEL-ENCODING[-TAG]/seed-N). A second `seqpe train` that needs
+Locks (flock): while a seed trains its process holds two, one on the seed's fingerprint (its resume file
+and finished copy are keyed by it; `<state root>/locks/`) and one on its run folder (two commands with
+different settings, or from different folders or state roots, write the same MODEL-ENCODING[-TAG]/seed-N;
+in the user's lock folder for the machine, `runs.lock_path`). A second `seqpe train` that needs
 either stops at once, in one line, writing nothing. The kernel drops a lock when its process ends,
 however it ends, so a killed run leaves no stale lock. The fingerprint lock file holds what is being
 trained (dataset, configuration, seed, pid), so `seqpe state` can say which finished copies belong to a
@@ -70,11 +71,11 @@ def check_root() -> Path:
     return root
 
 
-def _lock_file(name: str, create: bool = True):
-    """The lock file `name` opened and flocked, or None if another process holds it (or, with `create`
-    false, if it does not exist: then nothing holds it)."""
+def _lock_file(name: str, create: bool = True, path: Optional[Path] = None):
+    """The lock file `name` (at `path` when given) opened and flocked, or None if another process holds it (or,
+    with `create` false, if it does not exist: then nothing holds it)."""
     import fcntl
-    path = runs.state_root() / "locks" / name
+    path = runs.lock_path(name) if path is None else path
     if not create and not path.is_file():
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +112,7 @@ def _seed_locks(fp: str, run_dir: Path, label: str) -> tuple[tuple[str, DataErro
     return ((fp, DataError(f"{label} is being trained right now by another seqpe process started from this folder "
                            f"(it holds {runs.state_root() / 'locks' / fp}); {race}", fix)),
             (dir_lock(run_dir), DataError(f"{run_dir} is being written right now by another seqpe train (of {label}, "
-                                          f"with other settings); {race}",
+                                          f"with other settings, or from another folder or SEQPE_STATE); {race}",
                                           "pass --tag NAME to train these settings beside that run; or wait for it "
                                           "to finish and run this command again, which then replaces that run")))
 
@@ -142,7 +143,7 @@ def probe_seed(fp: str, run_dir: Path, label: str) -> None:
     """`train --check`: the DataError lock_seed would raise if another process holds either lock of the
     seed now; nothing is created (a lock file that does not exist is held by no one)."""
     for name, busy in _seed_locks(fp, run_dir, label):
-        if not (runs.state_root() / "locks" / name).is_file():
+        if not runs.lock_path(name).is_file():
             continue
         handle = _lock_file(name, create=False)
         if handle is None:
@@ -340,11 +341,11 @@ def prune(everything: bool = False) -> tuple[list[dict], list[dict], int]:
         finally:
             handle.close()
     stale = 0
-    locks = runs.state_root() / "locks"
+    locks = runs.state_root() / "locks"      # (the run folders' locks in the machine's folder belong to no project)
     for path in sorted(locks.glob("*")) if locks.is_dir() else []:
         if not (_FP.fullmatch(path.name) or _DIR_LOCK.fullmatch(path.name)):
             continue                                   # not seqpe's
-        handle = _lock_file(path.name, create=False)
+        handle = _lock_file(path.name, create=False, path=path)
         if handle is None:                             # held: a training is on it (or it went meanwhile)
             continue
         try:
