@@ -350,7 +350,10 @@ def train(dataset: str,
               "--check", help="check the command (settings, preset, model and encoding, samples, output "
                               "folders) and build the model once; train nothing, write nothing")] = False,
           params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
-    """Train a model (best epoch chosen on valid) and score it once on test, for every seed."""
+    """Train a model (best epoch chosen on valid) and score it once on test, for every seed.
+
+    Resuming needs no option: run the same command again after a Ctrl-C, a kill or train.time_limit, and
+    each seed goes on from its last finished epoch (`seqpe state` lists what can be resumed)."""
     from . import train as stage
     results = stage.run(dataset, _default("samples", dataset, samples),
                         _default("runs", dataset, runs, check=False), _params(params, overrides), model=model,
@@ -870,6 +873,9 @@ def _usage_line(e) -> str:
             names.append(word)
     message = e.format_message().strip()
     message += "" if message.endswith((".", "?", "!")) else "."
+    if names == ["train"] and getattr(e, "option_name", None) in ("--resume", "--continue"):   # walk 35b
+        return (f"{message} Fix: resuming needs no option: run the same command without it, and each seed goes "
+                "on from its last finished epoch (`seqpe state` lists what can be resumed)")
     return f"{message} Fix: see `{' '.join(['seqpe', *names])} --help`"
 
 
@@ -942,6 +948,10 @@ def _main() -> None:
             # code after it fails with an AttributeError instead of the interrupt: report the interrupt.
             if Interrupted.seen:
                 raise Interrupted() from None
+            if isinstance(e, RuntimeError) and str(e).startswith("Symlink loop from "):   # Path.resolve(), Python
+                path = str(e)[len("Symlink loop from "):].strip("'")                     # < 3.13 (walk 35b)
+                raise DataError(f"{path} is a symbolic link loop (it points, through links, at itself)",
+                                "remove or fix the link, or pass another path") from None
             from .errors import as_os_error
             named = as_os_error(e)              # a full disk inside Polars: its ComputeError, said as the OSError
             if named is not None and named is not e:

@@ -347,6 +347,37 @@ def test_datasets_lists_what_seqpe_import_wrote(tmp_path):
     assert proc.returncode == 0 and json.loads(proc.stdout)["kind"] == "samples", proc.stderr
 
 
+def test_a_name_prepared_in_an_earlier_stage_is_not_an_unknown_dataset(tmp_path):
+    """Walk 35b: `seqpe train digi` for an imported dataset whose samples folder was gone said "unknown dataset
+    'digi'" while `seqpe datasets` listed it. A name with an earlier stage's folder is known: the missing input
+    is named, with the commands that make it."""
+    (tmp_path / "data" / "raw" / "mine").mkdir(parents=True)
+    (tmp_path / "data" / "sessions" / "imp").mkdir(parents=True)
+    (tmp_path / "data" / "sessions" / "imp" / "manifest.json").write_text('{"stage": "import"}')
+    for args, said, fix in (
+            (("train", "mine"), "samples folder data/samples/mine does not exist, though data/raw/mine does: 'mine' "
+                                "has raw data but no samples yet", "Fix: run `seqpe preprocess mine`, then `seqpe "
+                                                                   "augment mine`"),
+            (("augment", "mine"), "data/sessions/mine does not exist", "Fix: run `seqpe preprocess mine`"),
+            (("evaluate", "imp"), "runs folder data/runs/imp does not exist, though data/sessions/imp does",
+             "Fix: run `seqpe import imp SRC --format FORMAT` again (it writes the sessions and samples together), "
+             "then `seqpe train imp`"),
+            (("preprocess", "imp"), "'imp' was imported (`seqpe import`, which writes data/sessions/imp and its "
+                                    "samples): it has no raw data to download or preprocess", "seqpe train imp")):
+        assert_one_line_error(seqpe(*args, cwd=tmp_path), said, fix)
+    assert_one_line_error(seqpe("train", "mien", cwd=tmp_path), "unknown dataset 'mien'")
+
+
+def test_train_resume_points_at_the_rerun():
+    """Walk 35b: a user looking for `--resume` met "No such option ... see seqpe train --help", and the help did not
+    say that a rerun resumes."""
+    proc = seqpe("train", "sample", "--resume")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr   # a usage error
+    assert "No such option: --resume" in proc.stderr and \
+        "Fix: resuming needs no option: run the same command without it" in " ".join(proc.stderr.split())
+    assert "Resuming needs no option" in " ".join(seqpe("train", "--help").stdout.split())
+
+
 def test_a_missing_prepared_folder_is_named_as_missing(tmp_path):
     """`seqpe train beauty` before any data said 'no manifest.json in data/samples/beauty: it is not a
     samples folder seqpe prepared ... or pass data/samples/beauty': the very path it had tried."""

@@ -448,6 +448,7 @@ def test_a_killed_runs_temporary_folder_is_swept_by_the_next_run(prepared, tmp_p
 
 
 def test_a_live_runs_temporary_folder_is_left_alone(tmp_path):
+    (tmp_path / "out").mkdir()
     live = tmp_path / f".out.p{os.getppid()}.abc.tmp"      # the test runner's parent: alive
     live.mkdir()
     legacy = tmp_path / ".out.xyz123.old"                  # written before runs carried a pid
@@ -456,6 +457,71 @@ def test_a_live_runs_temporary_folder_is_left_alone(tmp_path):
     dead.mkdir()
     assert io.sweep_leftovers(tmp_path / "out") == 2
     assert live.is_dir() and not legacy.exists() and not dead.exists()
+
+
+def test_a_writer_killed_between_its_two_renames_loses_nothing(tmp_path, monkeypatch):
+    """Walk 35b: where the swap takes two renames (dst to `.old`, then the new folder to dst), a SIGKILL
+    between them left no dst, and the next run's sweep deleted the `.old`, the previous output's only copy.
+    The swap is now one exchange (renameat2) where the system has it, and the sweep puts a dead writer's `.old`
+    back when dst is missing."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / "who").write_text(d.name)
+    assert io._exchange(a, b)                              # Linux (CI): one step, no moment without dst
+    assert (a / "who").read_text() == "b" and (b / "who").read_text() == "a"
+    dst = tmp_path / "out"
+    old = tmp_path / ".out.p999999999.k1.old"              # what the kill left: the old output aside, no dst
+    old.mkdir()
+    (old / "manifest.json").write_text("previous")
+    newer_tmp = tmp_path / ".out.p999999999.k2.tmp"
+    newer_tmp.mkdir()
+    assert io.sweep_leftovers(dst) == 1                    # the .tmp removed; the .old put back
+    assert (dst / "manifest.json").read_text() == "previous" and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["a", "b", "out"]
+    monkeypatch.setattr(io, "_exchange", lambda x, y: False)   # two renames (no renameat2): the same result
+    with io.atomic_dir(dst) as tmp:
+        (tmp / "manifest.json").write_text("new")
+    assert (dst / "manifest.json").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["a", "b", "out"]
+
+
+def test_folders_that_change_together_are_swapped_in_together(tmp_path, monkeypatch):
+    """An import's sessions and samples: the old samples were deleted between the two swaps, so a SIGKILL there
+    left the new samples beside the old sessions (walk 35b). atomic_dirs swaps both, then deletes the old
+    copies; a swap that fails puts back the one made before it."""
+    one, two = tmp_path / "sessions", tmp_path / "samples"
+    for d in (one, two):
+        d.mkdir()
+        (d / "manifest.json").write_text("old")
+    removed = []
+    real = shutil.rmtree
+    monkeypatch.setattr(shutil, "rmtree", lambda p, *a, **k: (removed.append(
+        ((one / "manifest.json").read_text(), (two / "manifest.json").read_text())), real(p, *a, **k)))
+    with io.atomic_dirs(one, two) as (t1, t2):
+        (t1 / "manifest.json").write_text("new")
+        (t2 / "manifest.json").write_text("new")
+    assert removed == [("new", "new"), ("new", "new")]     # the old copies deleted once both are in
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples", "sessions"]
+    for exchange in (io._exchange, lambda x, y: False):
+        monkeypatch.setattr(io, "_exchange", exchange)
+        calls = []
+
+        def swap_in(tmp, dst, real_swap=io._swap_in):
+            calls.append(dst)
+            if dst == two:
+                raise OSError(28, "No space left on device")
+            return real_swap(tmp, dst)
+
+        monkeypatch.setattr(io, "_swap_in", swap_in)
+        with pytest.raises(OSError):
+            with io.atomic_dirs(one, two) as (t1, t2):
+                (t1 / "manifest.json").write_text("newer")
+                (t2 / "manifest.json").write_text("newer")
+        monkeypatch.undo()
+        assert calls == [one, two]
+        assert (one / "manifest.json").read_text() == "new" and (two / "manifest.json").read_text() == "new"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["samples", "sessions"]
 
 
 def test_a_swap_that_fails_half_way_puts_the_previous_output_back(tmp_path, monkeypatch):
@@ -473,11 +539,23 @@ def test_a_swap_that_fails_half_way_puts_the_previous_output_back(tmp_path, monk
         return real(a, b)
 
     monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(io, "_exchange", lambda a, b: False)      # the two-rename path (no renameat2)
     with pytest.raises(OSError):
         with io.atomic_dir(dst) as tmp:
             (tmp / "manifest.json").write_text("new")
     assert (dst / "manifest.json").read_text() == "previous"
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_destination_that_is_a_link_loop_is_one_line(prepared, tmp_path):
+    """Walk 35b: a destination that is a symbolic link to itself ended in Path.resolve()'s RuntimeError traceback."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for args in (("augment", "sample", str(prepared / "sessions"), str(loop)),
+                 ("train", "sample", str(prepared / "samples"), str(loop), "--model", "pop", "--seed", "1")):
+        assert_one_line_error(seqpe(*args, "--quiet"), f"error: {loop}", "is a symbolic link loop",
+                              "Fix: remove or fix the link, or pass another path")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop"]
 
 
 def test_a_destination_that_is_a_link_is_written_through(prepared, tmp_path):

@@ -317,6 +317,20 @@ def test_a_baseline_run_by_hand_beside_the_grid_points_at_all(tmp_path):
         stage.run("sample", runs, tmp_path / "b", params(grid=True), baseline="sasrec-lpee")
 
 
+def test_a_report_inside_the_runs_folder_it_reads_is_refused(tmp_path):
+    """Walk 35b: `evaluate X RUNS RUNS/rep` and `RUNS/pop-none/rep` (a configuration folder not trained yet) wrote
+    the report where train then put seeds beside it, inside a folder `dvc repro` replaces whole."""
+    runs = tmp_path / "runs"
+    write_run(runs, "sasrec", "lpe", 1, {"hr@10": 0.3})
+    for inside in (runs / "rep", runs / "pop-none" / "rep"):
+        with pytest.raises(DataError, match=r"report folder .* is inside the runs folder it reports \(.*runs\), "
+                                            r"where `seqpe train` writes .*Fix: pass a folder outside it, e.g. "
+                                            r"data/reports/toyset"):
+            stage.run("toyset", runs, inside, params(), all_runs=True)
+    assert sorted(p.name for p in runs.iterdir()) == ["sasrec-lpe"]
+    assert stage.run("toyset", runs, tmp_path / "rep", params())["configs"]
+
+
 def test_reports_never_land_among_a_users_files(tmp_path):
     """evaluate used to write report.md & co. into any folder, over a user's own report.md."""
     runs = tmp_path / "runs"

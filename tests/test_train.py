@@ -149,6 +149,11 @@ def test_toy_model_learns_and_run_folder_is_complete(tmp_path, toy_registry):
     assert ckpt["config"]["train"]["dim"] == 16
     timing = json.loads((run_dir / "timing.json").read_text())
     assert "samples_per_s" in timing["epochs"][0] and timing["world_size"] == 1
+    # walk 35a: the git commit (and "dirty", which DVC's own rewrite of dvc.lock sets) in run.json changed every
+    # run.json of a teammate's `dvc repro` at a later commit; run.json has the source hash, timing.json the commit
+    from pipeline.versions import code_hash, versions
+    assert record["versions"]["seqpe_code"] == code_hash() and not {"seqpe_git", "seqpe_dirty"} & set(record["versions"])
+    assert timing["checkout"] == {k: v for k, v in versions().items() if k in ("seqpe_git", "seqpe_dirty")}
 
 
 def test_same_seed_same_weights_and_bytes_other_seed_differs(tmp_path, toy_registry):
@@ -403,9 +408,11 @@ def test_prune_removes_the_lock_files_no_process_holds(tmp_path):
     (root / "locks" / "notes.txt").write_text("mine")
     holder = _hold_lock(root / "locks" / ("c" * 20))
     try:
-        assert len(state_files("locks")) == 4 and "holds no training state" in _state()
+        dir_lock = run_files.lock_path(train_state.dir_lock(tmp_path / "runs" / "m-e" / "seed-1"))
+        assert dir_lock.is_file() and dir_lock.parent != root / "locks"    # the run folder's: the machine's folder
+        assert len(state_files("locks")) == 3 and "holds no training state" in _state()
         out = _state("--prune")
-        assert "deleted 0 entries" in out and "and 2 unheld lock files" in out, out
+        assert "deleted 0 entries" in out and "and 1 unheld lock file" in out, out
         assert sorted(state_files("locks")) == ["c" * 20, "notes.txt"]
         assert json.loads(_state("--prune", "--json"))["lock_files_removed"] == 0
     finally:
@@ -425,18 +432,23 @@ def test_state_below_a_project_points_at_its_state(tmp_path):
     assert "holds no training state" in proc.stdout and not (tmp_path / "data" / ".seqpe").exists()
 
 
-def test_a_run_folder_another_command_is_writing_is_refused(tmp_path, toy_registry):
+def test_a_run_folder_another_command_is_writing_is_refused(tmp_path, toy_registry, monkeypatch):
     """Another `seqpe train` of the same seed with other settings (another fingerprint) writes the same run
     folder: its lock is held, so this one stops in one line and writes nothing."""
     from pipeline.train import state as train_state
     samples = make_samples(tmp_path / "samples")
     run_dir = tmp_path / "runs" / "toy-toy_lpe" / "seed-1"
-    lock = run_files.state_root() / "locks" / train_state.dir_lock(run_dir)
+    lock = run_files.lock_path(train_state.dir_lock(run_dir))
+    # walk 35b: the run folder's lock lived under the state root, so a command from another folder (or with another
+    # SEQPE_STATE) never met it and replaced the run; it is now the machine's, whatever the state root
+    monkeypatch.setenv("SEQPE_STATE", str(tmp_path / "another-state"))
+    assert run_files.lock_path(train_state.dir_lock(run_dir)) == lock
     lock.parent.mkdir(parents=True, exist_ok=True)
     holder = _hold_lock(lock)
     try:
         with pytest.raises(DataError, match=r"seed-1 is being written right now by another seqpe train \(of toyset "
-                                            r"toy-toy_lpe seed 1, with other settings\).*Fix: pass --tag NAME to train these "
+                                            r"toy-toy_lpe seed 1, with other settings, or from another folder or "
+                                            r"SEQPE_STATE\).*Fix: pass --tag NAME to train these "
                                             r"settings beside that run; or wait .* which then replaces that run"):
             stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
         assert not (tmp_path / "runs").exists() and state_files("resume") == []

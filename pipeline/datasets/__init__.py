@@ -90,6 +90,44 @@ def _refuse_path(name: str) -> None:
                            f"give the dataset first, then the folder: {owner or 'DATASET'} {name}")
 
 
+_STAGES = (("raw", None), ("sessions", "seqpe preprocess {name}"), ("samples", "seqpe augment {name}"),
+           ("runs", "seqpe train {name}"))      # each folder and the command that makes it from the one before
+
+
+def _refuse_missing_stage(name: str, folder: Path) -> None:
+    """A DataError when `name` is prepared in an earlier stage's folder next to the missing `folder`
+    (data/sessions/NAME beside no data/samples/NAME): the name is known, this command's input is what is missing
+    (walk 35b: "unknown dataset 'digi'" for an imported dataset whose samples folder was gone, while `seqpe
+    datasets` listed it)."""
+    kinds = [kind for kind, _ in _STAGES]
+    if "/" in name or name.startswith(".") or folder.parent.name not in kinds:
+        return
+    root, at = folder.parent.parent, kinds.index(folder.parent.name)
+    from ..errors import DataError
+    if at == 0 and _imported(root / "sessions" / name):
+        raise DataError(f"'{name}' was imported (`seqpe import`, which writes {root / 'sessions' / name} and its "
+                        "samples): it has no raw data to download or preprocess",
+                        f"go on with `seqpe train {name}`, or re-import it with `seqpe import {name} SRC`")
+    for i in range(at - 1, -1, -1):
+        there = root / kinds[i] / name
+        if not there.is_dir():
+            continue
+        steps = [f"`{make.format(name=name)}`" for _, make in _STAGES[i + 1:at + 1]]
+        if kinds[i] == "sessions" and _imported(there):          # import writes the samples with the sessions
+            steps[0] = f"`seqpe import {name} SRC --format FORMAT` again (it writes the sessions and samples together)"
+        has = "raw data" if kinds[i] == "raw" else kinds[i]
+        raise DataError(f"{folder.parent.name} folder {folder} does not exist, though {there} does: '{name}' has "
+                        f"{has} but no {folder.parent.name} yet (or that folder was deleted)",
+                        "run " + ", then ".join(steps))
+
+
+def _imported(sessions: Path) -> bool:
+    try:
+        return json.loads((sessions / "manifest.json").read_text(encoding="utf-8")).get("stage") == "import"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def check_name(name: str, folder: Path) -> None:
     """A dataset name given with its default folder `folder` (data/<kind>/<name>) must be a registered
     dataset or one prepared there (an imported name); else it is an unknown dataset, with a
@@ -99,6 +137,7 @@ def check_name(name: str, folder: Path) -> None:
     if name in DATASETS or ("/" not in name and folder.exists()):   # data/samples/ + an absolute path: that path
         return
     _refuse_path(name)
+    _refuse_missing_stage(name, folder)
     parent = folder.parent
     prepared = {p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")} \
         if parent.is_dir() else set()
