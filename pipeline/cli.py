@@ -747,6 +747,9 @@ INTERRUPTED = {
 
 def _interrupted_note(argv: list[str]) -> str:
     from .io import INTERRUPT
+    if INTERRUPT.wrote == "ran on":
+        return ("it reached seqpe inside a callback where Python drops it, and the command ran on to its end: the "
+                "output is the new one, complete")
     if INTERRUPT.wrote:                 # Ctrl-C came while the outputs were being swapped in, and waited for it
         return "it came as the new output was being put in place, which finished first: the output is the new one, complete"
     command = next((a for a in argv if not a.startswith("-")), None)
@@ -897,6 +900,17 @@ def main() -> None:
                 signal.signal(sig, handler)
 
 
+def _under_dvc() -> str:
+    """What an error line adds when a DVC stage ran the command (DVC_STAGE set): DVC removed the stage's outputs
+    before running it, which a bad value in params.yaml then left deleted, and the fix said nothing of it (walk
+    35a)."""
+    stage = os.environ.get("DVC_STAGE")
+    if not stage:
+        return ""
+    return (f" (DVC removed the outputs of stage {stage} before running it: `dvc checkout {stage}` puts back the "
+            "cached ones, and `git checkout` the metrics, curves and reports kept in git)")
+
+
 def _first_to_say(line: str) -> bool:
     """Whether this process prints the error `line`. Under torchrun every process runs the same checks, so a
     bad input stopped each with the same line, printed once per process. The processes of one launch on one
@@ -928,6 +942,10 @@ def _main() -> None:
     try:
         try:
             code = app(standalone_mode=False)         # usage errors come here, to be said in one line below
+            if Interrupted.seen:      # the handler's raise landed in a callback Python ignores (a weakref's, the
+                from .io import INTERRUPT            # garbage collector's): the command ran on to its end
+                INTERRUPT.wrote = "ran on"          # (walk 35b), so the output is the new one: say so, exit 130
+                raise Interrupted()
             sys.exit(code if isinstance(code, int) else 0)   # click's Exit code (--help: 0), as standalone click
         except usage_error as e:                      # typer drew a box of several lines around these
             if type(e).__name__ == "NoArgsIsHelpError":   # `seqpe` alone: the help (typer's rich help has
@@ -958,8 +976,9 @@ def _main() -> None:
                 raise named from None
             raise
     except SeqpeError as e:
-        if _first_to_say(str(e)):
-            err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        line = str(e) + _under_dvc()
+        if _first_to_say(line):
+            err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except OSError as e:   # a path the user gave: not a folder, no permission, disk full, ...
         if _first_to_say(line := printable(_os_error(e))):

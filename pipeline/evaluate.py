@@ -50,11 +50,11 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
     order outside the grid). `samples_guessed`: `samples_dir` is data/samples/DATASET, taken without being
     asked for: labels that are not the runs' own are then left out, not an error."""
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
+    claim_dir(reports_dir, dataset, "report")          # never write report files among a user's own
     if runs_dir.resolve() in reports_dir.resolve().parents:     # walk 35b: RUNS/rep, RUNS/pop-none/rep were written
         raise DataError(f"report folder {reports_dir} is inside the runs folder it reports ({runs_dir}), where "
                         "`seqpe train` writes configuration folders (`dvc repro` replaces each whole, a report "
                         "inside with it)", f"pass a folder outside it, e.g. data/reports/{dataset}")
-    claim_dir(reports_dir, dataset, "report")          # never write report files among a user's own
     if not runs_dir.is_dir():
         raise DataError(f"runs folder {runs_dir} {absent(runs_dir)}",
                         f"run `seqpe train {dataset}` first, or pass its runs folder, e.g. data/runs/{dataset}")

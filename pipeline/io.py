@@ -218,6 +218,49 @@ def scratch_dir(dst: str | Path, suffix: str = ".gen") -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def machine_locks() -> Optional[Path]:
+    """The user's lock folder for the whole machine (`<tmp>/seqpe-<uid>/locks`): locks on output folders, which
+    must hold whatever the working folder or SEQPE_STATE of the commands that write them. None where it cannot
+    be one of the user's own (made by someone else, not a folder, not writable)."""
+    folder = Path(tempfile.gettempdir()) / f"seqpe-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+            return None
+        (folder / "locks").mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return folder / "locks"
+
+
+@contextlib.contextmanager
+def _swap_locks(dsts: list[Path]) -> Iterator[None]:
+    """Folders that change together: hold a lock on each (the machine's lock folder, by absolute path; in a
+    fixed order, waiting) while they are swapped in, so that two processes writing the same pair at once swap
+    theirs one pair after the other. Two `seqpe import` of one name interleaved their four swaps and left the
+    sessions of one source beside the samples of the other (walk 35b). Nothing where flock or the folder is
+    missing."""
+    folder = machine_locks() if len(dsts) > 1 else None
+    try:
+        import fcntl
+    except ImportError:                                  # pragma: no cover (not POSIX)
+        folder = None
+    if folder is None:
+        yield
+        return
+    handles = []
+    try:
+        for dst in sorted({str(d.absolute()) for d in dsts}):
+            handle = open(folder / ("out-" + hashlib.sha256(dst.encode()).hexdigest()[:20]), "a+")
+            handles.append(handle)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        for handle in handles:
+            handle.close()
+
+
 _AT_FDCWD, _RENAME_EXCHANGE = -100, 2
 _renameat2: Any = None
 
@@ -322,7 +365,7 @@ def atomic_dirs(*dsts: str | Path) -> Iterator[list[Path]]:
                 shutil.rmtree(tmp, ignore_errors=True)
             _raise_named(e, dsts[-1])
             raise
-        with deferred_interrupt():
+        with deferred_interrupt(), _swap_locks(dsts):
             done: list[tuple[Path, Optional[Path]]] = []
             try:
                 for tmp, dst in zip(tmps, dsts):

@@ -378,6 +378,17 @@ def test_train_resume_points_at_the_rerun():
     assert "Resuming needs no option" in " ".join(seqpe("train", "--help").stdout.split())
 
 
+def test_an_error_under_dvc_says_how_to_get_the_deleted_outputs_back(monkeypatch):
+    """Walk 35a: a bad value in params.yaml failed a DVC stage after DVC had removed its outputs (runs folder,
+    metrics, curves); the line said only what was wrong. Under DVC (DVC_STAGE) it says how to get them back."""
+    monkeypatch.setenv("DVC_STAGE", "train@sample-sasrec-none")
+    assert_one_line_error(seqpe("train", "sample", "--set", "train.lr=-1"), "must be > 0", "Fix: use e.g. 0.001 (DVC "
+                          "removed the outputs of stage train@sample-sasrec-none before running it: `dvc checkout "
+                          "train@sample-sasrec-none` puts back the cached ones")
+    monkeypatch.delenv("DVC_STAGE")
+    assert "DVC" not in seqpe("train", "sample", "--set", "train.lr=-1").stderr
+
+
 def test_a_missing_prepared_folder_is_named_as_missing(tmp_path):
     """`seqpe train beauty` before any data said 'no manifest.json in data/samples/beauty: it is not a
     samples folder seqpe prepared ... or pass data/samples/beauty': the very path it had tried."""

@@ -547,6 +547,33 @@ def test_a_swap_that_fails_half_way_puts_the_previous_output_back(tmp_path, monk
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
+def test_two_writers_of_one_pair_swap_it_one_after_the_other(tmp_path):
+    """Walk 35b: two `seqpe import` of one name at once interleaved their swaps (A's samples, B's samples, B's
+    sessions, A's sessions) and left the sessions of one source beside the samples of the other. The swaps of a
+    pair wait for the machine-wide lock of each folder, held here as another writer would hold it."""
+    import fcntl
+    import hashlib
+    import threading
+    import time
+    one, two = tmp_path / "sessions", tmp_path / "samples"
+    name = "out-" + hashlib.sha256(str(two.absolute()).encode()).hexdigest()[:20]
+    held = open(io.machine_locks() / name, "a+")
+    fcntl.flock(held, fcntl.LOCK_EX)                        # another process is swapping this pair in
+
+    def write():
+        with io.atomic_dirs(one, two) as tmps:
+            for tmp in tmps:
+                (tmp / "manifest.json").write_text("mine")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(1.0)
+    assert writer.is_alive() and not one.exists() and not two.exists()    # built, waiting to swap
+    held.close()
+    writer.join(30)
+    assert (one / "manifest.json").read_text() == (two / "manifest.json").read_text() == "mine"
+
+
 def test_a_destination_that_is_a_link_loop_is_one_line(prepared, tmp_path):
     """Walk 35b: a destination that is a symbolic link to itself ended in Path.resolve()'s RuntimeError traceback."""
     loop = tmp_path / "loop"

@@ -183,6 +183,32 @@ def test_an_error_that_follows_a_ctrl_c_is_reported_as_the_interrupt(monkeypatch
         seqpe(["preprocess", "sample"], capsys)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")     # Python's "Exception ignored"
+def test_a_ctrl_c_python_dropped_in_a_callback_still_ends_as_the_interrupt(monkeypatch, capsys):
+    """Walk 35b: the handler's raise landed in a weakref callback, where Python prints "Exception ignored" and drops
+    it; `seqpe evaluate` then ran on and exited 0, the Ctrl-C lost. The command that ran to its end after a Ctrl-C
+    now exits 130 with the line, saying the output is the new one."""
+    import weakref
+
+    class Thing:
+        pass
+
+    def app(**kwargs):
+        thing = Thing()
+        weakref.finalize(thing, lambda: cli._on_signal(signal.SIGINT, None))
+        del thing                          # the finalizer raises Interrupted: Python drops it, the command goes on
+        return 0
+
+    from pipeline import io
+    monkeypatch.setattr(cli, "app", app)
+    monkeypatch.setattr(cli.Interrupted, "seen", False)
+    monkeypatch.setattr(cli.Interrupted, "signum", 0)
+    monkeypatch.setattr(io.INTERRUPT, "wrote", False)
+    code, err = seqpe(["evaluate", "sample"], capsys)
+    assert code == 130 and err.strip() == ("interrupted: it reached seqpe inside a callback where Python drops it, and "
+                                           "the command ran on to its end: the output is the new one, complete"), err
+
+
 def test_a_real_sigterm_during_training_says_so_and_the_same_command_resumes(prepared, tmp_path):
     """SIGTERM (a scheduler's time limit or preemption, `kill`): Python's default killed the process at once,
     with no line, and before a seed's first epoch left its lock files. Now it takes Ctrl-C's path (whose

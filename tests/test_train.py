@@ -225,6 +225,37 @@ def test_a_seed_another_process_is_training_is_refused_and_reused_once_it_finish
     assert res["stopped"] == "epochs" and state_files("locks") == []
 
 
+def test_under_dvc_a_seed_another_process_is_training_is_waited_for(tmp_path, toy_registry, monkeypatch, capfd):
+    """Walk 35a: `dvc queue start -j 2` with a shared SEQPE_STATE ran two experiments that train the same seed (their
+    params differ only where it does not read); the second failed, "started from this folder" when it was not.
+    Under DVC (DVC_STAGE set) it now waits for the lock and goes on; the message names the holder's pid."""
+    import threading
+    samples = make_samples(tmp_path / "samples")
+    monkeypatch.setattr(run_files, "hash_inputs", lambda *a, **k: "e" * 20)
+    lock = run_files.state_root() / "locks" / ("e" * 20)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text('{"pid": 4242}')
+    holder = _hold_lock(lock)
+    try:
+        with pytest.raises(DataError, match=r"is being trained right now by another seqpe process \(pid 4242\) with "
+                                            r"the same state root"):
+            stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+        monkeypatch.setenv("DVC_STAGE", "train@toyset-toy-toy_lpe")
+        done = []
+        waiter = threading.Thread(target=lambda: done.append(
+            stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)))
+        waiter.start()
+        waiter.join(3)
+        assert waiter.is_alive() and not done                     # waiting, not refused
+    finally:
+        holder.kill()
+        holder.wait()
+    waiter.join(120)
+    assert done and done[0][0]["stopped"] == "epochs"
+    assert "note: toyset toy-toy_lpe seed 1 is being trained right now by another seqpe process (pid 4242) with the " \
+           "same state root" in capfd.readouterr().err
+
+
 def _hold_lock(path: Path):
     """Another process holding a real flock on `path` until killed."""
     import subprocess

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DataError
-from ..io import atomic_dir, dumps_json, read_json, write_bytes, write_json
+from ..io import atomic_dir, dumps_json, machine_locks, read_json, write_bytes, write_json
 from ..params import Params, TrainParams, to_dict
 from ..versions import code_versions
 
@@ -50,29 +50,12 @@ def state_root() -> Path:
     return Path(os.environ.get(STATE_ENV) or ".seqpe")
 
 
-def _machine_locks() -> Optional[Path]:
-    """The user's lock folder for the whole machine (`<tmp>/seqpe-<uid>/locks`), or None where it cannot be one
-    of the user's own (made by someone else, not a folder, not writable)."""
-    import stat
-    import tempfile
-    folder = Path(tempfile.gettempdir()) / f"seqpe-{os.getuid()}"
-    try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        info = folder.lstat()
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
-            return None
-        (folder / "locks").mkdir(mode=0o700, exist_ok=True)
-    except OSError:
-        return None
-    return folder / "locks"
-
-
 def lock_path(name: str) -> Path:
     """Where the lock file `name` lives: a fingerprint's under the state root (its resume file and finished copy
     are there); a run folder's (`dir-<hash of its absolute path>`) in the user's lock folder for the machine,
     so that two commands writing the same run folder exclude each other whatever their working folder or
     SEQPE_STATE (walk 35b: from two folders, the later replaced the other's run without a word)."""
-    if name.startswith("dir-") and (machine := _machine_locks()) is not None:
+    if name.startswith("dir-") and (machine := machine_locks()) is not None:
         return machine / name
     return state_root() / "locks" / name
 

@@ -109,8 +109,10 @@ def _seed_locks(fp: str, run_dir: Path, label: str) -> tuple[tuple[str, DataErro
     """The seed's two lock files, each with the DataError raised when another process holds it."""
     fix = "wait for that run to finish, then run this command again (a finished seed with the same settings is reused)"
     race = "training it twice would race on its state and run folder"
-    return ((fp, DataError(f"{label} is being trained right now by another seqpe process started from this folder "
-                           f"(it holds {runs.state_root() / 'locks' / fp}); {race}", fix)),
+    said = _held(fp) or {}
+    who = f"another seqpe process (pid {said['pid']})" if isinstance(said.get("pid"), int) else "another seqpe process"
+    return ((fp, DataError(f"{label} is being trained right now by {who} with the same state root (it holds "
+                           f"{runs.state_root() / 'locks' / fp}); {race}", fix)),
             (dir_lock(run_dir), DataError(f"{run_dir} is being written right now by another seqpe train (of {label}, "
                                           f"with other settings, or from another folder or SEQPE_STATE); {race}",
                                           "pass --tag NAME to train these settings beside that run; or wait for it "
@@ -119,14 +121,23 @@ def _seed_locks(fp: str, run_dir: Path, label: str) -> tuple[tuple[str, DataErro
 
 def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
     """Take the seed's locks, or raise a DataError naming the seed (None where the platform has no flock).
-    `what` (dataset, config, seed) goes into the fingerprint's lock file, for `seqpe state`."""
+    `what` (dataset, config, seed) goes into the fingerprint's lock file, for `seqpe state`. Under DVC (a stage's
+    command: DVC_STAGE set) a fingerprint lock held elsewhere is waited for, not refused: two experiments of
+    `dvc queue start -j 2` sharing a SEQPE_STATE train the same seed when their params differ only where it
+    does not read (walk 35a), and the one that waits then reuses the other's finished seed."""
     try:
-        import fcntl  # noqa: F401
+        import fcntl
     except ImportError:                                  # pragma: no cover (not POSIX)
         return None
     handles = []
-    for name, busy in _seed_locks(fp, run_dir, f"{what['dataset']} {what['config']} seed {what['seed']}"):
+    label = f"{what['dataset']} {what['config']} seed {what['seed']}"
+    for name, busy in _seed_locks(fp, run_dir, label):
         handle = _lock_file(name)
+        if handle is None and name == fp and os.environ.get("DVC_STAGE"):
+            sys.stderr.write(f"note: {busy.problem.split('; ')[0]}: waiting for it (under DVC), then going on from "
+                             "what it leaves\n")
+            handle = open(runs.lock_path(name), "a+")
+            fcntl.flock(handle, fcntl.LOCK_EX)
         if handle is None:
             for h in handles:
                 h.close()
