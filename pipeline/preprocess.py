@@ -40,7 +40,10 @@ def read_source(dataset: str, src: Path, source_name: str | None = None) -> dict
                         f"wrote", f"pass data/raw/{dataset} (written by `seqpe download {dataset}`, which takes a "
                                   f"file with --from)")
     if not path.is_file():
-        raise DataError(f"no {SOURCE_JSON} in {src}: the raw data of '{dataset}' has not been downloaded",
+        parts = sorted(p.name for p in Path(src).glob(".*.part")) if Path(src).is_dir() else []
+        partial = (f" (an interrupted download left {parts[0]} there: `seqpe download {dataset}` resumes it)"
+                   if parts else "")                                                      # walk 35b
+        raise DataError(f"no {SOURCE_JSON} in {src}: the raw data of '{dataset}' has not been downloaded{partial}",
                         f"run `seqpe download {dataset}` (or `seqpe download {dataset} --from PATH`) first")
     meta = io.read_json(path)
     if source_name is not None and isinstance(meta.get("source"), str) and meta["source"] != source_name:

@@ -171,6 +171,20 @@ def test_nested_sessions_and_samples_folders_are_refused_before_writing(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.txt"]
 
 
+def test_outputs_inside_the_folder_being_imported_are_refused(tmp_path):
+    """Walk 35b: `seqpe import dg SRC --sessions SRC/sess --samples SRC/samp` wrote its folders among the user's
+    source files (every other stage refuses an output inside its input)."""
+    src = tmp_path / "src"
+    dump(src / "all_train_seq.txt", [[1, 2, 3], [2, 3, 4]])
+    before = sorted(p.name for p in src.iterdir())
+    for sessions, samples in ((src / "sess", tmp_path / "a"), (tmp_path / "s", src / "deep" / "samp")):
+        with pytest.raises(DataError, match=r"folder .* is inside the folder being imported, .*src: the import would "
+                                            r"write among the files it reads. Fix: pass --sessions and --samples "
+                                            r"folders outside it"):
+            formats.import_dataset("q3", src, "srgnn", sessions, samples, params())
+    assert sorted(p.name for p in src.iterdir()) == before and sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
 @pytest.mark.parametrize("fmt", ["sasrec", "srgnn"])
 @pytest.mark.parametrize("big, distinct", [(2**31 - 1, 4), (20_000_000, 3)])
 def test_a_largest_id_far_above_the_distinct_ids_is_refused(tmp_path, fmt, big, distinct):

@@ -90,6 +90,11 @@ def test_missing_source_json(tmp_path):
     with pytest.raises(DataError, match=r"no source.json in .* Fix: run `seqpe download diginetica`"):
         preprocess.run("diginetica", tmp_path / "raw", tmp_path / "out", params())
     assert not (tmp_path / "out").exists()
+    (tmp_path / "raw" / ".dataset-train-diginetica.zip.part").write_bytes(b"PK")   # a killed download's bytes
+    with pytest.raises(DataError, match=r"has not been downloaded \(an interrupted download left "
+                                        r"\.dataset-train-diginetica\.zip\.part there: `seqpe download diginetica` "
+                                        r"resumes it\)"):
+        preprocess.run("diginetica", tmp_path / "raw", tmp_path / "out", params())
 
 
 def test_unknown_dataset_before_anything(tmp_path):
