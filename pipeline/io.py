@@ -270,9 +270,9 @@ def _exchange(a: Path, b: Path) -> bool:
     standard library has no call for it. With two renames (dst to a side name, then the new folder to dst) a
     SIGKILL between them left no folder at dst at all, and the next run's sweep deleted the side copy, the only
     one (walk 35b). False where libc, the kernel or the file system lacks the call: the caller renames twice."""
+    import ctypes
     global _renameat2
     if _renameat2 is None:
-        import ctypes
         try:
             fn = ctypes.CDLL(None, use_errno=True).renameat2
             fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
@@ -282,7 +282,6 @@ def _exchange(a: Path, b: Path) -> bool:
             _renameat2 = False
     if not _renameat2:
         return False
-    import ctypes
     if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
     err = ctypes.get_errno()
