@@ -344,7 +344,9 @@ def atomic_dirs(*dsts: str | Path) -> Iterator[list[Path]]:
     each, all built before any is swapped in; then every swap, one after the other with nothing between them
     (the old copies are deleted only once all are in: the old samples' deletion sat between the two swaps, so a
     SIGKILL there left the new samples beside the old sessions, walk 35b), with a Ctrl-C or SIGTERM held back
-    until they are done (`deferred_interrupt`). A swap that fails puts back the ones made before it."""
+    until they are done (`deferred_interrupt`). A swap that fails puts back the ones made before it. What is left
+    is the instant between two exchanges, two system calls: a SIGKILL exactly there leaves the first folder new
+    and the second old (a rerun of the command mends it)."""
     dsts = [through_link(d) for d in dsts]
     for dst in dsts:
         if dst.exists() and not dst.is_dir():
@@ -367,8 +369,9 @@ def atomic_dirs(*dsts: str | Path) -> Iterator[list[Path]]:
         with deferred_interrupt(), _swap_locks(dsts):
             done: list[tuple[Path, Optional[Path]]] = []
             try:
-                for tmp, dst in zip(tmps, dsts):
+                for tmp in tmps:
                     _publish_mode(tmp, directory=True)
+                for tmp, dst in zip(tmps, dsts):          # back to back: one renameat2 each where the system has it
                     done.append((dst, _swap_in(tmp, dst)))
                 for parent in dict.fromkeys(dst.parent for dst in dsts):
                     _fsync_dir(parent)

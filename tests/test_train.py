@@ -254,6 +254,18 @@ def test_under_dvc_a_seed_another_process_is_training_is_waited_for(tmp_path, to
     assert done and done[0][0]["stopped"] == "epochs"
     assert "note: toyset toy-toy_lpe seed 1 is being trained right now by another seqpe process (pid 4242) with the " \
            "same state root" in capfd.readouterr().err
+    from pipeline.train import state as train_state
+    closed = []                        # walk 35c: the fingerprint's lock went first, so the waiter woke to find the run
+
+    class Handle:                      # folder's still held, and was refused after its wait
+        def __init__(self, name):
+            self.name = name
+
+        def close(self):
+            closed.append(self.name)
+
+    train_state.SeedLock([Handle("fingerprint"), Handle("run folder")]).release()
+    assert closed == ["run folder", "fingerprint"]
 
 
 def _hold_lock(path: Path):

@@ -100,8 +100,8 @@ class SeedLock:
         self.handles = handles
 
     def release(self) -> None:
-        for handle in self.handles:
-            handle.close()
+        for handle in reversed(self.handles):     # the run folder's first: a command waiting for the fingerprint
+            handle.close()                        # (under DVC) then finds the folder's free (walk 35c)
         self.handles = []
 
 
