@@ -26,7 +26,7 @@ from typing import Optional
 
 from . import figures, report
 from .errors import DataError, ParamsError
-from .io import absent, claim_dir, cleanup_new_folders, deferred_interrupt, dumps_json, not_runs, write_bytes
+from .io import absent, atomic_dir, claim_dir, dumps_json, not_runs
 from .params import Params
 
 
@@ -144,7 +144,7 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
                                               figures.curve_metric(records, (panels or ["ndcg@10"])[0]), title,
                                               {row["name"]: row["protocol"] for row in rows})}
     assert tuple(files) == REPORT_FILES
-    with cleanup_new_folders(reports_dir), deferred_interrupt():
-        for name, data in files.items():
-            write_bytes(reports_dir / name, data)
+    with atomic_dir(reports_dir) as tmp:       # swapped in whole, one exchange: a SIGKILL between two files left
+        for name, data in files.items():      # the new summary.json beside the old report.md (walk 35c); a Ctrl-C
+            (tmp / name).write_bytes(data)    # waits for the swap (io.atomic_dirs)
     return summary

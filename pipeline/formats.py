@@ -216,10 +216,12 @@ def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | 
     src, sessions_dst, samples_dst = Path(src), Path(sessions_dst), Path(samples_dst)
     _refuse_nested_outputs(dataset, sessions_dst, samples_dst)
     for kind, dst in (("sessions", sessions_dst), ("samples", samples_dst)):     # walk 35b: written among the
-        if src.is_dir() and src.resolve() in (dst.resolve(), *dst.resolve().parents):   # user's source files
+        if fmt != "sasrec" and src.is_dir() and src.resolve() in (dst.resolve(), *dst.resolve().parents):   # user's
             raise DataError(f"the {kind} folder {dst} is inside the folder being imported, {src}: the import would "
-                            "write among the files it reads", f"pass --sessions and --samples folders outside it, "
-                                                              f"e.g. data/sessions/{dataset} and data/samples/{dataset}")
+                            "write among the files it reads",                                           # files
+                            f"pass --sessions and --samples folders outside it, or run the command from a folder "
+                            f"outside it (the defaults, data/sessions/{dataset} and data/samples/{dataset}, are under "
+                            f"the working folder)")
     claim_dir(sessions_dst, dataset, "sessions", command="import")
     claim_dir(samples_dst, dataset, "samples", command="import")
     if fmt in CTR_FORMATS:

@@ -251,7 +251,7 @@ def _swap_locks(dsts: list[Path]) -> Iterator[None]:
         return
     handles = []
     try:
-        for dst in sorted({str(d.absolute()) for d in dsts}):
+        for dst in sorted({str(d.resolve()) for d in dsts}):          # every spelling of a folder: one lock
             handle = open(folder / ("out-" + hashlib.sha256(dst.encode()).hexdigest()[:20]), "a+")
             handles.append(handle)
             fcntl.flock(handle, fcntl.LOCK_EX)

@@ -651,8 +651,9 @@ def comparison_table(rows: list[dict]):
 def to_json(rows: list[dict], left_out: list[dict] = ()) -> list[dict]:
     """The rows for `seqpe report --json`: stable keys, raw values in [0, 1] (not x100): dataset,
     protocol, model, encoding, tag, configuration, seeds, best_epochs, unfinished (the seeds stopped at
-    train.time_limit), metrics {name: {mean, std, ci95, n}}, comparison (None, or the baseline test results
-    of pipeline.significance) and left_out (None). Then one entry per configuration left out because its
+    train.time_limit), checkouts (each seed's code: `code <hash>`, or an older record's git commit; the "Mixed
+    code" note), metrics {name: {mean, std, ci95, n}}, comparison (None, or the baseline test results of
+    pipeline.significance) and left_out (None). Then one entry per configuration left out because its
     seeds cannot be pooled (`aggregate`): the same keys, its seeds, metrics {}, and left_out {reason, fix}
     (they were a stderr note only, which a script reading the JSON never sees)."""
     out = []
@@ -660,12 +661,12 @@ def to_json(rows: list[dict], left_out: list[dict] = ()) -> list[dict]:
         out.append({"dataset": row["dataset"], "protocol": row["protocol"], "model": row["model"],
                     "encoding": row["encoding"], "tag": row.get("tag"), "configuration": row["name"],
                     "seeds": row["seeds"], "best_epochs": row["best_epochs"], "unfinished": row["unfinished"],
-                    "metrics": row["metrics"],
+                    "checkouts": row.get("checkouts"), "metrics": row["metrics"],
                     "comparison": row.get("comparison"), "left_out": None})
     for e in left_out:
         out.append({**{k: e[k] for k in ("dataset", "protocol", "model", "encoding", "tag", "configuration",
                                          "seeds")},
-                    "best_epochs": None, "unfinished": None, "metrics": {}, "comparison": None,
+                    "best_epochs": None, "unfinished": None, "checkouts": None, "metrics": {}, "comparison": None,
                     "left_out": {"reason": e["reason"], "fix": e["fix"]}})
     return out
 

@@ -556,7 +556,7 @@ def test_two_writers_of_one_pair_swap_it_one_after_the_other(tmp_path):
     import threading
     import time
     one, two = tmp_path / "sessions", tmp_path / "samples"
-    name = "out-" + hashlib.sha256(str(two.absolute()).encode()).hexdigest()[:20]
+    name = "out-" + hashlib.sha256(str(two.resolve()).encode()).hexdigest()[:20]
     held = open(io.machine_locks() / name, "a+")
     fcntl.flock(held, fcntl.LOCK_EX)                        # another process is swapping this pair in
 

@@ -138,20 +138,22 @@ def test_test_samples_not_from_whole_sessions_are_kept_exactly(tmp_path):
 
 def test_import_errors(tmp_path):
     p = params()
+    tmp_path, out = tmp_path / "src", tmp_path            # the outputs outside the folder being imported
+    tmp_path.mkdir()
     with pytest.raises(UnknownNameError, match="unknown format 'csv'. Fix: use one of: amazonelectronics_x1, auto, kuaivideo_x1, sasrec, srgnn"):
-        formats.import_dataset("x", tmp_path, "csv", tmp_path / "s", tmp_path / "a", p)
+        formats.import_dataset("x", tmp_path, "csv", out / "s", out / "a", p)
     with pytest.raises(DataError, match="has no all_train_seq.txt"):
-        formats.import_dataset("x", tmp_path, "srgnn", tmp_path / "s", tmp_path / "a", p)
+        formats.import_dataset("x", tmp_path, "srgnn", out / "s", out / "a", p)
     with pytest.raises(DataError, match="sessions and samples would both go to"):
-        formats.import_dataset("x", tmp_path, "srgnn", tmp_path / "s", tmp_path / "s", p)
+        formats.import_dataset("x", tmp_path, "srgnn", out / "s", out / "s", p)
     dump(tmp_path / "all_train_seq.txt", SEQS)
     dump(tmp_path / "test.txt", ([], []))
     with pytest.raises(DataError, match="test.txt holds no samples"):
-        formats.import_dataset("x", tmp_path, "srgnn", tmp_path / "s", tmp_path / "a", p)
+        formats.import_dataset("x", tmp_path, "srgnn", out / "s", out / "a", p)
     (tmp_path / "test.txt").write_bytes(pickle.dumps(TEST, protocol=3)[:-20])
     with pytest.raises(DataError, match="test.txt is truncated"):
-        formats.import_dataset("x", tmp_path, "srgnn", tmp_path / "s", tmp_path / "a", p)
-    assert not (tmp_path / "s").exists() and not (tmp_path / "a").exists()
+        formats.import_dataset("x", tmp_path, "srgnn", out / "s", out / "a", p)
+    assert not (out / "s").exists() and not (out / "a").exists()
 
 
 @pytest.mark.parametrize("sessions, samples, fragment", [

@@ -122,30 +122,41 @@ def test_an_interrupted_training_keeps_finished_seeds_and_resumes(prepared, tmp_
 
 
 def test_a_real_sigint_during_evaluate_writes_all_reports_or_none(prepared, tmp_path):
-    """A SIGINT that arrives while evaluate writes its five reports takes effect after the last one."""
+    """A SIGINT while evaluate writes its six reports leaves none of them (they are built in a folder swapped in
+    whole since walk 35c); one that arrives while the folder is swapped in takes effect after it."""
     root = prepared
     runs = tmp_path / "runs"
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "train", "sample", str(root / "samples"), str(runs),
                            "--model", "pop", "--seed", "1", "--quiet"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    code = textwrap.dedent(f"""
-        import os, signal, sys
-        import pipeline.evaluate as ev
-        from pipeline import cli
-        original, calls = ev.write_bytes, []
-        def write(*a, **k):
-            calls.append(1)
-            if len(calls) == 2:
-                os.kill(os.getpid(), signal.SIGINT)          # a real Ctrl-C, in the middle of the writes
-            return original(*a, **k)
-        ev.write_bytes = write
-        sys.argv = ["seqpe", "evaluate", "sample", {str(runs)!r}, {str(tmp_path / "reports")!r}, "--all", "--quiet"]
-        cli.main()
-    """)
-    # the child starts with Python's own Ctrl-C handling even if this process ignores SIGINT (an ignored
-    # disposition is inherited across exec, and then neither main() nor deferred_interrupt installs a handler)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    def evaluate_with_sigint(hook: str) -> subprocess.CompletedProcess:
+        code = textwrap.dedent(f"""
+            import os, signal, sys
+            from pathlib import Path
+            from pipeline import cli, io
+            calls = []
+            def sigint_then(original):
+                def call(*a, **k):
+                    calls.append(1)
+                    if len(calls) == 2:
+                        os.kill(os.getpid(), signal.SIGINT)          # a real Ctrl-C, in the middle of the writes
+                    return original(*a, **k)
+                return call
+            {hook}
+            sys.argv = ["seqpe", "evaluate", "sample", {str(runs)!r}, {str(tmp_path / "reports")!r}, "--all", "--quiet"]
+            cli.main()
+        """)
+        # the child starts with Python's own Ctrl-C handling even if this process ignores SIGINT (an ignored
+        # disposition is inherited across exec, and then neither main() nor deferred_interrupt installs a handler)
+        return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    proc = evaluate_with_sigint("Path.write_bytes = sigint_then(Path.write_bytes)")     # while the files are written
+    assert proc.returncode == 130 and proc.stderr.startswith("interrupted: "), proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]                   # none of them, no leftovers
+    calls = "calls.append(1)"
+    proc = evaluate_with_sigint(f"{calls}; io._swap_in = sigint_then(io._swap_in)")   # while the folder goes in
     assert proc.returncode == 130, proc.stderr
     # it said "nothing was written: the destination keeps its previous content" while all five were written
     assert proc.stderr.strip().startswith("interrupted: it came as the new output was being put in place, which "

@@ -400,6 +400,7 @@ def test_a_configuration_whose_seeds_differ_is_left_out_and_the_others_reported(
            "settings (train.epochs: 5 vs 3)" in " ".join(proc.stderr.split())
     # walk 34a #7: a script reading the JSON, or the report file, saw the configuration vanish (stderr note only)
     assert out[2]["seeds"] == [1, 2] and out[2]["metrics"] == {} and out[2]["comparison"] is None
+    assert out[0]["checkouts"] == [None, None] and out[2]["checkouts"] is None       # each seed's code (walk 35c)
     assert out[2]["left_out"]["reason"] == "toyset sasrec-none-tl: seed 1 and seed 2 were trained with different " \
         "settings (train.epochs: 5 vs 3), so they cannot be pooled into one mean" and "--tag" in out[2]["left_out"]["fix"]
     md = tmp_path.with_name(tmp_path.name + "-report.md")

@@ -486,6 +486,8 @@ def test_a_run_folder_another_command_is_writing_is_refused(tmp_path, toy_regist
     # SEQPE_STATE) never met it and replaced the run; it is now the machine's, whatever the state root
     monkeypatch.setenv("SEQPE_STATE", str(tmp_path / "another-state"))
     assert run_files.lock_path(train_state.dir_lock(run_dir)) == lock
+    (tmp_path / "linked").symlink_to(tmp_path, target_is_directory=True)    # walk 35c: through a linked parent,
+    assert train_state.dir_lock(tmp_path / "linked" / "runs" / "toy-toy_lpe" / "seed-1") == lock.name   # one lock
     lock.parent.mkdir(parents=True, exist_ok=True)
     holder = _hold_lock(lock)
     try:

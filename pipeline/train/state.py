@@ -89,8 +89,9 @@ def _lock_file(name: str, create: bool = True, path: Optional[Path] = None):
 
 
 def dir_lock(run_dir: Path) -> str:
-    """The lock file name of a run folder (its absolute path hashed)."""
-    return "dir-" + hashlib.sha256(str(Path(run_dir).absolute()).encode()).hexdigest()[:20]
+    """The lock file name of a run folder (its real path hashed: every spelling of the folder, through a linked
+    parent too, shares one lock; walk 35c)."""
+    return "dir-" + hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:20]
 
 
 class SeedLock:
@@ -124,7 +125,8 @@ def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
     `what` (dataset, config, seed) goes into the fingerprint's lock file, for `seqpe state`. Under DVC (a stage's
     command: DVC_STAGE set) a fingerprint lock held elsewhere is waited for, not refused: two experiments of
     `dvc queue start -j 2` sharing a SEQPE_STATE train the same seed when their params differ only where it
-    does not read (walk 35a), and the one that waits then reuses the other's finished seed."""
+    does not read (walk 35a); the one that waits then reuses the other's finished seed while the state still
+    keeps it (a configuration that finished takes its state along: the seed is then trained again)."""
     try:
         import fcntl
     except ImportError:                                  # pragma: no cover (not POSIX)
@@ -135,7 +137,7 @@ def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
         handle = _lock_file(name)
         if handle is None and name == fp and os.environ.get("DVC_STAGE"):
             sys.stderr.write(f"note: {busy.problem.split('; ')[0]}: waiting for it (under DVC), then going on from "
-                             "what it leaves\n")
+                             "what the state keeps of it\n")
             handle = open(runs.lock_path(name), "a+")
             fcntl.flock(handle, fcntl.LOCK_EX)
         if handle is None:
