@@ -156,6 +156,19 @@ def test_toy_model_learns_and_run_folder_is_complete(tmp_path, toy_registry):
     assert timing["checkout"] == {k: v for k, v in versions().items() if k in ("seqpe_git", "seqpe_dirty")}
 
 
+def test_a_reused_seed_takes_away_what_a_killed_rerun_left_beside_it(tmp_path, toy_registry):
+    """Walk 35c: a rerun killed while writing left `.seed-1.p<pid>.*.tmp` beside the seed; the next command reused
+    the finished seed and left it there until some later write."""
+    samples = make_samples(tmp_path / "samples")
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+    config = tmp_path / "runs" / "toy-toy_lpe"
+    (config / ".seed-1.p999999999.abc.tmp").mkdir()                  # a dead writer's
+    before = (config / "seed-1" / "timing.json").read_bytes()
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+    assert (config / "seed-1" / "timing.json").read_bytes() == before          # reused, not trained again
+    assert sorted(p.name for p in config.iterdir()) == ["seed-1"]
+
+
 def test_same_seed_same_weights_and_bytes_other_seed_differs(tmp_path, toy_registry):
     samples = make_samples(tmp_path / "samples")
     p = params(epochs=2)

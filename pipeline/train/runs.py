@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DataError
-from ..io import atomic_dir, dumps_json, machine_locks, read_json, write_bytes, write_json
+from ..io import atomic_dir, dumps_json, machine_locks, read_json, sweep_leftovers, write_bytes, write_json
 from ..params import Params, TrainParams, to_dict
 from ..versions import code_versions
 
@@ -180,6 +180,8 @@ def finished(run_dir: Path, fp: str, restore: bool = True) -> Optional[dict]:
                 and all((where / f).is_file() for f in FILES[:3]):
             if where != run_dir and restore:
                 _copy_tree(where, run_dir, atomic=True)
+            elif restore:                        # reused as it is: what a killed rerun left beside it goes too
+                sweep_leftovers(run_dir)         # (it stayed until the next write; walk 35c)
             return rec
     return None
 
