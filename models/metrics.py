@@ -80,7 +80,8 @@ def greater_and_ties(scores: torch.Tensor, targets: torch.Tensor) -> tuple[torch
     row_sums = items.sum(1, dtype=torch.promote_types(items.dtype, torch.float32))  # (B,)
     in_range = (targets >= 1) & (targets < scores.shape[1])         # (B,)
     if not bool((torch.isfinite(row_sums) & in_range).all()):       # one host sync per batch
-        assert bool(in_range.all()), f"targets must be item ids in 1..{scores.shape[1] - 1}"
+        if not bool(in_range.all()):                   # a data check, so not an assert (`python -O` drops those)
+            raise ValueError(f"targets must be item ids in 1..{scores.shape[1] - 1}")
         bad = int((~torch.isfinite(items).all(1)).sum())
         if bad:
             raise NonFiniteScores(f"scores are not finite (NaN or +-inf in {bad} of {scores.shape[0]} rows of a "
@@ -320,7 +321,8 @@ class CTRMetrics:
             return {"auc": math.nan, "gauc": math.nan, "logloss": math.nan}
         logits = torch.cat(self.logits)                             # (S,)
         labels = torch.cat(self.labels)                             # (S,) int8
-        assert bool(((labels == 0) | (labels == 1)).all()), "CTR labels must be 0 or 1"
+        if not bool(((labels == 0) | (labels == 1)).all()):
+            raise ValueError("CTR labels must be 0 or 1")
         loss = logloss_from_logits(labels, logits)
         s, y, g = _sorted_by_score(labels, logits, torch.cat(self.groups))   # (S,) each
         del logits, labels

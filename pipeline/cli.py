@@ -147,8 +147,9 @@ def datasets(params: ParamsOpt = None,
     entries = []
 
     def on_disk(name: str) -> dict:
-        return {kind: (data_dir / kind / name / ("source.json" if kind == "raw" else "manifest.json")).is_file()
-                for kind in ("raw", "sessions", "samples")}
+        found = {kind: (data_dir / kind / name / ("source.json" if kind == "raw" else "manifest.json")).is_file()
+                 for kind in ("raw", "sessions", "samples")}
+        return {**found, "stale": _stale(data_dir / "samples" / name) if found["samples"] else None}
 
     imported = _imported_on_disk(data_dir)
     for name, spec in sorted(all_datasets().items()):
@@ -182,9 +183,23 @@ def datasets(params: ParamsOpt = None,
     mark = lambda b: "✓" if b else "·"  # noqa: E731
     cols = [Col("dataset", key=True), Col("protocol"), Col("enabled"), Col("raw"), Col("sessions"), Col("samples"),
             Col("source", wrap=True), Col("paper size", wrap=True)]
-    rows = [[e["dataset"], e["protocol"], mark(e["enabled"]), mark(e["raw"]), mark(e["sessions"]), mark(e["samples"]),
-             f"{e['source']} ({e['origin']})", e["paper_size"]] for e in entries]
+    rows = [[e["dataset"], e["protocol"], mark(e["enabled"]), mark(e["raw"]), mark(e["sessions"]),
+             "stale" if e["stale"] else mark(e["samples"]), f"{e['source']} ({e['origin']})", e["paper_size"]]
+            for e in entries]
     print_tables(console, "seqpe datasets", cols, rows)
+    for e in entries:
+        if e["stale"]:
+            console.print(f"stale: {e['stale']}", markup=False, highlight=False)
+
+
+def _stale(samples: Path) -> Optional[str]:
+    """io.stale_samples for the listing; a manifest that does not read is left to `seqpe stats` to name."""
+    from .io import read_json, stale_samples
+    try:
+        manifest = read_json(samples / "manifest.json")
+    except (DataError, OSError):
+        return None
+    return stale_samples(samples, manifest) if isinstance(manifest, dict) else None
 
 
 @app.command()
@@ -437,7 +452,8 @@ def report(runs: Annotated[Optional[list[Path]], typer.Argument(help="runs folde
     Wilcoxon and bootstrap tests over samples."""
     from . import report as stage
     left_out: list[dict] = []
-    rows = stage.run(runs or [Path("data") / "runs"], out, baseline=baseline, samples=samples, left_out=left_out)
+    rows = stage.run(runs or [Path("data") / "runs"], out, baseline=baseline, samples=samples, left_out=left_out,
+                     empty=as_json)
     if as_json:
         from .tables import to_json
         to_json(stage.to_json(rows, left_out))
@@ -901,14 +917,24 @@ def main() -> None:
 
 
 def _under_dvc() -> str:
-    """What an error line adds when a DVC stage ran the command (DVC_STAGE set): DVC removed the stage's outputs
-    before running it, which a bad value in params.yaml then left deleted, and the fix said nothing of it (walk
-    35a)."""
+    """What an error line adds when a DVC stage ran the command (DVC_STAGE set) and DVC removed that stage's
+    outputs before running it: a bad value in params.yaml then left them deleted, and the fix said nothing of it
+    (walk 35a). Only when dvc.lock records outputs of the stage and one of them is gone: a missing input, or an
+    output that is still there, got the restore hint too (walk 35c #7)."""
     stage = os.environ.get("DVC_STAGE")
     if not stage:
         return ""
-    return (f" (DVC removed the outputs of stage {stage} before running it: `dvc checkout {stage}` puts back the "
-            "cached ones, and `git checkout` the metrics, curves and reports kept in git)")
+    try:
+        import yaml
+        outs = yaml.safe_load(Path("dvc.lock").read_text(encoding="utf-8"))["stages"][stage].get("outs") or []
+        gone = [str(o["path"]) for o in outs if not Path(str(o["path"])).exists()]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return ""                                      # no record of outputs the stage had: nothing to put back
+    if not gone:
+        return ""
+    return (f" (DVC removed the outputs of stage {stage} before running it ({', '.join(gone[:2])}"
+            f"{', ...' if len(gone) > 2 else ''}): `dvc checkout {stage}` puts back the cached ones, and "
+            "`git checkout` the metrics, curves and reports kept in git)")
 
 
 def _first_to_say(line: str) -> bool:

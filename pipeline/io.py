@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import stat
 import tempfile
 from pathlib import Path
@@ -103,6 +104,42 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
+def _dead_writers(dst: Path) -> Iterator[Path]:
+    """The `.NAME.p<pid>.*` (and older pid-less `.NAME.*`) entries next to `dst` whose writer is gone, `.old`
+    ones first and newest first."""
+    parent, head = dst.parent, f".{dst.name}."
+    if not parent.is_dir():
+        return
+    for entry in sorted(parent.iterdir(), key=lambda e: (not e.name.endswith(".old"), -_mtime(e), e.name)):
+        name = entry.name
+        if not name.startswith(head) or not name.endswith(LEFTOVER_SUFFIXES):
+            continue
+        tag = name[len(head):].split(".", 1)[0]
+        if tag.startswith("p") and tag[1:].isdigit():
+            pid = int(tag[1:])
+            if pid == os.getpid() or _pid_alive(pid):
+                continue
+        yield entry
+
+
+def put_back(dst: str | Path) -> Optional[Path]:
+    """When `dst` is missing and a dead writer's `.old` folder lies beside it (killed between its two renames,
+    where the file system has no exchange), rename that previous output back; returns it (None when nothing was
+    put back). Readers call it too: they said the folder did not exist while its only copy sat beside it
+    (walk 35c #9), which only the next writer's sweep put back."""
+    dst = Path(dst)
+    if os.path.lexists(dst):
+        return None
+    for entry in _dead_writers(dst):
+        if entry.name.endswith(".old") and entry.is_dir() and not entry.is_symlink():
+            try:
+                os.replace(entry, dst)
+            except OSError:
+                continue
+            return entry
+    return None
+
+
 def sweep_leftovers(dst: str | Path) -> int:
     """Remove what killed runs left next to `dst`: `.NAME.p<pid>.*.{tmp,old,gen}` entries whose
     process is gone (and pid-less `.NAME.*.{tmp,old,gen}` ones, written before runs carried a pid).
@@ -111,24 +148,11 @@ def sweep_leftovers(dst: str | Path) -> int:
     missing: the writer was killed between its two renames (`_swap_in` without an exchange), and that folder is
     the previous output, the only copy (it was deleted here)."""
     dst = Path(dst)
-    parent, head = dst.parent, f".{dst.name}."
-    if not parent.is_dir():
-        return 0
+    put_back(dst)
     removed = 0
-    for entry in sorted(parent.iterdir(), key=lambda e: (not e.name.endswith(".old"), -_mtime(e), e.name)):
-        name = entry.name
-        if not name.startswith(head) or not name.endswith(LEFTOVER_SUFFIXES):
-            continue
-        rest = name[len(head):]
-        tag = rest.split(".", 1)[0]
-        if tag.startswith("p") and tag[1:].isdigit():
-            pid = int(tag[1:])
-            if pid == os.getpid() or _pid_alive(pid):
-                continue
-        if name.endswith(".old") and entry.is_dir() and not entry.is_symlink() and not os.path.lexists(dst):
-            with contextlib.suppress(OSError):
-                os.replace(entry, dst)
-            continue                                 # put back (or left where it is): never deleted
+    for entry in _dead_writers(dst):
+        if entry.name.endswith(".old") and entry.is_dir() and not entry.is_symlink() and not os.path.lexists(dst):
+            continue                                 # could not be put back: never deleted
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
@@ -218,6 +242,28 @@ def scratch_dir(dst: str | Path, suffix: str = ".gen") -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def flock(path: Path, wait: bool = False):
+    """`path` opened and flocked exclusively (made when missing), or None when another process holds it and not
+    `wait`. Once locked, the path must still name the file locked: `seqpe state --prune` deletes the lock files
+    nobody holds, and a process that opened one just before it was deleted would hold a lock on a file nobody
+    else can find (then it opens the path again)."""
+    import fcntl
+    while True:
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            handle.close()
+            return None
+        try:
+            now, held = os.stat(path), os.fstat(handle.fileno())
+            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                return handle
+        except FileNotFoundError:
+            pass
+        handle.close()
+
+
 def machine_locks() -> Optional[Path]:
     """The user's lock folder for the whole machine (`<tmp>/seqpe-<uid>/locks`): locks on output folders, which
     must hold whatever the working folder or SEQPE_STATE of the commands that write them. None where it cannot
@@ -252,9 +298,7 @@ def _swap_locks(dsts: list[Path]) -> Iterator[None]:
     handles = []
     try:
         for dst in sorted({str(d.resolve()) for d in dsts}):          # every spelling of a folder: one lock
-            handle = open(folder / ("out-" + hashlib.sha256(dst.encode()).hexdigest()[:20]), "a+")
-            handles.append(handle)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            handles.append(flock(folder / ("out-" + hashlib.sha256(dst.encode()).hexdigest()[:20]), wait=True))
         yield
     finally:
         for handle in handles:
@@ -460,15 +504,16 @@ def refuse_nested(dst: str | Path, what: str, instead: str, *, itself: bool = Fa
     here = dst.absolute()
     for parent in ([here] if itself else []) + list(here.parents):
         owner_kind, owner_dataset = _owner(parent)
+        shown = os.path.normpath(parent) if dst.is_absolute() else os.path.relpath(parent)   # as the user spelt dst
         if owner_kind is not None and owner_dataset is not None:
-            where = f"{dst}" if parent == here else f"{dst} is inside {parent}, which"
+            where = f"{dst}" if parent == here else f"{dst} is inside {shown}, which"
             raise DataError(f"{where} holds {owner_dataset}'s {_WHAT[owner_kind]}: "
                             f"`seqpe {_MAKER[owner_kind]}` replaces that folder whole, and the {what} with it",
                             f"pass a folder outside it ({instead})")
         own_seed = parent == here.parent and re.fullmatch(r"seed-\d+", here.name)   # train's own run folder
         if what != "runs" and parent != here and not own_seed and (config := _configuration(parent)) is not None:
             # (a runs folder there: train.runs.check_runs_dir names it, with the runs folder's own fix)
-            raise DataError(f"{dst} is inside {parent}, which holds {config}'s seeds of one configuration "
+            raise DataError(f"{dst} is inside {shown}, which holds {config}'s seeds of one configuration "
                             f"(seed-N/run.json): `dvc repro` replaces that folder whole (a train stage's output), "
                             f"and the {what} with it", f"pass a folder outside it ({instead})")
 
@@ -641,6 +686,9 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str, usage: Op
     src = Path(src)
     maker = _MAKER[kind] if dataset in all_datasets() else "import"     # an imported name: preprocess knows none
     right = f"data/{kind}/{dataset} (written by `seqpe {maker} {dataset}{' ...' if maker == 'import' else ''}`)"
+    if (old := put_back(src)) is not None:
+        sys.stderr.write(f"note: put back {src} from {old.name} beside it: the previous output, which a writer killed "
+                         f"as it swapped in a new one left there\n")
     if not src.exists():
         if maker == "import" and not (Path("data") / kind / dataset).is_dir():
             # neither registered nor prepared here: a misspelt name (`digenetica`) was told to run
@@ -668,7 +716,9 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str, usage: Op
         raise DataError(f"{src} holds {found or 'an unknown kind of data'}, but `seqpe {stage}` reads {kind}",
                         f"pass {right}")
     usage = usage or f"`seqpe {stage} {{owner}} {src} ...`"
-    require_dataset(src, manifest, dataset, f"name the dataset it holds ({usage}), or pass {right}")
+    other = f"pass {right}" if src != Path("data") / kind / dataset else \
+        f"delete {src} and make {dataset}'s own with `seqpe {maker} {dataset}{' ...' if maker == 'import' else ''}`"
+    require_dataset(src, manifest, dataset, f"name the dataset it holds ({usage}), or {other}")
     return manifest
 
 
@@ -680,6 +730,28 @@ def require_dataset(src: str | Path, manifest: dict, dataset: str, fix: str) -> 
     if isinstance(owner, str) and owner != dataset:
         raise DataError(f"{src} holds {owner}'s {manifest_kind(manifest) or 'data'}, but the command names "
                         f"'{dataset}'", fix.replace("{owner}", owner))
+
+
+def stale_samples(samples_dir: str | Path, manifest: dict) -> Optional[str]:
+    """A sentence when the sessions folder beside a samples folder (data/samples/X beside data/sessions/X) is not
+    the one the samples were made from: its manifest.json differs from the sha256 the samples recorded (preprocess
+    or import re-run without augment, or an import stopped between its two folders). None when they match, when
+    there is no such sibling, or for samples that recorded none. Training on the samples is still consistent in
+    itself (their item ids are their own), so callers note it rather than refuse."""
+    samples_dir = Path(samples_dir)
+    made_from = manifest.get("sessions_manifest")
+    if samples_dir.parent.name != "samples" or not isinstance(made_from, str):
+        return None
+    sessions = samples_dir.parent.parent / "sessions" / samples_dir.name
+    try:
+        if not (sessions / MANIFEST).is_file() or sha256_file(sessions / MANIFEST) == made_from:
+            return None
+    except OSError:
+        return None
+    name = manifest.get("dataset") if isinstance(manifest.get("dataset"), str) else samples_dir.name
+    again = f"`seqpe import {name} ...`" if manifest.get("stage") == "import" else f"`seqpe augment {name}`"
+    return (f"{samples_dir} was made from other sessions than {sessions} holds now (its manifest.json changed "
+            f"since); rerun {again} to use the sessions there")
 
 
 @contextlib.contextmanager

@@ -116,9 +116,11 @@ def protocol_label(rec: dict) -> str:
     pooled or compared (a full ranking with and without the session's own items was compared as two models)."""
     ev = rec.get("evaluate") or {}
     n = int(ev.get("candidates") or 0)
-    if isinstance(rec.get("n_items"), int) and n >= rec["n_items"] - 1 \
+    if isinstance(rec.get("n_items"), int) and n >= rec["n_items"] - 1 and not ev.get("mask_history") \
             and ev.get("candidate_sampling", "uniform") == "uniform":    # every other item: full ranking again
         n = 0                   # (popularity never draws an item unseen in train: those stay unranked; walk 31a)
+        # With mask_history it is not: full ranking keeps the input items, tied below every other, and a target
+        # among them ties with them, where the draw leaves them out and ranks it alone below (walk 36b)
     history = ", input items excluded" if ev.get("mask_history") else ""
     if n == 0:
         return f"{rec.get('protocol')}{history}"
@@ -243,13 +245,13 @@ def _check_pooled(name: str, recs: list[dict]) -> None:
                             "retrain one of them with the other's settings, or give the variant its own --tag")
 
 
-def aggregate(records: list[dict], skippable=None, left_out: Optional[list] = None) -> list[dict]:
+def aggregate(records: list[dict], skippable=None, left_out: Optional[list] = None, empty: bool = False) -> list[dict]:
     """Group runs by (dataset, protocol, model, encoding, tag); summarise every test metric over seeds
     (refused when a group's seeds repeat or were trained with different settings). `skippable(name)`: such a
     group is left out with a note on stderr instead, and the others are reported (one configuration whose
-    seeds differ made the whole `seqpe report` print nothing); refused all the same when every group is.
-    `left_out`: a list that receives one entry per group left out (`left_out_entry`), for the files and the
-    JSON that outlive the stderr note."""
+    seeds differ made the whole `seqpe report` print nothing); refused all the same when every group is, unless
+    `empty` (`report --json`, whose entries list them: no rows then). `left_out`: a list that receives one entry
+    per group left out (`left_out_entry`), for the files and the JSON that outlive the stderr note."""
     groups = _by_config(records)
     rows, refused = [], []
     for (dataset, protocol, model, encoding, tag), recs in sorted(groups.items()):
@@ -273,8 +275,12 @@ def aggregate(records: list[dict], skippable=None, left_out: Optional[list] = No
             "checkouts": [_checkout(r) for r in recs],
             "metrics": {k: summarize([r["test"][k] for r in recs if k in r["test"]]) for k in keys},
         })
-    if refused and not rows:
-        raise refused[0]
+    if refused and not rows and not (empty and left_out is not None):
+        if len(refused) == 1:
+            raise refused[0]
+        raise DataError(f"none of the {len(refused)} configurations can be pooled over its seeds: {refused[0].problem}"
+                        f" (and {len(refused) - 1} more: `seqpe report --json` lists each with its reason)",
+                        refused[0].fix)
     for e in refused:
         sys.stderr.write(f"note: left out of the report: {e}\n")
     return rows
@@ -297,10 +303,11 @@ def left_out_note(left_out: list[dict]) -> Optional[str]:
         e["reason"] for e in left_out) + "."
 
 
-def pooled(records: list[dict], skippable, left_out: Optional[list] = None) -> tuple[list[dict], list[dict]]:
-    """(rows, records) of `aggregate(records, skippable, left_out)`, the records of the configurations it left
-    out dropped (the paired tests must not see them either)."""
-    rows = aggregate(records, skippable, left_out)
+def pooled(records: list[dict], skippable, left_out: Optional[list] = None,
+           empty: bool = False) -> tuple[list[dict], list[dict]]:
+    """(rows, records) of `aggregate(records, skippable, left_out, empty)`, the records of the configurations it
+    left out dropped (the paired tests must not see them either)."""
+    rows = aggregate(records, skippable, left_out, empty)
     kept = {(row["dataset"], row["protocol"], row["name"]) for row in rows}
     return rows, [r for r in records if (_config_key(r)[0], _config_key(r)[1],
                                          config_name(r["model"], r["encoding"], r.get("tag") or None)) in kept]
@@ -691,11 +698,12 @@ def write_report(rows: list[dict], out: str | Path, left_out: list[dict] = ()) -
 
 
 def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Optional[str] = None,
-        samples: Optional[str | Path] = None, left_out: Optional[list] = None) -> list[dict]:
+        samples: Optional[str | Path] = None, left_out: Optional[list] = None, empty: bool = False) -> list[dict]:
     """Aggregate every run under `roots`, compare each configuration with `baseline` (default: each
     dataset's first), write `out` (.md or .csv) when given; return the rows. `samples`: the samples
     folder of a CTR dataset, whose test labels the per-sample CTR tests need. `left_out`: a list that
-    receives the configurations left out (`aggregate`)."""
+    receives the configurations left out (`aggregate`); `empty`: every one left out gives no rows, not an error
+    (`report --json` without --out: its entries then list them all, each with its reason)."""
     left_out = [] if left_out is None else left_out
     if out is not None:
         check_out(out)
@@ -705,7 +713,7 @@ def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Opt
             if (wrong := not_runs(root)) is not None:
                 raise wrong
         raise DataError(f"no run.json under {', '.join(str(r) for r in roots)}", "run `seqpe train DATASET` first")
-    rows, records = pooled(records, lambda name: True, left_out)
+    rows, records = pooled(records, lambda name: True, left_out, empty and out is None)
     labels = significance.read_test_labels(samples) if samples is not None else None
     if samples is not None and not any("ctr" in (r.get("task"), r.get("protocol")) for r in records):   # walk 34a
         raise ParamsError(f"--samples gives the test labels of CTR runs, and the runs under "

@@ -3,12 +3,14 @@
 The PE study (004) reports mean, std and a 95% CI over seeds because single runs mislead; a
 difference between two configurations needs its own test, paired wherever the data pair up:
 
-over seeds (seeds matched by number, only the seeds both configurations have; metric: the
-  select metric, next-item ndcg@10 and mrr@10, CTR auc):
+over seeds (seeds matched by number, only the seeds both configurations have; metrics, whatever
+  train.select_metric is: next-item ndcg@10 and mrr@10, or @K of the cut-off every run has, CTR auc):
     d_s = metric(config, seed s) - metric(baseline, seed s)
     paired t-test (scipy.stats.ttest_rel), effect size Cohen's d_z = mean(d) / sd(d) (ddof 1),
     95% CI of mean(d) = mean(d) +- t_{0.975, n-1} sd(d) / sqrt(n)   (scipy.stats.t)
-  With fewer than 3 common seeds the test cannot conclude anything: p, d_z and the CI are left out.
+  With fewer than 3 common seeds the test cannot conclude anything: p, d_z and the CI are left out;
+  with the same d_s in every seed (models that do not depend on the seed) p and d_z are, and the verdict
+  says so.
 over test samples (rows of the one test split, in its file order, from each seed's
   `test_samples.parquet`; each configuration's seeds are averaged first, over the seeds the two
   share (every seed of each only when they share none, noted), so each sample is one pair):
@@ -188,11 +190,19 @@ def _subset(n: int, max_rows: int, seed: int) -> Optional[np.ndarray]:
     return np.sort(np.random.default_rng(seed).choice(n, size=max_rows, replace=False))
 
 
-def _bootstrap(data: tuple, statistic, n: int, n_resamples: int, seed: int) -> tuple[float, float]:
-    res = stats.bootstrap(data, statistic, n_resamples=n_resamples, paired=True, vectorized=True, axis=-1,
-                          method="percentile", batch=max(1, _BATCH_ELEMENTS // max(n, 1)),
-                          rng=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+def _bootstrap(data: tuple, statistic, n: int, n_resamples: int,
+               seed: int) -> tuple[Optional[float], Optional[float]]:
+    """The percentile interval, or (None, None) where resamples left the statistic undefined (an AUC of a resample
+    without a positive: a test split with a handful of them), which scipy gave as NaN, printed as bare NaN in
+    `report --json` with a warning about another method on stderr (walk 36b)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)            # scipy's DegenerateDataWarning and 0/0
+        res = stats.bootstrap(data, statistic, n_resamples=n_resamples, paired=True, vectorized=True, axis=-1,
+                              method="percentile", batch=max(1, _BATCH_ELEMENTS // max(n, 1)),
+                              rng=np.random.default_rng(seed))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return (lo, hi) if np.isfinite(lo) and np.isfinite(hi) else (None, None)
 
 
 def bootstrap_mean_diff(base: np.ndarray, other: np.ndarray, *, n_resamples: int = N_RESAMPLES,
@@ -261,6 +271,12 @@ def verdict(seed_tests: dict[str, dict], sample: Optional[dict], task: str, note
     if n < MIN_SEEDS:
         parts.append(f"{n} common seed{'s' if n != 1 else ''}: the seed t-test cannot conclude anything "
                      f"(needs >= {MIN_SEEDS})")
+    # every common seed the same difference, not zero: models that do not depend on the seed (fitted baselines such
+    # as POP / S-POP); sd 0 leaves the t-test undefined, and "other seeds" would differ the same way (walk 36b)
+    same = n >= MIN_SEEDS and bool(seed_tests) and all(t["p"] is None and t.get("ci_lo") is not None  # (seed_test:
+                                                       for t in seed_tests.values())              # sd ~ 0)
+    if same and any(t.get("diff") for t in seed_tests.values()):
+        parts.append("every seed differs by the same amount (models that do not depend on the seed): no seed t-test")
     rejects = []
     for metric, t in seed_tests.items():
         if t["p"] is not None and t["p"] < ALPHA:
@@ -273,12 +289,12 @@ def verdict(seed_tests: dict[str, dict], sample: Optional[dict], task: str, note
             better = (sample["r"] < 0) if quantity in lower_better else (sample["r"] > 0)
             rejects.append((f"Wilcoxon {quantity}", better))
         boot = sample["bootstrap"]
-        if boot is not None and (boot["lo"] > 0 or boot["hi"] < 0):
+        if boot is not None and boot["lo"] is not None and (boot["lo"] > 0 or boot["hi"] < 0):
             rejects.append((f"bootstrap {BOOTSTRAP_STATISTIC[task]}", boot["lo"] > 0))
     if rejects:
         said = [f"{name} ({'better' if better else 'worse'})" for name, better in rejects]
         parts.append(f"rejects equality at {ALPHA}: " + ", ".join(said))
-        if not any(name.startswith("t-test") for name, _ in rejects):
+        if not any(name.startswith("t-test") for name, _ in rejects) and not same:
             # per-sample tests take the test rows as the unit with the seeds held fixed: they find that these
             # trained models rank differently, which seed-to-seed noise alone can do
             ps = ", ".join(f"{m} p {t['p']:.2g}" for m, t in seed_tests.items() if t["p"] is not None)
@@ -451,6 +467,10 @@ def _sample_tests(task: str, base: list[dict], other: list[dict], labels: Option
         x_other = np.mean([sample_logloss(s["logit"], labels) for s in other], axis=0)
         boot_result = bootstrap_auc_diff(labels, [s["logit"] for s in base], [s["logit"] for s in other], **boot)
     w = wilcoxon_test(x_base, x_other)
+    if boot_result["lo"] is None:
+        notes.append("no bootstrap interval: some resamples of the test rows hold no positive or no negative, "
+                     "where AUC is undefined (too few of one label)" if task == "ctr" else
+                     "no bootstrap interval: the resampled statistic is undefined")
     if boot_result["rows"] < boot_result["rows_total"]:
         notes.append(f"bootstrap on a random {boot_result['rows']:,} of {boot_result['rows_total']:,} rows")
     return {"quantity": SAMPLE_QUANTITY[task], **w, "bootstrap": boot_result}

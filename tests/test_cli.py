@@ -347,6 +347,34 @@ def test_datasets_lists_what_seqpe_import_wrote(tmp_path):
     assert proc.returncode == 0 and json.loads(proc.stdout)["kind"] == "samples", proc.stderr
 
 
+def test_samples_made_from_other_sessions_are_named_stale(tmp_path):
+    """Sessions re-made without the samples after them (preprocess again without augment, or an import killed
+    between its two folders, walk 35c #1) left samples that no longer match the sessions beside them, and
+    nothing said so: `seqpe datasets` and `seqpe train` now do, from the samples' recorded sessions_manifest."""
+    src = tmp_path / "mine.txt"
+    src.write_text("".join(f"{u} {' '.join(str(1 + (u + j) % 30) for j in range(6))}\n" for u in range(1, 41)))
+    assert seqpe("import", "mine", str(src), "--format", "sasrec", "--quiet", cwd=tmp_path).returncode == 0
+    train = ("train", "mine", "data/samples/mine", "runs", "--model", "pop", "--check")
+
+    def listed() -> dict:
+        proc = seqpe("datasets", "--json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        return {e["dataset"]: e for e in json.loads(proc.stdout)}["mine"]
+
+    proc = seqpe(*train, cwd=tmp_path)
+    assert proc.returncode == 0 and "made from other sessions" not in proc.stderr, proc.stderr
+    assert listed()["stale"] is None
+    manifest = tmp_path / "data" / "sessions" / "mine" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace("{", '{"re_made": 1, ', 1))      # the sessions changed since
+    stale = listed()["stale"]
+    assert stale and "data/samples/mine was made from other sessions than data/sessions/mine" in stale
+    assert "rerun `seqpe import mine ...` to use the sessions there" in stale
+    proc = seqpe("datasets", cwd=tmp_path)
+    assert proc.returncode == 0 and "stale: data/samples/mine" in proc.stdout.replace("\n", " "), proc.stdout
+    proc = seqpe(*train, cwd=tmp_path)
+    assert proc.returncode == 0 and "note: data/samples/mine was made from other sessions" in proc.stderr, proc.stderr
+
+
 def test_a_name_prepared_in_an_earlier_stage_is_not_an_unknown_dataset(tmp_path):
     """Walk 35b: `seqpe train digi` for an imported dataset whose samples folder was gone said "unknown dataset
     'digi'" while `seqpe datasets` listed it. A name with an earlier stage's folder is known: the missing input
@@ -366,6 +394,18 @@ def test_a_name_prepared_in_an_earlier_stage_is_not_an_unknown_dataset(tmp_path)
                                     "samples): it has no raw data to download or preprocess", "seqpe train imp")):
         assert_one_line_error(seqpe(*args, cwd=tmp_path), said, fix)
     assert_one_line_error(seqpe("train", "mien", cwd=tmp_path), "unknown dataset 'mien'")
+    # walk 35c #8: another dataset's folder copied under a new name sent the user in a circle (train: run augment;
+    # augment: the folder holds another dataset's, or pass that same folder)
+    (tmp_path / "data" / "sessions" / "copy").mkdir(parents=True)
+    (tmp_path / "data" / "sessions" / "copy" / "manifest.json").write_text(
+        '{"stage": "preprocess", "kind": "sessions", "dataset": "sample"}')
+    assert_one_line_error(seqpe("train", "copy", cwd=tmp_path), "data/sessions/copy holds sample's sessions, not "
+                          "'copy''s (a copied or renamed folder)", "Fix: name the dataset it holds ('sample', whose own "
+                          "folder is data/sessions/sample); to have 'copy', delete data/sessions/copy")
+    proc = seqpe("augment", "copy", cwd=tmp_path)
+    assert_one_line_error(proc, "data/sessions/copy holds sample's sessions, but the command names 'copy'",
+                          "or delete data/sessions/copy and make copy's own with `seqpe import copy ...`")
+    assert "or pass data/sessions/copy" not in proc.stderr
 
 
 def test_train_resume_points_at_the_rerun():
@@ -378,15 +418,27 @@ def test_train_resume_points_at_the_rerun():
     assert "Resuming needs no option" in " ".join(seqpe("train", "--help").stdout.split())
 
 
-def test_an_error_under_dvc_says_how_to_get_the_deleted_outputs_back(monkeypatch):
+def test_an_error_under_dvc_says_how_to_get_the_deleted_outputs_back(monkeypatch, tmp_path):
     """Walk 35a: a bad value in params.yaml failed a DVC stage after DVC had removed its outputs (runs folder,
-    metrics, curves); the line said only what was wrong. Under DVC (DVC_STAGE) it says how to get them back."""
-    monkeypatch.setenv("DVC_STAGE", "train@sample-sasrec-none")
-    assert_one_line_error(seqpe("train", "sample", "--set", "train.lr=-1"), "must be > 0", "Fix: use e.g. 0.001 (DVC "
-                          "removed the outputs of stage train@sample-sasrec-none before running it: `dvc checkout "
-                          "train@sample-sasrec-none` puts back the cached ones")
+    metrics, curves); the line said only what was wrong. Under DVC (DVC_STAGE) it says how to get them back,
+    when dvc.lock records outputs of the stage and one is gone (walk 35c #7: it said so of a missing input too,
+    and of outputs still there)."""
+    stage, run = "train@sample-sasrec-none", "data/runs/sample/sasrec-none"
+    (tmp_path / "dvc.lock").write_text(f"schema: '2.0'\nstages:\n  {stage}:\n    cmd: seqpe train sample\n    outs:\n"
+                                       f"    - path: {run}\n      md5: 0123.dir\n    - path: data/metrics/x.json\n")
+    (tmp_path / "data" / "metrics").mkdir(parents=True)
+    (tmp_path / "data" / "metrics" / "x.json").write_text("{}")
+    monkeypatch.setenv("DVC_STAGE", stage)
+    bad = ("train", "sample", "--set", "train.lr=-1")
+    assert_one_line_error(seqpe(*bad, cwd=tmp_path), "must be > 0", f"Fix: use e.g. 0.001 (DVC removed the outputs "
+                          f"of stage {stage} before running it ({run}): `dvc checkout {stage}` puts back the cached ones")
+    (tmp_path / run).mkdir(parents=True)                                     # the outputs are there: nothing to say
+    assert "DVC" not in seqpe(*bad, cwd=tmp_path).stderr
+    (tmp_path / run).rmdir()
+    monkeypatch.setenv("DVC_STAGE", "train@sample-pop-none")                 # a stage dvc.lock has no record of
+    assert "DVC" not in seqpe(*bad, cwd=tmp_path).stderr
     monkeypatch.delenv("DVC_STAGE")
-    assert "DVC" not in seqpe("train", "sample", "--set", "train.lr=-1").stderr
+    assert "DVC" not in seqpe(*bad, cwd=tmp_path).stderr
 
 
 def test_a_missing_prepared_folder_is_named_as_missing(tmp_path):

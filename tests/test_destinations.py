@@ -486,6 +486,24 @@ def test_a_writer_killed_between_its_two_renames_loses_nothing(tmp_path, monkeyp
         ["a", "b", "out"]
 
 
+def test_a_reader_puts_back_the_previous_output_a_killed_writer_left_aside(tmp_path):
+    """Where the file system has no exchange, a writer killed between its two renames leaves the previous output
+    as `.NAME.p<pid>.*.old` and no NAME: `seqpe train` said the samples folder did not exist, while its only copy
+    lay beside it (walk 35c #9). A reader now puts it back (a note says so), as the next writer's sweep does."""
+    from test_cli import tiny_samples
+    samples = tiny_samples(tmp_path / "samples" / "toyset")
+    aside = samples.with_name(".toyset.p999999999.k1.old")
+    samples.rename(aside)
+    live = samples.with_name(f".toyset.p{os.getpid()}.k2.old")      # a live writer's: left alone
+    live.mkdir()
+    proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "pop", "--check")
+    assert proc.returncode == 0, proc.stderr
+    assert f"note: put back {samples} from {aside.name} beside it" in " ".join(proc.stderr.split())
+    assert (samples / "manifest.json").is_file() and not aside.exists() and live.is_dir()
+    live.rmdir()
+    assert io.put_back(samples) is None                                # there: nothing to do
+
+
 def test_folders_that_change_together_are_swapped_in_together(tmp_path, monkeypatch):
     """An import's sessions and samples: the old samples were deleted between the two swaps, so a SIGKILL there
     left the new samples beside the old sessions (walk 35b). atomic_dirs swaps both, then deletes the old
@@ -658,6 +676,9 @@ def test_outputs_inside_a_configurations_seeds_folder_and_runs_in_a_project_root
                   "--metrics", str(config / "m.json")]):
         assert_one_line_error(seqpe(*argv), f"is inside {config}, which holds sample's seeds of one configuration",
                               "`dvc repro` replaces that folder whole", "Fix: pass a folder outside it")
+    (tmp_path / "w").mkdir()                  # walk 35c #5: a relative path was named as /abs/w/../runs/pop-none
+    assert_one_line_error(seqpe("evaluate", "sample", "../runs", "../runs/pop-none/rep", "--all", "--quiet",
+                                cwd=tmp_path / "w"), "../runs/pop-none/rep is inside ../runs/pop-none, which holds")
     assert sorted(p.name for p in config.rglob("*")) == before and not (tmp_path / "runs2").exists()
     project = tmp_path / "project"
     (project / "data" / "samples").mkdir(parents=True)

@@ -281,8 +281,8 @@ def test_a_killed_repro_resumes_the_unfinished_seed_and_keeps_the_finished_one(t
     while time.time() < deadline and proc.poll() is None:
         done = list((state / "done").glob("*")) if (state / "done").is_dir() else []
         resume = list((state / "resume").glob("*.pt")) if (state / "resume").is_dir() else []
-        if len(done) == 1 and len(resume) == 1:
-            break
+        if len(done) == 1 and len(resume) == 1 and resume[0].stem != done[0].name:   # seed 2's own resume file
+            break                                           # (seed 1's lingers a moment after its done copy)
         time.sleep(0.02)
     assert proc.poll() is None, "the stage finished before it could be killed: raise train.epochs"
     os.killpg(proc.pid, signal.SIGKILL)

@@ -428,6 +428,22 @@ def test_a_configuration_whose_seeds_differ_is_left_out_and_the_others_reported(
         shutil.rmtree(tmp_path / name)
     with pytest.raises(DataError, match="sasrec-none-tl: seed 1 and seed 2"):       # nothing else: refused
         report.pooled(report.find_runs([tmp_path]), lambda name: True)
+    # walk 35c #4: --json printed nothing (exit 1) when every configuration was left out; it now lists them
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(alone), "--json"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert [(e["configuration"], e["metrics"], e["left_out"]["reason"][:33]) for e in json.loads(proc.stdout)] == \
+        [("sasrec-none", {}, "toyset sasrec-none: seed 1 and se")]
+    write_run(alone, "pop", "none", 1, {"hr@10": 0.2}, tag="b")
+    write_run(alone, "pop", "none", 2, {"hr@10": 0.2}, tag="b")
+    path = alone / "pop-none-b" / "seed-2" / "run.json"
+    write_json(path, {**json.loads(path.read_text()), "train": {"epochs": 9}})
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(alone)], cwd=ROOT, capture_output=True,
+                          text=True)                                  # several: the count, the first, where the rest are
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("error: none of the 2 configurations can be pooled over its seeds: toyset pop-none-b:"), \
+        proc.stderr
+    assert "(and 1 more: `seqpe report --json` lists each with its reason)" in " ".join(proc.stderr.split())
 
 
 def test_seeds_of_different_checkouts_are_pooled_with_a_note(tmp_path):
@@ -553,7 +569,9 @@ def test_full_ranking_with_and_without_the_sessions_own_items_are_two_protocols(
     records = report.find_runs([tmp_path / "runs"])
     assert sorted(report.protocol_label(r) for r in records) == ["leave_one_out", "leave_one_out, input items excluded"]
     sampled = {**records[0], "n_items": 60, "evaluate": {"candidates": 100, "mask_history": True}}
-    assert report.protocol_label(sampled) == "leave_one_out, input items excluded"     # >= n_items - 1: all ranked
+    # >= n_items - 1 with mask_history: not full ranking (walk 36b: it keeps the input items, tied below the others,
+    # and a target among them ties with them, where the draw leaves them out: per-sample ranks differed, p 4e-104)
+    assert report.protocol_label(sampled) == "leave_one_out, 100 sampled candidates (uniform, input items excluded)"
     assert report.protocol_label({**sampled, "evaluate": {"candidates": 59}}) == "leave_one_out"
     assert report.protocol_label({**sampled, "evaluate": {"candidates": 59, "candidate_sampling": "popularity"}}) \
         == "leave_one_out, 59 sampled candidates (popularity)"        # never an item unseen in train: not all ranked

@@ -112,6 +112,21 @@ def test_bootstrap_auc_diff_point_estimate_and_interval():
     assert same["diff"] == 0.0 and same["lo"] == same["hi"] == 0.0
 
 
+def test_an_auc_bootstrap_with_resamples_of_one_label_gives_no_interval(recwarn):
+    """Walk 36b: one positive in 400 rows: resamples without it have no AUC, and scipy's interval came back NaN,
+    printed as bare NaN in `report --json` (invalid JSON) with a warning about BCa on stderr. No interval now,
+    nothing on stderr, and the verdict leaves the bootstrap out."""
+    import json
+    rng = np.random.default_rng(2)
+    y = np.zeros(400, dtype=np.int32)
+    y[7] = 1
+    base, other = [rng.normal(size=400)], [rng.normal(size=400) + 3.0 * y]
+    got = sig.bootstrap_auc_diff(y, base, other, n_resamples=300)
+    assert got["lo"] is None and got["hi"] is None and math.isfinite(got["diff"])
+    assert json.loads(json.dumps(got, allow_nan=False)) == got and not recwarn.list
+    assert "bootstrap" not in sig.verdict({}, {"p": None, "r": None, "bootstrap": got}, "ctr")
+
+
 # --------------------------------------------------------------------------- files and verdict
 
 def test_test_samples_round_trip_and_format_errors(tmp_path):
@@ -145,6 +160,15 @@ def test_verdict_names_the_rejecting_tests_and_too_few_seeds():
         "rejects equality at 0.05: Wilcoxon rr (better), bootstrap mean rr (better); the seed t-test does not "
         "(ndcg@10 p 0.46): the per-sample tests say these trained models differ, not that other seeds would")
     assert sig.verdict({"auc": t(5, 0.5, 0.0)}, None, "ctr") == "no test rejects equality at 0.05"
+    # walk 36b: POP against S-POP over 3 seeds, the same difference every seed (sd 0: no t-test); "not that other
+    # seeds would" was wrong of models that do not depend on the seed
+    pop = sig.seed_test({1: 0.2, 2: 0.2, 3: 0.2}, {1: 0.37, 2: 0.37, 3: 0.37})
+    assert pop["p"] is None and pop["ci_lo"] == pytest.approx(0.17) and pop["ci_hi"] == pytest.approx(0.17)
+    assert sig.verdict({"mrr@10": pop}, sample, "next-item") == (
+        "every seed differs by the same amount (models that do not depend on the seed): no seed t-test; "
+        "rejects equality at 0.05: Wilcoxon rr (better), bootstrap mean rr (better)")
+    same = sig.seed_test({1: 0.2, 2: 0.2, 3: 0.2}, {1: 0.2, 2: 0.2, 3: 0.2})        # identical runs: nothing to add
+    assert sig.verdict({"mrr@10": same}, None, "next-item") == "no test rejects equality at 0.05"
 
 
 def test_the_wilcoxon_direction_is_the_tests_own_not_the_means():

@@ -454,26 +454,63 @@ def test_state_skips_an_entry_that_goes_while_it_is_listed(tmp_path, toy_registr
     assert [e["kind"] for e in deleted] == ["finished"] and kept == []
 
 
-def test_prune_removes_the_lock_files_no_process_holds(tmp_path):
+def test_prune_removes_the_lock_files_no_process_holds(tmp_path, monkeypatch):
     """A seed killed before its first epoch leaves its two lock files and nothing else: --prune removes them
-    (they stayed until their configuration finished), not a held one nor a file seqpe did not write."""
+    (they stayed until their configuration finished), not a held one nor a file seqpe did not write. The
+    machine's lock folder (run and output folders' locks) grew with every command (walk 35c #6): pruned too."""
+    import tempfile
+    from pipeline import io
     from pipeline.train import state as train_state
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))             # a machine lock folder of this test's own
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     root = run_files.state_root()
     train_state.lock_seed("b" * 20, tmp_path / "runs" / "m-e" / "seed-1",
                           {"dataset": "toyset", "config": "m-e", "seed": 1}).release()
     (root / "locks" / "notes.txt").write_text("mine")
-    holder = _hold_lock(root / "locks" / ("c" * 20))
+    machine = io.machine_locks()
+    with io.atomic_dirs(tmp_path / "a", tmp_path / "b") as (a, b):    # a pair's swap: two out- lock files
+        (a / "x").write_text("a")
+        (b / "x").write_text("b")
+    holders = [_hold_lock(root / "locks" / ("c" * 20)), _hold_lock(machine / ("dir-" + "d" * 20))]
     try:
         dir_lock = run_files.lock_path(train_state.dir_lock(tmp_path / "runs" / "m-e" / "seed-1"))
-        assert dir_lock.is_file() and dir_lock.parent != root / "locks"    # the run folder's: the machine's folder
+        assert dir_lock.parent == machine and dir_lock.parent != root / "locks"   # the run folder's: the machine's
         assert len(state_files("locks")) == 3 and "holds no training state" in _state()
+        assert sorted(p.name[:4] for p in machine.iterdir()) == ["dir-", "dir-", "out-", "out-"]
         out = _state("--prune")
-        assert "deleted 0 entries" in out and "and 1 unheld lock file" in out, out
+        assert "deleted 0 entries" in out and "and 4 unheld lock files" in out, out
         assert sorted(state_files("locks")) == ["c" * 20, "notes.txt"]
+        assert [p.name for p in machine.iterdir()] == ["dir-" + "d" * 20]
         assert json.loads(_state("--prune", "--json"))["lock_files_removed"] == 0
+        assert train_state.lock_seed("b" * 20, tmp_path / "runs" / "m-e" / "seed-1",     # made again when needed
+                                     {"dataset": "toyset", "config": "m-e", "seed": 1}) is not None and dir_lock.is_file()
     finally:
-        holder.kill()
-        holder.wait()
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+
+
+def test_a_lock_file_deleted_while_a_process_waits_on_it_is_taken_again(tmp_path):
+    """`seqpe state --prune` deletes a lock file nobody holds. A process that had opened it just before must not
+    then lock the deleted file (another process would make a new one and lock that too): io.flock checks that
+    the path still names the file it locked, and opens it again when not."""
+    import threading
+    import time
+    from pipeline import io
+    path = tmp_path / "lock"
+    first = io.flock(path)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(io.flock(path, wait=True)))
+    waiter.start()                             # opens the file, then blocks on first's lock
+    time.sleep(0.3)
+    path.unlink()                              # what prune does, holding the lock
+    first.close()
+    waiter.join(10)
+    assert got and got[0] is not None and path.is_file()
+    assert os.fstat(got[0].fileno()).st_ino == os.stat(path).st_ino        # the file at the path, not the deleted one
+    assert io.flock(path) is None                                          # so it excludes the next taker
+    got[0].close()
 
 
 def test_state_below_a_project_points_at_its_state(tmp_path):
@@ -1608,7 +1645,9 @@ def test_a_head_count_is_checked_against_dim_only_for_a_model_that_reads_it(tmp_
     ([1, 12], 0, r"evaluate.ks has 12, and each target is ranked among 12 items \(the data's n_items\): HR@12 "
                  r"would be 1 for any model, a constant one too. Fix: use cut-offs below 12 \(e.g. \[1\]\)"),
     ([1, 5], 4, r"evaluate.ks has 5, and each target is ranked among 5 items \(the target and its "
-                r"evaluate.candidates 4 negatives\).*or more evaluate.candidates")])
+                r"evaluate.candidates 4 negatives\).*or more evaluate.candidates"),
+    ([1, 12], 40, r"evaluate.ks has 12, and each target is ranked among 12 items \(the data's n_items, fewer than "
+                  r"evaluate.candidates 40 \+ 1\): HR@12 would be 1 .*use cut-offs below 12 \(e.g. \[1\]\)$")])
 def test_a_cutoff_every_model_reaches_is_refused(tmp_path, toy_registry, ks, candidates, said):
     """HR@K with K at or above the items a target is ranked among is 1 for a constant model: as the selection
     metric it kept epoch 1 whatever came after, and the tables showed 100.00 (walk 34a)."""

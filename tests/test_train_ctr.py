@@ -54,6 +54,43 @@ def test_a_ctr_run_records_auc_gauc_logloss_and_per_sample_logits(ctr_samples, t
     assert again[0]["test"] == res["test"]                                  # same seed, same numbers
 
 
+def _relabel(src: Path, dst: Path, split: str, **columns) -> Path:
+    """A copy of the samples folder `src` whose `split` shard has `columns` (name: expression) replaced."""
+    import shutil
+    from pipeline.io import read_json, sha256_file, write_json
+    shutil.copytree(src, dst)
+    manifest = read_json(dst / "manifest.json")
+    for shard in manifest["shards"]:
+        if shard["path"].startswith(f"{split}/"):
+            path = dst / shard["path"]
+            pl.read_parquet(path).with_columns(**columns).write_parquet(path)
+            shard["sha256"] = sha256_file(path)
+    write_json(dst / "manifest.json", manifest)
+    return dst
+
+
+def test_a_split_where_gauc_is_undefined_records_the_other_metrics(ctr_samples, tmp_path):
+    """Walk 36b: a test split where every user has one class (no user with both labels) recorded gAUC NaN in
+    run.json, and `seqpe report` / `evaluate` then refused the run for good. gAUC is left out there with a note;
+    a split of one label (AUC undefined too) is refused before training."""
+    from pipeline.errors import DataError
+    from pipeline.report import aggregate, find_runs
+    samples = _relabel(ctr_samples, tmp_path / "one-class", "test", user=pl.int_range(pl.len()) + 10_000_000)
+    res = stage.run("sample_ctr", samples, tmp_path / "runs", params(epochs=1), progress=False)
+    record = json.loads((tmp_path / "runs" / "sasrec_ctr-cape" / "seed-1" / "run.json").read_text())
+    assert set(record["test"]) == {"auc", "logloss"} == set(res[0]["test"])
+    assert set(record["valid"]) == {"auc", "gauc", "logloss"}                 # defined on valid: kept
+    [row] = aggregate(find_runs([tmp_path / "runs"]))
+    assert set(row["metrics"]) == {"auc", "logloss"}
+    with pytest.raises(DataError, match="gAUC is undefined there. Fix: set train.select_metric auc"):
+        stage.run("sample_ctr", _relabel(ctr_samples, tmp_path / "v", "valid", user=pl.int_range(pl.len())),
+                  tmp_path / "runs2", params(epochs=1, select_metric="gauc"), progress=False)
+    with pytest.raises(DataError, match=r"the test split of .* holds only non-clicks \([\d,]+ rows\): AUC is undefined"):
+        stage.run("sample_ctr", _relabel(ctr_samples, tmp_path / "zero", "test", label=pl.lit(0, pl.Int32)),
+                  tmp_path / "runs3", params(epochs=1), progress=False)
+    assert not (tmp_path / "runs2").exists() and not (tmp_path / "runs3").exists()
+
+
 def test_a_constant_model_stops_the_run_instead_of_reporting_chance(ctr_samples, tmp_path):
     """DIN under a huge weight decay gave every test pair the same logit (within 1.7e-6) and its AUC, float noise
     around 0.5, was reported and tested like a result; now the seed stops in one line and writes nothing."""
@@ -68,6 +105,13 @@ def test_a_constant_model_stops_the_run_instead_of_reporting_chance(ctr_samples,
     stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "none"), progress=False)
     logits = pl.read_parquet(tmp_path / "runs" / "din-none" / "seed-1" / "test_samples.parquet")["logit"]
     assert logits.max() - logits.min() > 100 * CONSTANT_SPAN                 # a model that learnt is far from it
+    import numpy as np
+    from pipeline.errors import ConstantModel
+    from pipeline.train.stage import _refuse_constant
+    near = np.array([300.0, np.nextafter(np.float32(300.0), np.float32(400.0))], dtype=np.float32)
+    with pytest.raises(ConstantModel):                   # walk 36b: one float32 step at 300 (3e-5) passed as a spread
+        _refuse_constant(near, {"auc": 0.5}, "x", 1)
+    _refuse_constant(np.array([0.0, 2e-5], dtype=np.float32), {"auc": 0.5}, "x", 1)   # near 0: the absolute span
 
 
 def test_logloss_selection_minimises(ctr_samples, tmp_path):

@@ -112,6 +112,13 @@ def _refuse_missing_stage(name: str, folder: Path) -> None:
         there = root / kinds[i] / name
         if not there.is_dir():
             continue
+        owner = _owner(there)
+        if owner is not None and owner != name:            # a copied or renamed folder (walk 35c #8: the hint to
+            raise DataError(f"{there} holds {owner}'s {kinds[i]}, not '{name}''s (a copied or renamed folder), and "
+                            f"{folder} does not exist", f"name the dataset it holds ('{owner}', whose own "
+                            f"folder is data/{kinds[i]}/{owner}); to have '{name}', delete {there} and prepare "
+                            f"'{name}' itself (e.g. `seqpe import {name} SRC --format FORMAT`)")   # augment it was
+                                                                                           # refused by augment
         steps = [f"`{make.format(name=name)}`" for _, make in _STAGES[i + 1:at + 1]]
         if kinds[i] == "sessions" and _imported(there):          # import writes the samples with the sessions
             steps[0] = f"`seqpe import {name} SRC --format FORMAT` again (it writes the sessions and samples together)"
@@ -119,6 +126,17 @@ def _refuse_missing_stage(name: str, folder: Path) -> None:
         raise DataError(f"{folder.parent.name} folder {folder} does not exist, though {there} does: '{name}' has "
                         f"{has} but no {folder.parent.name} yet (or that folder was deleted)",
                         "run " + ", then ".join(steps))
+
+
+def _owner(folder: Path) -> Optional[str]:
+    """The dataset a prepared folder's manifest.json (or a raw folder's source.json) names; None when unreadable."""
+    for name in ("manifest.json", "source.json"):
+        try:
+            owner = json.loads((folder / name).read_text(encoding="utf-8")).get("dataset")
+        except (OSError, ValueError, AttributeError):
+            continue
+        return owner if isinstance(owner, str) else None
+    return None
 
 
 def _imported(sessions: Path) -> bool:

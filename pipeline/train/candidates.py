@@ -9,8 +9,10 @@ item or the target, and with `evaluate.mask_history` never an item of the row's 
 samples folder keeps it, not the model's train.max_len window, so the draw is the same for every model).
 `evaluate.candidate_sampling`: uniform (CARCA, 004) or popularity (probability proportional to the
 item's count in the train split; never-seen items are never drawn). With N >= the eligible count every
-eligible item is a candidate, so the metrics equal full ranking (with the same mask_history); a row
-with fewer eligible items than N keeps 0 (no candidate) in the remaining slots.
+eligible item is a candidate, so the metrics equal full ranking; with mask_history only where the target is
+not an input item (full ranking keeps the input items, tied below every other, and ties a target among them
+with them, where here they are left out and the target ranks alone below every candidate: the report labels
+the two apart). A row with fewer eligible items than N keeps 0 (no candidate) in the remaining slots.
 
 The draw is the Gumbel-top-k / Efraimidis-Spirakis key trick (Kool et al. 2019): keys u^(1/w) (uniform:
 u), u ~ U(0, 1) i.i.d., and the N largest keys of the eligible items; it is a weighted sample without

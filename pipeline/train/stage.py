@@ -10,7 +10,7 @@ from typing import Optional
 
 from .. import presets
 from ..errors import ConstantModel, DataError, ParamsError
-from ..io import claim_dir, claim_file, refuse_nested, require_kind, verify_shards
+from ..io import claim_dir, claim_file, refuse_nested, require_kind, stale_samples, verify_shards
 from ..params import EvaluateParams, Params, check_seeds, from_dict, to_dict
 from ..report import config_name
 from ..versions import code_versions, versions
@@ -120,6 +120,9 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     cut = _cut_shorter(manifest, tp, samples_dir, applied, explicit)
     if cut and os.environ.get("RANK", "0") == "0":
         sys.stderr.write(f"note: {cut}\n")
+    stale = stale_samples(samples_dir, manifest)
+    if stale and os.environ.get("RANK", "0") == "0":
+        sys.stderr.write(f"note: {stale}; this run trains on the samples as they are\n")
     n_items = manifest.get("n_items")
     if tp.loss == "sampled" and isinstance(n_items, int) and tp.negatives >= n_items \
             and os.environ.get("RANK", "0") == "0":     # 100,000 draws from 479 items trained 16x slower (walk 33a)
@@ -209,20 +212,22 @@ def _check_cutoffs(ev, manifest: dict) -> None:
     """Refuse a cut-off K at or above the number of items each target is ranked among (the data's n_items, or
     evaluate.candidates + 1): HR@K is then 1 for every model, a constant one too, and as train.select_metric it
     kept epoch 1 whatever came after (walk 34a: evaluate.candidates 5 with hr@10; evaluate.ks [10, 500] on 479
-    items)."""
+    items). Candidates past the data's other items rank no more: min(candidates + 1, n_items) (walk 36b: 1,000
+    candidates on 479 items let HR@479 = 1 through)."""
     n_items = manifest.get("n_items")
-    ranked = ev.candidates + 1 if ev.candidates else n_items
+    sampled = bool(ev.candidates) and not (isinstance(n_items, int) and ev.candidates + 1 >= n_items)
+    ranked = ev.candidates + 1 if sampled else n_items
     if not isinstance(ranked, int):
         return
-    among = (f"the target and its evaluate.candidates {ev.candidates} negatives" if ev.candidates else
-             "the data's n_items")
+    among = (f"the target and its evaluate.candidates {ev.candidates} negatives" if sampled else
+             "the data's n_items" + (f", fewer than evaluate.candidates {ev.candidates} + 1" if ev.candidates else ""))
     top = [k for k in ev.ks if k >= ranked]
     if top:
         below = [k for k in ev.ks if k < ranked]
         raise ParamsError(f"evaluate.ks has {', '.join(map(str, top))}, and each target is ranked among {ranked:,} "
                           f"items ({among}): HR@{top[0]} would be 1 for any model, a constant one too",
                           f"use cut-offs below {ranked:,}" + (f" (e.g. {below})" if below else "")
-                          + (", or more evaluate.candidates" if ev.candidates else ""))
+                          + (", or more evaluate.candidates" if sampled else ""))
 
 
 def _cut_shorter(manifest: dict, tp, samples_dir, applied, explicit) -> Optional[str]:
@@ -496,7 +501,8 @@ def _same_settings_seeds(config_dir: Path, given: set, tp, params: Params, manif
     return found
 
 
-CONSTANT_SPAN = 1e-5     # test logits closer than this (max - min) are one constant score
+CONSTANT_SPAN = 1e-5     # test logits closer than this (max - min), times max(1, largest |logit|), are one constant
+                         # score (relative past 1: float32 spaces logits near 300 by 3e-5, walk 36b)
 
 
 def _refuse_constant(logits, test: dict, label: str, best_epoch: int) -> None:
@@ -509,7 +515,7 @@ def _refuse_constant(logits, test: dict, label: str, best_epoch: int) -> None:
     if len(logits) < 2:
         return
     span = float(np.max(logits) - np.min(logits))
-    if span < CONSTANT_SPAN:
+    if span < CONSTANT_SPAN * max(1.0, float(np.max(np.abs(logits)))):
         raise ConstantModel(f"{label}: the model is constant, its {len(logits)} test logits span {span:.2g} (best "
                             f"epoch {best_epoch}, logit {float(np.mean(logits)):.4g}), so its AUC "
                             f"({100 * test['auc']:.2f}) is chance, not a result; nothing was written for this seed",

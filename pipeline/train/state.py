@@ -29,14 +29,15 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import DataError
-from ..io import _require_writable, refuse_nested
+from ..io import _require_writable, flock, machine_locks, refuse_nested
 from . import runs
 
 _FP = re.compile(r"[0-9a-f]{20}")
 _DIR_LOCK = re.compile(r"dir-[0-9a-f]{20}")
+_OUT_LOCK = re.compile(r"out-[0-9a-f]{20}")        # io.atomic_dirs' swaps
 
 
 def _named() -> str:
@@ -74,18 +75,11 @@ def check_root() -> Path:
 def _lock_file(name: str, create: bool = True, path: Optional[Path] = None):
     """The lock file `name` (at `path` when given) opened and flocked, or None if another process holds it (or,
     with `create` false, if it does not exist: then nothing holds it)."""
-    import fcntl
     path = runs.lock_path(name) if path is None else path
     if not create and not path.is_file():
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        return None
-    return handle
+    return flock(path)
 
 
 def dir_lock(run_dir: Path) -> str:
@@ -106,18 +100,25 @@ class SeedLock:
         self.handles = []
 
 
-def _seed_locks(fp: str, run_dir: Path, label: str) -> tuple[tuple[str, DataError], ...]:
-    """The seed's two lock files, each with the DataError raised when another process holds it."""
+def _seed_locks(fp: str, run_dir: Path, label: str) -> tuple[tuple[str, Callable[[], DataError]], ...]:
+    """The seed's two lock files, each with how to build the DataError raised when another process holds it
+    (built only then: the fingerprint's message reads the holder's pid from its lock file)."""
     fix = "wait for that run to finish, then run this command again (a finished seed with the same settings is reused)"
     race = "training it twice would race on its state and run folder"
-    said = _held(fp) or {}
-    who = f"another seqpe process (pid {said['pid']})" if isinstance(said.get("pid"), int) else "another seqpe process"
-    return ((fp, DataError(f"{label} is being trained right now by {who} with the same state root (it holds "
-                           f"{runs.state_root() / 'locks' / fp}); {race}", fix)),
-            (dir_lock(run_dir), DataError(f"{run_dir} is being written right now by another seqpe train (of {label}, "
-                                          f"with other settings, or from another folder or SEQPE_STATE); {race}",
-                                          "pass --tag NAME to train these settings beside that run; or wait for it "
-                                          "to finish and run this command again, which then replaces that run")))
+
+    def fingerprint() -> DataError:
+        said = _held(fp) or {}
+        who = f"another seqpe process (pid {said['pid']})" if isinstance(said.get("pid"), int) \
+            else "another seqpe process"
+        return DataError(f"{label} is being trained right now by {who} with the same state root (it holds "
+                         f"{runs.state_root() / 'locks' / fp}); {race}", fix)
+
+    def folder() -> DataError:
+        return DataError(f"{run_dir} is being written right now by another seqpe train (of {label}, with other "
+                         f"settings, or from another folder or SEQPE_STATE); {race}", "pass --tag NAME to train these "
+                         "settings beside that run; or wait for it to finish and run this command again, which then "
+                         "replaces that run")
+    return (fp, fingerprint), (dir_lock(run_dir), folder)
 
 
 def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
@@ -128,7 +129,7 @@ def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
     does not read (walk 35a); the one that waits then reuses the other's finished seed while the state still
     keeps it (a configuration that finished takes its state along: the seed is then trained again)."""
     try:
-        import fcntl
+        import fcntl  # noqa: F401 (the locks below are flocks)
     except ImportError:                                  # pragma: no cover (not POSIX)
         return None
     handles = []
@@ -136,14 +137,13 @@ def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
     for name, busy in _seed_locks(fp, run_dir, label):
         handle = _lock_file(name)
         if handle is None and name == fp and os.environ.get("DVC_STAGE"):
-            sys.stderr.write(f"note: {busy.problem.split('; ')[0]}: waiting for it (under DVC), then going on from "
+            sys.stderr.write(f"note: {busy().problem.split('; ')[0]}: waiting for it (under DVC), then going on from "
                              "what the state keeps of it\n")
-            handle = open(runs.lock_path(name), "a+")
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            handle = flock(runs.lock_path(name), wait=True)
         if handle is None:
             for h in handles:
                 h.close()
-            raise busy
+            raise busy()
         handles.append(handle)
     handles[0].seek(0)
     handles[0].truncate()
@@ -160,7 +160,7 @@ def probe_seed(fp: str, run_dir: Path, label: str) -> None:
             continue
         handle = _lock_file(name, create=False)
         if handle is None:
-            raise busy
+            raise busy()
         handle.close()
 
 
@@ -354,9 +354,9 @@ def prune(everything: bool = False) -> tuple[list[dict], list[dict], int]:
         finally:
             handle.close()
     stale = 0
-    locks = runs.state_root() / "locks"      # (the run folders' locks in the machine's folder belong to no project)
-    for path in sorted(locks.glob("*")) if locks.is_dir() else []:
-        if not (_FP.fullmatch(path.name) or _DIR_LOCK.fullmatch(path.name)):
+    folders = [runs.state_root() / "locks", machine_locks()]  # the machine's: run and output folders' (walk 35c #6)
+    for path in sorted(p for f in folders if f is not None and f.is_dir() for p in f.glob("*")):
+        if not (_FP.fullmatch(path.name) or _DIR_LOCK.fullmatch(path.name) or _OUT_LOCK.fullmatch(path.name)):
             continue                                   # not seqpe's
         handle = _lock_file(path.name, create=False, path=path)
         if handle is None:                             # held: a training is on it (or it went meanwhile)

@@ -326,6 +326,31 @@ class CTRTask:
         for split in SPLITS:
             if len(self.data[split]) == 0:
                 raise DataError(f"the {split} split of {samples_dir} has no rows", "check the dataset's protocol")
+        self.no_gauc = self._check_labels(samples_dir, tp)
+
+    def _check_labels(self, samples_dir: Path, tp: TrainParams) -> tuple[str, ...]:
+        """The scored splits (valid, test) where gAUC is undefined: no user has both a click and a non-click
+        (PROTOCOLS §5 skips one-class users). Their metrics leave gAUC out, said in a note, where NaN was recorded
+        and every report then refused the run (walk 36b). A split of one label leaves AUC undefined: refused."""
+        undefined = []
+        for split in ("valid", "test"):
+            y, users = self.data[split].label, self.data[split].group
+            if y.min() == y.max():
+                raise DataError(f"the {split} split of {samples_dir} holds only {'clicks' if y[0] else 'non-clicks'} "
+                                f"({len(y):,} rows): AUC is undefined without both labels",
+                                "check the dataset's protocol or source (a CTR split needs clicks and non-clicks)")
+            _, at = np.unique(users, return_inverse=True)
+            clicks, rows = np.bincount(at, weights=y), np.bincount(at)
+            if not ((clicks > 0) & (clicks < rows)).any():
+                undefined.append(split)
+        if undefined and tp.select_metric == "gauc" and "valid" in undefined:
+            raise DataError(f"train.select_metric is gauc, and no user of the valid split of {samples_dir} has both "
+                            "a click and a non-click: gAUC is undefined there", "set train.select_metric auc")
+        if undefined and (self.dist is None or self.dist.main):
+            sys.stderr.write(f"note: no user of the {' and '.join(undefined)} split{'s' * (len(undefined) > 1)} of "
+                             f"{samples_dir} has both a click and a non-click, so gAUC (per-user AUC) is undefined "
+                             "there: those metrics record auc and logloss only\n")
+        return tuple(undefined)
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -387,7 +412,10 @@ class CTRTask:
         logits = logits.cpu()
         acc = CTRMetrics()
         acc.update(logits, torch.from_numpy(data.label), torch.from_numpy(data.group))
-        return acc.compute(), logits
+        metrics = acc.compute()
+        if split in self.no_gauc:                      # undefined there (`_check_labels`): not recorded as NaN
+            del metrics["gauc"]
+        return metrics, logits
 
     def evaluate(self, net, split: str) -> dict[str, float]:
         return self._score(net, split)[0]
