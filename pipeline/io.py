@@ -184,6 +184,20 @@ def cleanup_new_folders(path: str | Path) -> Iterator[None]:
         raise
 
 
+def _unwound(path: str | Path) -> Path:
+    """`path` with each `NAME/..` whose NAME does not exist taken out: making the parents of `out/./x/../sess`
+    made an empty `x` only to step back out of it (walk 35b). A `..` after an existing entry stays, as the
+    kernel resolves it (through a link, `link/..` is the link target's parent)."""
+    parts: list[str] = []
+    for part in Path(path).parts:
+        if part == ".." and parts and parts[-1] not in ("..", "/") \
+                and not os.path.lexists(os.path.join(*parts)):
+            parts.pop()
+        else:
+            parts.append(part)
+    return Path(*parts) if parts else Path(".")
+
+
 def through_link(dst: str | Path) -> Path:
     """`dst`, or where it points when it is a symbolic link to a folder (`data/sessions/X -> /mnt/big/X`): a
     folder output is swapped in at the link's target, so the link stays and the output lands where it points
@@ -200,7 +214,7 @@ def atomic_path(dst: str | Path) -> Iterator[Path]:
     On any exception the temporary file is removed and `dst` is left untouched. What a killed
     earlier write left next to `dst` is swept first (`sweep_leftovers`).
     """
-    dst = Path(dst)          # a link here is replaced, not written through: it may point into DVC's cache
+    dst = _unwound(dst)      # a link here is replaced, not written through: it may point into DVC's cache
     with cleanup_new_folders(dst.parent):
         dst.parent.mkdir(parents=True, exist_ok=True)
         sweep_leftovers(dst)
@@ -231,7 +245,7 @@ def _raise_named(e: BaseException, dst: Path) -> None:
 def scratch_dir(dst: str | Path, suffix: str = ".gen") -> Iterator[Path]:
     """A temporary working folder next to `dst` (named like atomic_dir's, so a killed run's is
     swept by the next run), removed afterwards whatever happens."""
-    dst = Path(dst)
+    dst = _unwound(dst)
     with cleanup_new_folders(dst.parent):
         dst.parent.mkdir(parents=True, exist_ok=True)
         sweep_leftovers(dst)
@@ -391,7 +405,7 @@ def atomic_dirs(*dsts: str | Path) -> Iterator[list[Path]]:
     until they are done (`deferred_interrupt`). A swap that fails puts back the ones made before it. What is left
     is the instant between two exchanges, two system calls: a SIGKILL exactly there leaves the first folder new
     and the second old (a rerun of the command mends it)."""
-    dsts = [through_link(d) for d in dsts]
+    dsts = [through_link(_unwound(d)) for d in dsts]
     for dst in dsts:
         if dst.exists() and not dst.is_dir():
             raise DataError(f"{dst} is a file, not a folder", "pass a folder path (a file is never replaced)")

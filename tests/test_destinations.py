@@ -759,3 +759,20 @@ def test_a_refused_import_names_seqpe_import_not_preprocess(tmp_path):
                                         r"`seqpe import` replaces that folder whole"):
         formats.import_dataset("mine", text, "sasrec", *out, Params())
     assert (out[0] / "notes.txt").read_text() == "mine"
+
+
+def test_a_destination_spelt_through_a_missing_folder_and_back_makes_no_such_folder(tmp_path, monkeypatch):
+    """Walk 35b #7: `seqpe preprocess sample RAW ../rel/./x/../sess` wrote ../rel/sess and left an empty x, made
+    only to step back out of it. A `..` after a missing folder is taken out first; after an existing one (a link
+    included) it stays, resolved as the kernel does."""
+    monkeypatch.chdir(tmp_path)
+    with io.atomic_dir(Path("rel") / "x" / ".." / "sess") as tmp:
+        (tmp / "f").write_text("1")
+    with io.atomic_path(Path("rel") / "y" / ".." / "m.json") as tmp:     # files too
+        tmp.write_text("{}")
+    assert sorted(p.name for p in (tmp_path / "rel").iterdir()) == ["m.json", "sess"]
+    (tmp_path / "real" / "inner").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "inner")
+    with io.atomic_dir(Path("link") / ".." / "out") as tmp:     # the link's target's parent, as before
+        (tmp / "f").write_text("2")
+    assert (tmp_path / "real" / "out" / "f").read_text() == "2" and not (tmp_path / "out").exists()
