@@ -68,7 +68,7 @@ def test_datasets_table_at_80_columns_and_piped(tmp_path):
     data = json.loads(cli("datasets", "--json", "--data-dir", str(tmp_path)).stdout)
     assert [d["dataset"] for d in data] == sorted(d["dataset"] for d in data)
     assert set(data[0]) == {"dataset", "protocol", "source", "origin", "url", "paper_size", "enabled", "raw",
-                            "sessions", "samples"}
+                            "sessions", "samples", "stale"}
     assert next(d for d in data if d["dataset"] == "sample")["enabled"] is True
 
 
