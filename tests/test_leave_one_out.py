@@ -63,7 +63,7 @@ def test_k_core_rounds_reindex_and_splits():
 def test_numeric_ids_sort_numerically_and_small_k_drops_short_users():
     rows = [(10, 7, 1), (9, 7, 2), (9, 8, 2), (10, 8, 0), (9, 5, 3), (10, 5, 5), (2, 7, 1), (2, 8, 1)]
     result = loo.build(spec_of(rows), ".", params(1))  # no k-core; user 2 has 2 items: dropped
-    assert [s["step"] for s in result.steps] == ["read", "min_3_per_user"]
+    assert [s["step"] for s in result.steps] == ["read", "k_core_round_1", "k_core_round_2"]   # users >= 3
     assert result.steps[-1]["sessions"] == 2
     # user 9 -> 1, user 10 -> 2 (numeric order, not "10" < "9"); user 9: 7, 8 (tie @2: file order), 5
     assert lists(result.splits["test"]) == [(1, [1, 2, 3]), (2, [2, 1, 3])]
@@ -83,3 +83,16 @@ def test_deterministic():
     for split in ("train", "valid", "test"):
         assert a.splits[split].equals(b.splits[split])
     assert a.items.equals(b.items) and a.steps == b.steps
+
+
+def test_a_small_k_core_drops_short_users_inside_the_core_so_the_result_is_a_k_core():
+    """Walk 36a: with k 2, users under 3 items were dropped after the core, once: the items only they held were
+    left with one user (not a 2-core). Users need max(k, 3) inside the rounds, repeated until stable."""
+    rows = [(1, 10, 1), (1, 11, 2), (2, 10, 1), (2, 11, 2), (2, 12, 3), (3, 12, 1), (3, 13, 2), (3, 14, 3),
+            (4, 13, 1), (4, 14, 2), (4, 15, 3), (5, 15, 1), (5, 13, 2), (5, 14, 3)]
+    result = loo.build(spec_of(rows), ".", params(2))
+    kept = result.items["raw_id"].to_list()
+    assert "10" not in kept and "11" not in kept            # user 1 went; then 10 and 11 had one user each
+    assert result.items["count"].min() >= 2 and min(map(len, result.splits["test"]["items"].to_list())) >= 3
+    assert result.steps[-1]["step"].startswith("k_core_round_") and result.steps[-1] == {**result.steps[-2],
+                                                                                          "step": result.steps[-1]["step"]}

@@ -67,7 +67,7 @@ def test_preprocess_and_augment_end_to_end(tmp_path):
     assert test.to_dicts() == [{"session_id": 1, "items": [1, 2, 3, 4]}, {"session_id": 2, "items": [2, 4, 3, 1]}]
     assert read_split(tmp_path / "sessions", "train")["items"].to_list() == [[1, 2], [2, 4]]
     assert m["n_items"] == 4 and m["protocol"] == "leave_one_out"
-    assert [s["step"] for s in m["steps"]] == ["read", "k_core_round_1", "min_3_per_user"]
+    assert [s["step"] for s in m["steps"]][:2] == ["read", "k_core_round_1"] and "min_3_per_user" not in str(m)
     a = augment.run("ml_1m", tmp_path / "sessions", tmp_path / "samples", params(k_core=2))
     samples = {s: read_split(tmp_path / "samples", s) for s in ("train", "valid", "test")}
     assert samples["train"].rows() == [(1, [1, 2]), (2, [2, 4])]        # shifted rows: targets items[1:]

@@ -142,17 +142,13 @@ def reference_leave_one_out(rows: list[tuple], k: int) -> list[tuple] | None:
     """REFERENCE.md §3 restated: rows (user, item, timestamp) in file order -> [(user id, items)] or
     None when nothing survives the filters."""
     rows = [(u, i, t, n) for n, (u, i, t) in enumerate(rows)]
-    if k > 1:
-        while True:
-            users, items = Counter(r[0] for r in rows), Counter(r[1] for r in rows)
-            kept = [r for r in rows if users[r[0]] >= k and items[r[1]] >= k]
-            done = len(kept) == len(rows) or not kept
-            rows = kept
-            if done:
-                break
-    if k < 3:
-        users = Counter(r[0] for r in rows)
-        rows = [r for r in rows if users[r[0]] >= 3]
+    while True:           # users need 3 (train, valid, test) inside the core: the result stays a k-core (walk 36a)
+        users, items = Counter(r[0] for r in rows), Counter(r[1] for r in rows)
+        kept = [r for r in rows if users[r[0]] >= max(k, 3) and items[r[1]] >= k]
+        done = len(kept) == len(rows) or not kept
+        rows = kept
+        if done:
+            break
     if not rows:
         return None
     numbers: dict = {}

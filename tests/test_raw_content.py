@@ -96,6 +96,29 @@ def test_a_click_without_a_timeframe_is_refused_naming_its_line(tmp_path, stream
     assert not (tmp_path / "sessions").exists()
 
 
+@pytest.mark.parametrize("streaming", ["false", "true"])
+def test_blank_lines_are_skipped_and_an_undated_last_row_is_named_by_its_line(tmp_path, streaming):
+    """Walk 36a: a blank line in train-item-views.csv was refused as "an empty timeframe" (SR-GNN's csv.DictReader
+    skips it); a session's last row cut short before its eventdate said "rows with an empty date", no line."""
+    lines = VIEWS.splitlines(keepends=True)
+    (tmp_path / "views.csv").write_text("".join(lines[:4] + ["\n"] + lines[4:] + ["\n"]))
+    (tmp_path / "clean.csv").write_text(VIEWS)
+    opt = ("--set", f"preprocess.streaming={streaming}")
+    for name in ("views", "clean"):
+        assert seqpe("download", "diginetica", f"raw-{name}", "--from", f"{name}.csv", cwd=tmp_path).returncode == 0
+        proc = seqpe("preprocess", "diginetica", f"raw-{name}", f"s-{name}", *opt, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    files = lambda root: {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.parquet"))}  # noqa
+    assert files(tmp_path / "s-views") == files(tmp_path / "s-clean") and files(tmp_path / "s-clean")
+    last = max(i for i, ln in enumerate(lines) if ln.split(";")[0] == lines[1].split(";")[0])   # session's last row
+    cut = lines[:last] + [";".join(lines[last].split(";")[:4]) + "\n"] + lines[last + 1:]
+    (tmp_path / "cut.csv").write_text("".join(cut))
+    assert seqpe("download", "diginetica", "raw-cut", "--from", "cut.csv", cwd=tmp_path).returncode == 0
+    one_line_error(seqpe("preprocess", "diginetica", "raw-cut", "s-cut", *opt, cwd=tmp_path),
+                   f"has 1 session(s) whose last row has no date (the first on line {last + 1}",
+                   "Fix: use the unmodified original file")
+
+
 def test_a_ctr_history_of_items_and_categories_of_other_lengths_is_refused_at_import(tmp_path):
     """A row missing its cate_history (or with fewer categories than items) was imported, and `seqpe train` then
     refused the samples with a fix to preprocess again, which gives the same rows."""

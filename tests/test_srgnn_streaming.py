@@ -173,7 +173,8 @@ def test_without_scratch_the_splits_are_collected(tmp_path):
      "could not parse `21453650x`"),
     # a bad stamp on a session's last row (only those are read): the same error both ways
     ("1,2014-04-01T10:00:00.500Z,214536502,0\n1,01/04/2014 10:00,214536502,0\n", "conversion from `str`"),
-    ("1,2014-04-01T10:00:00.500Z,214536502,0\n1,,214536502,0\n", "has rows with an empty date"),
+    ("1,2014-04-01T10:00:00.500Z,214536502,0\n1,,214536502,0\n",
+     "has 1 session(s) whose last row has no date (the first on line 2"),
     ("1,2014-04-01T10:00:00.500Z,214536502,0\n,2014-04-01T10:00:01.500Z,214536502,0\n", "empty session or item id"),
     ("".join(f"{s},2014-04-0{s}T10:00:00.000Z,{s},0\n" for s in range(1, 4)), "vanished under the filters"),
 ])

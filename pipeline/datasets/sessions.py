@@ -5,7 +5,8 @@ normalised to the input schema of `pipeline.protocols.srgnn`:
 
     session_id Int64   raw session id
     item_id    Int64   raw item id
-    row        UInt32  0-based row number in file order (header excluded)
+    row        UInt32  the row's file line - 1 (a header, or a blank line, counts as a line), so that
+                       messages name line row + 1
     time       Int64   within-session sort key: Diginetica `timeframe` (ms); Yoochoose the
                        row number (unused: Yoochoose keeps file order)
     stamp              the row's date as read: Diginetica `eventdate` (Date), Yoochoose the ISO
@@ -97,7 +98,10 @@ def read_diginetica(raw_dir: Path) -> pl.LazyFrame:
     schema = {"session_id": pl.Int64, "user_id": pl.String, "item_id": pl.Int64,
               "timeframe": pl.Int64, "eventdate": pl.Date}
     lf = pl.scan_csv(path, separator=";", has_header=True, new_columns=list(schema),
-                     schema_overrides=schema, row_index_name="row", quote_char=None)
+                     schema_overrides=schema, row_index_name="row", row_index_offset=1, quote_char=None)
+    # a blank line is a row of nulls here: skipped, as SR-GNN's csv.DictReader skips it (it was refused as "an
+    # empty timeframe", walk 36a); `row` keeps counting it, so the line numbers of other messages stay right
+    lf = lf.filter(~pl.all_horizontal(pl.col(*schema).is_null()))
     return lf.select("session_id", "item_id", "row", pl.col("timeframe").alias("time"),
                      pl.col("eventdate").alias("stamp"))
 
@@ -133,7 +137,7 @@ def read_yoochoose(raw_dir: Path) -> pl.LazyFrame:
             raise DataError(f"{path} has a header but no rows", "re-download it (`seqpe download DATASET`)")
     schema = {"session_id": pl.Int64, "timestamp": pl.String, "item_id": pl.Int64, "category": pl.String}
     lf = pl.scan_csv(path, separator=",", has_header=False, skip_rows=skip, new_columns=list(schema),
-                     schema_overrides=schema, row_index_name="row", quote_char=None)
+                     schema_overrides=schema, row_index_name="row", row_index_offset=skip, quote_char=None)
     return lf.select("session_id", "item_id", "row", pl.col("row").cast(pl.Int64).alias("time"),
                      pl.col("timestamp").alias("stamp"))
 

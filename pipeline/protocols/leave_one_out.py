@@ -16,7 +16,9 @@ Steps, in this order:
    all rows, then drops users left with fewer than k rows; items are not counted again
    (`hllm_core`; HLLM's process_books.py, see pipeline.datasets.amazon).
 3. Users with fewer than 3 interactions cannot give train, valid and test; they are
-   dropped (only possible when k_core < 3; then recorded as step `min_3_per_user`).
+   dropped. With k_core < 3 that is part of the iterative core (users need max(k, 3), items k, repeated
+   until stable: dropped after the core, a user took items below k with it, walk 36a); HLLM's filter
+   drops them after its own steps (`min_3_per_user`).
 4. Re-index. Users: 1..U in ascending raw-id order (numeric for ML-1m, lexicographic
    for Amazon). Items: 1..N in order of first appearance walking the users in new-id
    order, each user's interactions ordered by (timestamp, file order). 0 is padding.
@@ -46,19 +48,21 @@ def _counts(df: pl.DataFrame) -> tuple[int, int, int]:
     return df["u"].n_unique(), df.height, df["i"].n_unique()
 
 
-def k_core(df: pl.DataFrame, k: int) -> tuple[pl.DataFrame, list[dict]]:
-    """Iterative user/item k-core on columns u, i; returns the kept rows and one step per round.
+def k_core(df: pl.DataFrame, k: int, min_user: int = 1) -> tuple[pl.DataFrame, list[dict]]:
+    """Iterative user/item k-core on columns u, i (users need max(k, min_user) rows, items k); returns the
+    kept rows and one step per round.
 
     Every round that ran is recorded, the last one being the round that removed nothing
-    (so the manifest shows the filter converged). k <= 1 filters nothing and records nothing.
+    (so the manifest shows the filter converged). Nothing to filter (k and min_user <= 1) records nothing.
     """
     steps: list[dict] = []
-    if k <= 1:
+    users = max(k, min_user)
+    if users <= 1 and k <= 1:
         return df, steps
     r = 0
     while True:
         r += 1
-        kept = df.filter((pl.len().over("u") >= k) & (pl.len().over("i") >= k))
+        kept = df.filter((pl.len().over("u") >= users) & (pl.len().over("i") >= k))
         steps.append(step(f"k_core_round_{r}", *_counts(kept)))
         if kept.height == df.height or kept.height == 0:
             return kept, steps
@@ -112,9 +116,9 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
     df = raw.with_row_index("row").with_columns(_code("user", raw.schema["user"]).alias("u"),
                                                      _code("item", raw.schema["item"]).alias("i"))
     steps = [step("read", *_counts(df))]
-    df, rounds = hllm_core(df, k) if hllm else k_core(df, k)
+    df, rounds = hllm_core(df, k) if hllm else k_core(df, k, MIN_PER_USER)
     steps += rounds
-    if k < MIN_PER_USER:
+    if hllm and k < MIN_PER_USER:
         df = df.filter(pl.len().over("u") >= MIN_PER_USER)
         steps.append(step(f"min_{MIN_PER_USER}_per_user", *_counts(df)))
     if df.height == 0:
@@ -133,7 +137,9 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
             "k_core": k,
             "k_core_rounds": 0 if hllm else len(rounds),
             "core": ("hllm: one pass of user and item counts >= k on all rows, then users with >= k rows left"
-                     if hllm else "iterative user and item k-core until stable"),
+                     if hllm else "iterative user and item k-core until stable"
+                     + (f" (users >= {MIN_PER_USER}: train, valid and test each need one)" if k < MIN_PER_USER
+                        else "")),
             "users": seqs.height,
             "user_order": "ascending raw user id",
             "item_order": "first appearance walking users in new-id order, each by (timestamp, file order)",

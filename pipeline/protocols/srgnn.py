@@ -105,7 +105,7 @@ def check_times(frame: pl.DataFrame, what: str) -> None:
     nulls = frame.get_column("time").null_count()
     if nulls:
         first = frame.filter(pl.col("time").is_null()).get_column("row").min()
-        raise DataError(f"{what} has {nulls:,} row(s) with an empty timeframe (the first on line {first + 2:,}: "
+        raise DataError(f"{what} has {nulls:,} row(s) with an empty timeframe (the first on line {first + 1:,}: "
                         "a field left empty, or a row cut short)",
                         "use the unmodified original file (every row needs an integer timeframe)")
 
@@ -155,7 +155,7 @@ def read_sessions(spec, raw_dir: Path) -> pl.DataFrame:
         last = ends.select(pl.col("stamp").gather(ends.get_column("row").search_sorted(last_row)))
     del ends
     date_s = collect(last.lazy().select(STAMP_SECONDS[spec.options["stamp"]](pl.col("stamp"))), what).to_series()
-    sessions = sessions.drop("last_row").with_columns(
+    sessions = sessions.with_columns(
         date_s.alias("date_s"), (date_s // 86_400).cast(pl.Int32).cast(pl.Date).alias("date"))
     if sessions.height == 0:
         raise DataError(f"{what} has no rows", "re-download it (`seqpe download DATASET`)")
@@ -163,8 +163,16 @@ def read_sessions(spec, raw_dir: Path) -> pl.DataFrame:
         raise DataError(f"{what} has rows with an empty session or item id",
                         "use the unmodified original file (every row needs integer ids)")
     if sessions.get_column("date_s").null_count():
-        raise DataError(f"{what} has rows with an empty date", "use the unmodified original file")
-    return sessions.drop("null_items")
+        raise undated(what, sessions.filter(pl.col("date_s").is_null()).get_column("last_row"))
+    return sessions.drop("null_items", "last_row")
+
+
+def undated(what: str, last_rows: pl.Series) -> DataError:
+    """Sessions whose last row in file order (`last_rows`, 0-based) has no date, the date SR-GNN's script reads
+    (rows before it need none): their count and the first line, as for an empty timeframe (walk 36a)."""
+    return DataError(f"{what} has {last_rows.len():,} session(s) whose last row has no date (the first on line "
+                     f"{int(last_rows.min()) + 1:,}: a field left empty, or a row cut short)",
+                     "use the unmodified original file (a session's last row needs its date)")
 
 
 def fraction_plan(lengths: pl.Series, fraction: int) -> tuple[pl.Series, int, int]:

@@ -46,7 +46,7 @@ import polars as pl
 from ..errors import DataError
 from . import ProtocolResult, collect, reading, step
 from .srgnn import (AUGMENT, ID, STAMP_SECONDS, STEP, check_times, fraction_plan, no_sessions_left, no_train_left,
-                    protocol_info, valid_count)
+                    protocol_info, undated, valid_count)
 
 PART_BYTES = 256 << 20        # raw text per partition (Yoochoose: ~6M clicks, ~0.5 GB in memory)
 BUCKET_CLICKS = 8_000_000     # clicks per emitted bucket (whole sessions; a longer session is one bucket)
@@ -377,7 +377,7 @@ def _build(spec, raw_dir: Path, params, scratch: Path) -> ProtocolResult:
         raise DataError(f"{what} has rows with an empty session or item id",
                         "use the unmodified original file (every row needs integer ids)")
     if bad_rows.len():
-        raise DataError(f"{what} has rows with an empty date", "use the unmodified original file")
+        raise undated(what, bad_rows)
     sessions = pl.concat(kept.pop("sessions"), rechunk=False)
     steps = [step(STEP["read"], t["sessions"], t["clicks"], n_read_items),
              step(STEP["length"], t["long"], counts.get_column("count").sum(), counts.height),
