@@ -279,15 +279,19 @@ def test_a_killed_repro_resumes_the_unfinished_seed_and_keeps_the_finished_one(t
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        done = list((state / "done").glob("*")) if (state / "done").is_dir() else []
-        resume = list((state / "resume").glob("*.pt")) if (state / "resume").is_dir() else []
+        # finished names only: a copy being written is `.<fp>.p<pid>.*.tmp`, and seed 1's resume file lingers a
+        # moment after its done copy is in (a kill there left seed 1 to finish and seed 2 to start afresh)
+        done = [p for p in (state / "done").glob("*") if not p.name.startswith(".")] \
+            if (state / "done").is_dir() else []
+        resume = [p for p in (state / "resume").glob("*.pt") if not p.name.startswith(".")] \
+            if (state / "resume").is_dir() else []
         if len(done) == 1 and len(resume) == 1 and resume[0].stem != done[0].name:   # seed 2's own resume file
-            break                                           # (seed 1's lingers a moment after its done copy)
+            break
         time.sleep(0.02)
     assert proc.poll() is None, "the stage finished before it could be killed: raise train.epochs"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    [seed1] = (state / "done").glob("*")
+    [seed1] = [p for p in (state / "done").glob("*") if not p.name.startswith(".")]
     seed1_timing = (seed1 / "timing.json").read_text()
     dvc("repro", "train@sample-sasrec-lpe", cwd=r)
     runs = r / "data/runs/sample/sasrec-lpe"
