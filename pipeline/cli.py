@@ -252,10 +252,11 @@ def stats(dataset: str,
                                                                "data/samples/DATASET)")] = None,
           as_json: JsonOpt = False):
     """Show a prepared folder's manifest counts as a table."""
-    from .io import read_manifest, require_dataset
+    from .io import put_back_noted, read_manifest, require_dataset
     samples = Path("data") / "samples" / dataset     # `import --sessions ELSEWHERE` leaves only the samples here
     folder = samples if root is None and not (Path("data") / "sessions" / dataset).exists() and samples.is_dir() \
         else _default("sessions", dataset, root)
+    put_back_noted(folder)                          # a dead writer's previous output beside it (walk 36c)
     if not folder.exists():
         raise DataError(f"{folder} does not exist", f"run `seqpe preprocess {dataset}` (sessions) or `seqpe augment "
                         f"{dataset}` (samples) first, or pass a sessions or samples folder")

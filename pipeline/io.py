@@ -140,6 +140,13 @@ def put_back(dst: str | Path) -> Optional[Path]:
     return None
 
 
+def put_back_noted(src: str | Path) -> None:
+    """`put_back` for a reader (a note on stderr says what it did)."""
+    if (old := put_back(src)) is not None:
+        sys.stderr.write(f"note: put back {src} from {old.name} beside it: the previous output, which a writer killed "
+                         f"as it swapped in a new one left there\n")
+
+
 def sweep_leftovers(dst: str | Path) -> int:
     """Remove what killed runs left next to `dst`: `.NAME.p<pid>.*.{tmp,old,gen}` entries whose
     process is gone (and pid-less `.NAME.*.{tmp,old,gen}` ones, written before runs carried a pid).
@@ -507,6 +514,12 @@ def not_runs(folder: Path, dataset: Optional[str] = None) -> Optional[DataError]
     return None
 
 
+def spelt_like(path: Path, given: Path) -> str:
+    """`path` (absolute) as the user spelt `given`: relative to the working folder when `given` was relative
+    (walk 35c: `../p3/runs/rep is inside /tmp/w/p4/../p3/runs`), else normalised."""
+    return os.path.normpath(path) if Path(given).is_absolute() else os.path.relpath(path)
+
+
 def refuse_nested(dst: str | Path, what: str, instead: str, *, itself: bool = False) -> None:
     """A DataError when `dst` lies inside a folder another seqpe stage wrote (raw data, sessions, samples,
     a run, a report): each is replaced whole when its stage runs again, or by `dvc repro` and `dvc
@@ -518,7 +531,7 @@ def refuse_nested(dst: str | Path, what: str, instead: str, *, itself: bool = Fa
     here = dst.absolute()
     for parent in ([here] if itself else []) + list(here.parents):
         owner_kind, owner_dataset = _owner(parent)
-        shown = os.path.normpath(parent) if dst.is_absolute() else os.path.relpath(parent)   # as the user spelt dst
+        shown = spelt_like(parent, dst)
         if owner_kind is not None and owner_dataset is not None:
             where = f"{dst}" if parent == here else f"{dst} is inside {shown}, which"
             raise DataError(f"{where} holds {owner_dataset}'s {_WHAT[owner_kind]}: "
@@ -700,9 +713,7 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str, usage: Op
     src = Path(src)
     maker = _MAKER[kind] if dataset in all_datasets() else "import"     # an imported name: preprocess knows none
     right = f"data/{kind}/{dataset} (written by `seqpe {maker} {dataset}{' ...' if maker == 'import' else ''}`)"
-    if (old := put_back(src)) is not None:
-        sys.stderr.write(f"note: put back {src} from {old.name} beside it: the previous output, which a writer killed "
-                         f"as it swapped in a new one left there\n")
+    put_back_noted(src)
     if not src.exists():
         if maker == "import" and not (Path("data") / kind / dataset).is_dir():
             # neither registered nor prepared here: a misspelt name (`digenetica`) was told to run
@@ -764,8 +775,9 @@ def stale_samples(samples_dir: str | Path, manifest: dict) -> Optional[str]:
         return None
     name = manifest.get("dataset") if isinstance(manifest.get("dataset"), str) else samples_dir.name
     again = f"`seqpe import {name} ...`" if manifest.get("stage") == "import" else f"`seqpe augment {name}`"
-    return (f"{samples_dir} was made from other sessions than {sessions} holds now (its manifest.json changed "
-            f"since); rerun {again} to use the sessions there")
+    return (f"{samples_dir} was not made from the sessions {sessions} holds now (their manifest.json differs from "
+            f"the one the samples recorded: re-made since, or the samples came from another folder); rerun {again} "
+            "to use the sessions there")
 
 
 @contextlib.contextmanager

@@ -50,8 +50,10 @@ def read_source(dataset: str, src: Path, source_name: str | None = None) -> dict
         owner = meta.get("dataset") if isinstance(meta.get("dataset"), str) else meta["source"]
         raise DataError(f"{src} holds the raw data of '{owner}' (source {meta['source']}), not of '{dataset}' "
                         f"(source {source_name})",
-                        f"pass data/raw/{dataset} (written by `seqpe download {dataset}`), or preprocess it as "
-                        f"`seqpe preprocess {owner} {src} ...`")
+                        (f"pass data/raw/{dataset} (written by `seqpe download {dataset}`)"
+                         if Path(src) != Path("data") / "raw" / dataset else
+                         f"delete {src} and run `seqpe download {dataset}`")      # not the folder refused (walk 36c)
+                        + f", or preprocess it as `seqpe preprocess {owner} {src} ...`")
     _verify_raw(dataset, Path(src), meta)
     keep = ("source", "filename", "origin", "sha256", "md5", "bytes", "files", "generator")
     return {k: meta[k] for k in keep if k in meta}

@@ -279,7 +279,8 @@ def aggregate(records: list[dict], skippable=None, left_out: Optional[list] = No
         if len(refused) == 1:
             raise refused[0]
         raise DataError(f"none of the {len(refused)} configurations can be pooled over its seeds: {refused[0].problem}"
-                        f" (and {len(refused) - 1} more: `seqpe report --json` lists each with its reason)",
+                        f" (and {len(refused) - 1} more: `seqpe report --json`, without --out, lists each with its "
+                        "reason)",
                         refused[0].fix)
     for e in refused:
         sys.stderr.write(f"note: left out of the report: {e}\n")
@@ -718,7 +719,8 @@ def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Opt
     if samples is not None and not any("ctr" in (r.get("task"), r.get("protocol")) for r in records):   # walk 34a
         raise ParamsError(f"--samples gives the test labels of CTR runs, and the runs under "
                           f"{', '.join(str(r) for r in roots)} are next-item runs, which need none", "drop --samples")
-    compare(records, rows, baseline, labels)
+    if rows:                            # (every configuration left out, `empty`: nothing to compare, nor a baseline)
+        compare(records, rows, baseline, labels)
     if out is not None:
         write_report(rows, out, left_out)
     return rows

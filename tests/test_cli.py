@@ -362,17 +362,17 @@ def test_samples_made_from_other_sessions_are_named_stale(tmp_path):
         return {e["dataset"]: e for e in json.loads(proc.stdout)}["mine"]
 
     proc = seqpe(*train, cwd=tmp_path)
-    assert proc.returncode == 0 and "made from other sessions" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0 and "not made from the sessions" not in proc.stderr, proc.stderr
     assert listed()["stale"] is None
     manifest = tmp_path / "data" / "sessions" / "mine" / "manifest.json"
     manifest.write_text(manifest.read_text().replace("{", '{"re_made": 1, ', 1))      # the sessions changed since
     stale = listed()["stale"]
-    assert stale and "data/samples/mine was made from other sessions than data/sessions/mine" in stale
+    assert stale and "data/samples/mine was not made from the sessions data/sessions/mine holds now" in stale
     assert "rerun `seqpe import mine ...` to use the sessions there" in stale
     proc = seqpe("datasets", cwd=tmp_path)
     assert proc.returncode == 0 and "stale: data/samples/mine" in proc.stdout.replace("\n", " "), proc.stdout
     proc = seqpe(*train, cwd=tmp_path)
-    assert proc.returncode == 0 and "note: data/samples/mine was made from other sessions" in proc.stderr, proc.stderr
+    assert proc.returncode == 0 and "note: data/samples/mine was not made from the sessions" in proc.stderr, proc.stderr
 
 
 def test_a_name_prepared_in_an_earlier_stage_is_not_an_unknown_dataset(tmp_path):
@@ -400,12 +400,16 @@ def test_a_name_prepared_in_an_earlier_stage_is_not_an_unknown_dataset(tmp_path)
     (tmp_path / "data" / "sessions" / "copy" / "manifest.json").write_text(
         '{"stage": "preprocess", "kind": "sessions", "dataset": "sample"}')
     assert_one_line_error(seqpe("train", "copy", cwd=tmp_path), "data/sessions/copy holds sample's sessions, not "
-                          "'copy''s (a copied or renamed folder)", "Fix: name the dataset it holds ('sample', whose own "
+                          "those of 'copy' (a copied or renamed folder)", "Fix: name the dataset it holds ('sample', whose own "
                           "folder is data/sessions/sample); to have 'copy', delete data/sessions/copy")
     proc = seqpe("augment", "copy", cwd=tmp_path)
     assert_one_line_error(proc, "data/sessions/copy holds sample's sessions, but the command names 'copy'",
                           "or delete data/sessions/copy and make copy's own with `seqpe import copy ...`")
     assert "or pass data/sessions/copy" not in proc.stderr
+    (tmp_path / "data" / "raw" / "sample").mkdir(parents=True)                 # walk 36c: the same for preprocess
+    (tmp_path / "data" / "raw" / "sample" / "source.json").write_text('{"dataset": "sample_ctr", "source": "sample_ctr"}')
+    assert_one_line_error(seqpe("preprocess", "sample", cwd=tmp_path), "data/raw/sample holds the raw data of "
+                          "'sample_ctr'", "Fix: delete data/raw/sample and run `seqpe download sample`")
 
 
 def test_train_resume_points_at_the_rerun():

@@ -502,6 +502,15 @@ def test_a_reader_puts_back_the_previous_output_a_killed_writer_left_aside(tmp_p
     assert (samples / "manifest.json").is_file() and not aside.exists() and live.is_dir()
     live.rmdir()
     assert io.put_back(samples) is None                                # there: nothing to do
+    # walk 36c: an imported name's folder (the name check refused first) and `seqpe stats` put back too
+    project = tmp_path / "project"
+    mine = tiny_samples(project / "data" / "samples" / "toyset")
+    mine.rename(mine.with_name(".toyset.p999999999.k3.old"))
+    proc = seqpe("stats", "toyset", str(mine), cwd=project)
+    assert proc.returncode == 0 and "note: put back" in proc.stderr and mine.is_dir(), proc.stderr
+    mine.rename(mine.with_name(".toyset.p999999999.k4.old"))
+    proc = seqpe("train", "toyset", "--model", "pop", "--check", cwd=project)
+    assert proc.returncode == 0 and "note: put back data/samples/toyset" in proc.stderr and mine.is_dir(), proc.stderr
 
 
 def test_folders_that_change_together_are_swapped_in_together(tmp_path, monkeypatch):

@@ -434,6 +434,9 @@ def test_a_configuration_whose_seeds_differ_is_left_out_and_the_others_reported(
     assert proc.returncode == 0, proc.stderr
     assert [(e["configuration"], e["metrics"], e["left_out"]["reason"][:33]) for e in json.loads(proc.stdout)] == \
         [("sasrec-none", {}, "toyset sasrec-none: seed 1 and se")]
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(alone), "--json", "--baseline",
+                           "sasrec-none"], cwd=ROOT, capture_output=True, text=True)   # walk 36c: "use one of: none"
+    assert proc.returncode == 0 and json.loads(proc.stdout)[0]["left_out"], proc.stderr
     write_run(alone, "pop", "none", 1, {"hr@10": 0.2}, tag="b")
     write_run(alone, "pop", "none", 2, {"hr@10": 0.2}, tag="b")
     path = alone / "pop-none-b" / "seed-2" / "run.json"
@@ -443,7 +446,8 @@ def test_a_configuration_whose_seeds_differ_is_left_out_and_the_others_reported(
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("error: none of the 2 configurations can be pooled over its seeds: toyset pop-none-b:"), \
         proc.stderr
-    assert "(and 1 more: `seqpe report --json` lists each with its reason)" in " ".join(proc.stderr.split())
+    assert "(and 1 more: `seqpe report --json`, without --out, lists each with its reason)" in \
+        " ".join(proc.stderr.split())
 
 
 def test_seeds_of_different_checkouts_are_pooled_with_a_note(tmp_path):

@@ -491,6 +491,25 @@ def test_prune_removes_the_lock_files_no_process_holds(tmp_path, monkeypatch):
             holder.wait()
 
 
+def test_a_finished_configuration_leaves_the_lock_files_others_hold(tmp_path):
+    """Walk 36c: a configuration that finished deleted its seeds' run-folder lock files without taking them, while
+    another training held one: a third command then made a new file, locked it, and wrote the same run folder."""
+    from pipeline.train import state as train_state
+    held = run_files.lock_path(train_state.dir_lock(tmp_path / "runs" / "m-e" / "seed-1"))
+    free = run_files.lock_path(train_state.dir_lock(tmp_path / "runs" / "m-e" / "seed-2"))
+    free.touch()
+    holder = _hold_lock(held)
+    try:
+        run_files.forget([], (held.name, free.name))
+        assert held.is_file() and not free.exists()
+        with pytest.raises(DataError, match="is being written right now"):     # so a third command is refused
+            train_state.lock_seed("e" * 20, tmp_path / "runs" / "m-e" / "seed-1",
+                                  {"dataset": "toyset", "config": "m-e", "seed": 1})
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_lock_file_deleted_while_a_process_waits_on_it_is_taken_again(tmp_path):
     """`seqpe state --prune` deletes a lock file nobody holds. A process that had opened it just before must not
     then lock the deleted file (another process would make a new one and lock that too): io.flock checks that

@@ -112,6 +112,8 @@ def test_a_constant_model_stops_the_run_instead_of_reporting_chance(ctr_samples,
     with pytest.raises(ConstantModel):                   # walk 36b: one float32 step at 300 (3e-5) passed as a spread
         _refuse_constant(near, {"auc": 0.5}, "x", 1)
     _refuse_constant(np.array([0.0, 2e-5], dtype=np.float32), {"auc": 0.5}, "x", 1)   # near 0: the absolute span
+    _refuse_constant(np.float32(300) + np.arange(40, dtype=np.float32) * np.float32(6.1e-5), {"auc": 0.99}, "x", 1)
+    # (walk 36c: 1e-5 x |logit| refused 40 distinct logits near 300 spanning 0.0024 that separated the labels)
 
 
 def test_logloss_selection_minimises(ctr_samples, tmp_path):

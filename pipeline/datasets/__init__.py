@@ -114,7 +114,8 @@ def _refuse_missing_stage(name: str, folder: Path) -> None:
             continue
         owner = _owner(there)
         if owner is not None and owner != name:            # a copied or renamed folder (walk 35c #8: the hint to
-            raise DataError(f"{there} holds {owner}'s {kinds[i]}, not '{name}''s (a copied or renamed folder), and "
+            raise DataError(f"{there} holds {owner}'s {kinds[i]}, not those of '{name}' (a copied or renamed "
+                            f"folder), and "
                             f"{folder} does not exist", f"name the dataset it holds ('{owner}', whose own "
                             f"folder is data/{kinds[i]}/{owner}); to have '{name}', delete {there} and prepare "
                             f"'{name}' itself (e.g. `seqpe import {name} SRC --format FORMAT`)")   # augment it was
@@ -152,6 +153,9 @@ def check_name(name: str, folder: Path) -> None:
     did-you-mean over the registered names and the folders prepared next to `folder`."""
     _load_all()
     folder = Path(folder)
+    if "/" not in name and not name.startswith("."):      # a dead writer's previous output beside it (walk 36c)
+        from ..io import put_back_noted
+        put_back_noted(folder)
     if name in DATASETS or ("/" not in name and folder.exists()):   # data/samples/ + an absolute path: that path
         return
     _refuse_path(name)

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DataError
-from ..io import atomic_dir, dumps_json, machine_locks, read_json, sweep_leftovers, write_bytes, write_json
+from ..io import (atomic_dir, dumps_json, machine_locks, read_json, spelt_like, sweep_leftovers, write_bytes,
+                  write_json)
 from ..params import Params, TrainParams, to_dict
 from ..versions import code_versions
 
@@ -186,14 +187,18 @@ def finished(run_dir: Path, fp: str, restore: bool = True) -> Optional[dict]:
     return None
 
 
-def forget(fps: list[str], locks: tuple[str, ...] = ()) -> None:
+def forget(fps: list[str], locks: tuple[str, ...] = (), own: bool = False) -> None:
     """Drop the state of a finished configuration (its seeds' resume files, finished copies and locks, and
-    the lock files named in `locks`)."""
+    the lock files named in `locks`). Lock files go only while no other process holds them; `own`: the caller
+    holds them itself (a seed's locks, still taken), so they go as they are."""
     for fp in fps:
         resume_path(fp).unlink(missing_ok=True)
         shutil.rmtree(done_path(fp), ignore_errors=True)
     for name in (*fps, *locks):
-        lock_path(name).unlink(missing_ok=True)
+        if own:
+            lock_path(name).unlink(missing_ok=True)
+        else:
+            _unlink_unheld(lock_path(name))
     # A root the user named (SEQPE_STATE) stays, empty: removing it would leave behind whatever parents
     # `mkdir -p` made for it, or delete a folder the user made; the default .seqpe goes with its contents.
     named = bool(os.environ.get(STATE_ENV))
@@ -203,6 +208,27 @@ def forget(fps: list[str], locks: tuple[str, ...] = ()) -> None:
             folder.rmdir()                       # only when empty: another configuration's state stays
         except OSError:
             pass
+
+
+def _unlink_unheld(path: Path) -> None:
+    """Delete a lock file unless another process holds it, and only while holding it: a configuration that
+    finished deleted its seeds' run-folder locks while another training held one, so a third command made a new
+    file, locked it, and wrote the same run folder beside the second (walk 36c). `io.flock` re-opens a path
+    deleted under it, so a waiter never holds a deleted file."""
+    try:
+        import fcntl
+        handle = open(path, "r+")
+    except (ImportError, OSError):                 # gone already (or no flock on this platform): nothing to do
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:                                # held: that process still needs it
+        handle.close()
+        return
+    try:
+        path.unlink(missing_ok=True)
+    finally:
+        handle.close()
 
 
 def _record(folder: Path) -> Optional[dict]:
@@ -274,7 +300,8 @@ def check_runs_dir(runs_dir: Path, dataset: str) -> None:
     for folder in [here, *here.parents]:
         held = _study_output(folder, itself=folder == here, parent=folder == here.parent)
         if held is not None:
-            where = f"{runs_dir} is" if folder == here else f"{runs_dir} is inside {folder}, which is"
+            where = f"{runs_dir} is" if folder == here else \
+                f"{runs_dir} is inside {spelt_like(folder, runs_dir)}, which is"
             raise DataError(f"{where} {held}", fix)
 
 

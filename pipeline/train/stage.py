@@ -10,7 +10,7 @@ from typing import Optional
 
 from .. import presets
 from ..errors import ConstantModel, DataError, ParamsError
-from ..io import claim_dir, claim_file, refuse_nested, require_kind, stale_samples, verify_shards
+from ..io import claim_dir, claim_file, refuse_nested, require_kind, spelt_like, stale_samples, verify_shards
 from ..params import EvaluateParams, Params, check_seeds, from_dict, to_dict
 from ..report import config_name
 from ..versions import code_versions, versions
@@ -131,7 +131,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
                          f"cheaper than this\n")
     owner = runs.dvc_output_of(Path(runs_dir) / config)
     if owner is not None and owner[1] != (Path(runs_dir) / config).resolve():
-        where = "is" if owner[1] == Path(runs_dir).resolve() else f"is inside {owner[1]},"
+        where = "is" if owner[1] == Path(runs_dir).resolve() else f"is inside {spelt_like(owner[1], runs_dir)},"
         raise DataError(f"{runs_dir} {where} the output of DVC stage {owner[0]}, which `dvc repro` "
                         f"(and `dvc checkout`) replaces whole, deleting the runs", f"pass the dataset's own runs "
                         f"folder, e.g. data/runs/{dataset}")
@@ -445,7 +445,7 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                 dist.barrier()
         except BaseException as e:                        # nothing to resume, or a resume that would end the
             if lock is not None and (isinstance(e, ConstantModel) or not runs.resume_path(fp).exists()):
-                runs.forget([fp], (state.dir_lock(run_dirs[seed]),))       # same way: no state left behind
+                runs.forget([fp], (state.dir_lock(run_dirs[seed]),), own=True)   # same way: no state left
             raise
         finally:
             if lock is not None:
@@ -501,8 +501,8 @@ def _same_settings_seeds(config_dir: Path, given: set, tp, params: Params, manif
     return found
 
 
-CONSTANT_SPAN = 1e-5     # test logits closer than this (max - min), times max(1, largest |logit|), are one constant
-                         # score (relative past 1: float32 spaces logits near 300 by 3e-5, walk 36b)
+CONSTANT_SPAN = 1e-5     # test logits closer than this (max - min), or than 16 float32 steps at the largest |logit|,
+                         # are one constant score (float32 spaces logits near 300 by 3e-5: one step passed, walk 36b)
 
 
 def _refuse_constant(logits, test: dict, label: str, best_epoch: int) -> None:
@@ -515,7 +515,7 @@ def _refuse_constant(logits, test: dict, label: str, best_epoch: int) -> None:
     if len(logits) < 2:
         return
     span = float(np.max(logits) - np.min(logits))
-    if span < CONSTANT_SPAN * max(1.0, float(np.max(np.abs(logits)))):
+    if span < max(CONSTANT_SPAN, 16 * float(np.spacing(np.float32(np.max(np.abs(logits)))))):
         raise ConstantModel(f"{label}: the model is constant, its {len(logits)} test logits span {span:.2g} (best "
                             f"epoch {best_epoch}, logit {float(np.mean(logits)):.4g}), so its AUC "
                             f"({100 * test['auc']:.2f}) is chance, not a result; nothing was written for this seed",
