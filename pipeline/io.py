@@ -19,8 +19,8 @@ import json
 import os
 import re
 import shutil
-import sys
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
