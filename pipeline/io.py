@@ -263,14 +263,19 @@ def scratch_dir(dst: str | Path, suffix: str = ".gen") -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def flock(path: Path, wait: bool = False):
-    """`path` opened and flocked exclusively (made when missing), or None when another process holds it and not
-    `wait`. Once locked, the path must still name the file locked: `seqpe state --prune` deletes the lock files
-    nobody holds, and a process that opened one just before it was deleted would hold a lock on a file nobody
-    else can find (then it opens the path again)."""
+def flock(path: Path, wait: bool = False, create: bool = True):
+    """`path` opened and flocked exclusively (made when missing, unless not `create`: then None), or None when
+    another process holds it and not `wait`. Once locked, the path must still name the file locked: `seqpe state
+    --prune` deletes the lock files nobody holds, and a process that opened one just before it was deleted would
+    hold a lock on a file nobody else can find (then it opens the path again)."""
     import fcntl
     while True:
-        handle = open(path, "a+")
+        try:
+            handle = open(path, "a+" if create else "r+")
+        except FileNotFoundError:
+            if create:
+                raise
+            return None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -282,6 +287,19 @@ def flock(path: Path, wait: bool = False):
                 return handle
         except FileNotFoundError:
             pass
+        handle.close()
+
+
+def unlink_unheld(path: Path) -> bool:
+    """Delete the lock file `path` unless another process holds it, and only while holding it (`flock`, so a file
+    swapped in meanwhile is the one checked); whether it was deleted."""
+    handle = flock(path, create=False)
+    if handle is None:                             # held, or gone already
+        return False
+    try:
+        path.unlink(missing_ok=True)
+        return True
+    finally:
         handle.close()
 
 

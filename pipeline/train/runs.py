@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DataError
-from ..io import (atomic_dir, dumps_json, machine_locks, read_json, spelt_like, sweep_leftovers, write_bytes,
-                  write_json)
+from ..io import (atomic_dir, dumps_json, machine_locks, read_json, spelt_like, sweep_leftovers, unlink_unheld,
+                  write_bytes, write_json)
 from ..params import Params, TrainParams, to_dict
 from ..versions import code_versions
 
@@ -197,8 +197,8 @@ def forget(fps: list[str], locks: tuple[str, ...] = (), own: bool = False) -> No
     for name in (*fps, *locks):
         if own:
             lock_path(name).unlink(missing_ok=True)
-        else:
-            _unlink_unheld(lock_path(name))
+        else:           # another training may hold it: a third then made a new file and wrote its run folder (36c)
+            unlink_unheld(lock_path(name))
     # A root the user named (SEQPE_STATE) stays, empty: removing it would leave behind whatever parents
     # `mkdir -p` made for it, or delete a folder the user made; the default .seqpe goes with its contents.
     named = bool(os.environ.get(STATE_ENV))
@@ -208,27 +208,6 @@ def forget(fps: list[str], locks: tuple[str, ...] = (), own: bool = False) -> No
             folder.rmdir()                       # only when empty: another configuration's state stays
         except OSError:
             pass
-
-
-def _unlink_unheld(path: Path) -> None:
-    """Delete a lock file unless another process holds it, and only while holding it: a configuration that
-    finished deleted its seeds' run-folder locks while another training held one, so a third command made a new
-    file, locked it, and wrote the same run folder beside the second (walk 36c). `io.flock` re-opens a path
-    deleted under it, so a waiter never holds a deleted file."""
-    try:
-        import fcntl
-        handle = open(path, "r+")
-    except (ImportError, OSError):                 # gone already (or no flock on this platform): nothing to do
-        return
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:                                # held: that process still needs it
-        handle.close()
-        return
-    try:
-        path.unlink(missing_ok=True)
-    finally:
-        handle.close()
 
 
 def _record(folder: Path) -> Optional[dict]:

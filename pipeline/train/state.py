@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import DataError
-from ..io import _require_writable, flock, machine_locks, refuse_nested
+from ..io import _require_writable, flock, machine_locks, refuse_nested, unlink_unheld
 from . import runs
 
 _FP = re.compile(r"[0-9a-f]{20}")
@@ -72,14 +72,13 @@ def check_root() -> Path:
     return root
 
 
-def _lock_file(name: str, create: bool = True, path: Optional[Path] = None):
-    """The lock file `name` (at `path` when given) opened and flocked, or None if another process holds it (or,
-    with `create` false, if it does not exist: then nothing holds it)."""
-    path = runs.lock_path(name) if path is None else path
-    if not create and not path.is_file():
-        return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return flock(path)
+def _lock_file(name: str, create: bool = True):
+    """The lock file `name` opened and flocked, or None if another process holds it (or, with `create` false, if
+    it does not exist: then nothing holds it)."""
+    path = runs.lock_path(name)
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return flock(path, create=create)
 
 
 def dir_lock(run_dir: Path) -> str:
@@ -358,14 +357,7 @@ def prune(everything: bool = False) -> tuple[list[dict], list[dict], int]:
     for path in sorted(p for f in folders if f is not None and f.is_dir() for p in f.glob("*")):
         if not (_FP.fullmatch(path.name) or _DIR_LOCK.fullmatch(path.name) or _OUT_LOCK.fullmatch(path.name)):
             continue                                   # not seqpe's
-        handle = _lock_file(path.name, create=False, path=path)
-        if handle is None:                             # held: a training is on it (or it went meanwhile)
-            continue
-        try:
-            path.unlink(missing_ok=True)               # the next lock_seed makes it again
-            stale += 1
-        finally:
-            handle.close()
+        stale += unlink_unheld(path)                  # held: a training is on it; else the next lock makes it again
     runs.forget([])                                    # the emptied folders (the sweep took the deleted seeds' locks)
     return deleted, kept, stale
 
