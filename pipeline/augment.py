@@ -11,7 +11,8 @@ Modes (chosen per split by the protocol, recorded in the sessions manifest's "au
               (`pipeline.batches`), so the rows stay O(clicks) on disk however long the users
     last      one sample (s[:-1], s[-1])  (leave-one-out valid / test rows)
     rows      CTR rows are already samples: every id goes through the dataset's vocabularies,
-              fitted on the train split first (`pipeline.ctr_vocab`: BARS/FuxiCTR min-count rule,
+              fitted first on train.csv's rows (train + valid, or train only: augment.ctr_vocab;
+              `pipeline.ctr_vocab`: BARS/FuxiCTR min-count rule,
               0 padding, 1 out-of-vocabulary); the mappings are written to vocab/<table>.parquet
               and the manifest's `ctr` section says what the trainer needs (fields, tables, sizes)
 
@@ -261,10 +262,11 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     }
     longest = 0
     ctr = None
-    if protocol == "ctr":  # vocabularies first: counted on train, applied to every split
+    if protocol == "ctr":  # vocabularies first: counted on train.csv's rows (augment.ctr_vocab), applied to every split
         layout = ctr_vocab.Layout.from_manifest(sessions_manifest, dataset)
-        ctr = (layout, ctr_vocab.fit(_split_files(src, sessions_manifest, "train"), layout),
-               {s: ctr_vocab.Tally() for s in io.SPLITS})
+        counted = ctr_vocab.COUNTED_ON[params.augment.ctr_vocab]
+        files = [f for split in counted for f in _split_files(src, sessions_manifest, split)]
+        ctr = (layout, ctr_vocab.fit(files, layout), {s: ctr_vocab.Tally() for s in io.SPLITS}, counted)
     with io.atomic_dir(dst) as tmp:
         for split in io.SPLITS:
             mode = modes.get(split)
@@ -281,7 +283,7 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
                 shard = pl.read_parquet(path)
                 if mode == "rows":
                     if ctr is not None:
-                        shard = ctr_vocab.remap(shard, ctr[0], ctr[1], ctr[2][split])
+                        shard = ctr_vocab.remap(shard, *ctr[:2], ctr[2][split])
                     writer.schema = dict(shard.schema)
                     writer.add(shard)
                     continue
@@ -317,10 +319,10 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
             manifest["shards"] += side.copy_files(src, tmp, side_info)
         manifest["max_len"] = longest
         if ctr is not None:
-            layout, vocabs, tallies = ctr
+            layout, vocabs, tallies, counted = ctr
             manifest["shards"] += ctr_vocab.write_vocabs(tmp, vocabs, layout)
             manifest["ctr"] = ctr_vocab.manifest_section(
-                layout, vocabs, tallies, int(sessions_manifest.get("protocol_info", {}).get("max_history", 0)))
+                layout, vocabs, tallies, int(sessions_manifest.get("protocol_info", {}).get("max_history", 0)), counted)
             manifest["max_len"] = manifest["ctr"]["longest_history"]
         io.write_json(tmp / io.MANIFEST, manifest)
     return manifest

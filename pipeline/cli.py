@@ -284,8 +284,9 @@ def _print_manifest(m: dict) -> None:
         rows = {"item ids": f"{fmt(m.get('n_items'))} (the largest raw id + 1: ids are not renumbered, so not a count)"}
         vocab = (m.get("ctr") or {}).get("vocab") or {}
         if vocab:
+            counted = (m.get("ctr") or {}).get("counted_on")
             rows["vocabulary"] = ", ".join(f"{table} {fmt(v.get('kept'))} ids kept (min count {v.get('min_count')})"
-                                           for table, v in vocab.items())
+                                           for table, v in vocab.items()) + (f"; counted on {counted}" if counted else "")
     splits = m.get("splits", {})                      # the manifest's keys are sorted: show train, valid, test
     for split in sorted(splits, key=lambda x: (("train", "valid", "test") + (x,)).index(x)):
         rows[split] = ", ".join(f"{k} {v:,}" for k, v in splits[split].items())

@@ -93,10 +93,14 @@ class AugmentParams:
     max_len: int = 200                # leave-one-out prefixes keep their most recent max_len items
                                       # (srgnn keeps whole prefixes, as its protocol says; 0 = keep all)
     rows_per_shard: int = 1_000_000
+    ctr_vocab: str = "train_file"     # CTR rows the vocabularies are counted on: train_file (the whole published
+                                      # train.csv = train + the valid seqpe carves from it, as BARS fits them) |
+                                      # train (the train split only: valid's own ids are out of vocabulary too)
 
     def validate(self, key: str) -> None:
         _min(f"{key}.max_len", self.max_len, 0, fix="use 0 to keep whole prefixes")
         _min(f"{key}.rows_per_shard", self.rows_per_shard, 1)
+        _choice(f"{key}.ctr_vocab", self.ctr_vocab, CTR_VOCAB)
 
 
 RUN_ONLY = {"run_only": True}   # field metadata: set per run (CLI / study grid), never in params.yaml
@@ -430,6 +434,7 @@ IMPORT_FORMATS = {"srgnn": "srgnn", "sasrec": "leave_one_out",  # what `seqpe im
 STAGE_IMPORT_FORMATS = ("srgnn", "sasrec")   # those params.yaml `imports:` (DVC stages) take: the grids' CTR
                                              # half trains registered datasets only
 MAX_WIDTH = 65536      # train.dim and an encoding's pos_dim above this are typos (10^8 was an out-of-memory kill)
+CTR_VOCAB = ("train_file", "train")
 LOSSES = ("ce", "sampled", "bce")
 CE_IMPLS = ("auto", "plain", "chunked", "cce", "liger")
 SCHEDULES = ("none", "step", "plateau")

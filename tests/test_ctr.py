@@ -143,10 +143,16 @@ def test_end_to_end_streamed_and_deterministic(tmp_path):
                           {"step": "read test.csv", "rows": 4, "sessions": None, "clicks": 2, "items": None}]
     assert read_json(tmp_path / "a" / "samples" / "manifest.json")["splits"]["valid"] == {"rows": 4}
     test = read_split(tmp_path / "a" / "samples", "test")
-    # sessions ids [4, 6, 5] (raw 3, 5, 4 + 1) through the train vocabulary: train items {4, 6, 8, 9}
-    # -> 2, 3, 4, 5; 5 is only a test/valid item -> OOV 1
-    assert test["hist_items"].to_list()[0] == [2, 3, 1]
+    # sessions ids [4, 6, 5] (raw 3, 5, 4 + 1) through the vocabulary of all of train.csv (train + valid, as
+    # BARS): items 3..10 -> 2..9; with augment.ctr_vocab=train, train items {4, 6, 8, 9} -> 2..5 and 5 (a valid
+    # item) is OOV 1
+    assert test["hist_items"].to_list()[0] == [3, 5, 4]
     vocab = read_json(tmp_path / "a" / "samples" / "manifest.json")["ctr"]["vocab"]
+    assert {t: (v["rows"], v["min_count"]) for t, v in vocab.items()} == {"item": (10, 1), "cate": (6, 1)}
+    only = dataclasses.replace(params(), augment=dataclasses.replace(params().augment, ctr_vocab="train"))
+    augment.run("amazon_electronics", tmp_path / "a" / "sessions", tmp_path / "only", only)
+    assert read_split(tmp_path / "only", "test")["hist_items"].to_list()[0] == [2, 3, 1]
+    vocab = read_json(tmp_path / "only" / "manifest.json")["ctr"]["vocab"]
     assert {t: (v["rows"], v["min_count"]) for t, v in vocab.items()} == {"item": (6, 1), "cate": (5, 1)}
     assert not list(tmp_path.rglob(".*staging*"))
 

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline import augment, ctr_vocab, io
 from pipeline.errors import DataError
-from pipeline.params import Params
+from pipeline.params import AugmentParams, Params
 from test_preprocess import SOURCE
 
 KV_LAYOUT = {"min_count": 2, "fields": ["item"], "target": {"item": "item"}, "history": {"item": "hist_items"},
@@ -46,8 +46,12 @@ def rows(root: Path, split: str) -> list[tuple]:
                                              "feature_user").rows()
 
 
+def train_only() -> Params:
+    return Params(augment=AugmentParams(ctr_vocab="train"))
+
+
 def test_per_column_min_count_shared_tables_and_oov_everywhere(tmp_path):
-    m = augment.run("kuaivideo", sessions(tmp_path / "sess"), tmp_path / "out", Params())
+    m = augment.run("kuaivideo", sessions(tmp_path / "sess"), tmp_path / "out", train_only())
     out = tmp_path / "out"
     # item vocab: 10 -> 2, 12 -> 3 (ascending ids from 2); everything else -> 1; users 7 -> 2, 8 -> 3
     assert rows(out, "train") == [(1, 7, 2, [], [], 2), (0, 7, 1, [2], [], 2), (1, 8, 2, [], [1, 3], 3),
@@ -100,12 +104,35 @@ def test_min_count_one_keeps_every_train_id_and_fields_keep_their_own_tables(tmp
             io.write_json(tmp / io.MANIFEST, manifest)
         return root
 
-    m = augment.run("amazon_electronics", write(tmp_path / "sess"), tmp_path / "out", Params())
+    m = augment.run("amazon_electronics", write(tmp_path / "sess"), tmp_path / "out", train_only())
     # items {2, 5, 9} -> 2, 3, 4; cates {1, 3} -> 2, 3 (a cate id 9 is OOV even though item 9 is kept)
     assert io.read_split(tmp_path / "out", "test").rows() == [(0, 1, 2, 1, [3, 4], [3, 3])]
     assert io.read_split(tmp_path / "out", "valid").rows() == [(1, 1, 1, 3, [3], [3])]
     assert {t: v["rows"] for t, v in m["ctr"]["vocab"].items()} == {"item": 5, "cate": 4}
     assert m["ctr"]["features"] == {} and m["ctr"]["fields"] == ["item", "cate"]
+
+
+def test_the_default_counts_the_whole_train_file_as_bars_does(tmp_path):
+    # item 13 is seen once in train and once in valid: kept at min count 2 only when valid counts (BARS fits on the
+    # whole train.csv, of which seqpe's valid is the tail); user 9 of test is OOV either way
+    splits = {**SPLITS, "valid": [(1, 7, 13, [10, 11], [13])]}
+    src = sessions(tmp_path / "sess", splits)
+    whole = augment.run("kuaivideo", src, tmp_path / "whole", Params())
+    split = augment.run("kuaivideo", src, tmp_path / "split", train_only())
+    assert (whole["ctr"]["counted_on"], split["ctr"]["counted_on"]) == ("train+valid", "train")
+    assert whole["params"]["augment"]["ctr_vocab"] == "train_file"
+    assert pl.read_parquet(tmp_path / "whole" / "vocab" / "item.parquet").rows() == [
+        (9, 2, 2, 3, 0), (11, 3, 0, 0, 2), (12, 4, 2, 0, 1)]            # counts over train + valid
+    assert pl.read_parquet(tmp_path / "split" / "vocab" / "item.parquet").rows() == [(9, 2, 2, 2, 0), (11, 3, 0, 0, 2)]
+    assert rows(tmp_path / "whole", "test") == [(0, 9, 1, [2, 4], [3, 1], 1)]
+    assert rows(tmp_path / "split", "test") == [(0, 9, 1, [2, 1], [3, 1], 1)]
+    assert rows(tmp_path / "whole", "valid") == [(1, 7, 4, [2, 1], [4], 2)]
+    assert whole["ctr"]["vocab"]["item"]["oov"]["valid"] == {"tokens": 4, "oov_tokens": 1, "rows_with_oov": 1}
+    # the same as counting one train split that holds every train.csv row
+    joined = sessions(tmp_path / "joined", {"train": SPLITS["train"] + splits["valid"], "valid": [], "test": []})
+    augment.run("kuaivideo", joined, tmp_path / "one", train_only())
+    assert ((tmp_path / "one" / "vocab" / "item.parquet").read_bytes()
+            == (tmp_path / "whole" / "vocab" / "item.parquet").read_bytes())
 
 
 def test_count_and_lookup_paths_give_the_same_bytes(tmp_path, monkeypatch):
