@@ -934,9 +934,25 @@ def _under_dvc() -> str:
         return ""                                      # no record of outputs the stage had: nothing to put back
     if not gone:
         return ""
+    in_git = _tracked_by_git(gone)          # metrics, curves and reports a study keeps in git (cache: false)
+    back = [f"`dvc checkout {stage}` puts back the cached ones"] if set(gone) - set(in_git) else []
+    if in_git:
+        back.append(f"`git checkout -- {' '.join(in_git[:2])}{' ...' if len(in_git) > 2 else ''}` the ones kept in git")
     return (f" (DVC removed the outputs of stage {stage} before running it ({', '.join(gone[:2])}"
-            f"{', ...' if len(gone) > 2 else ''}): `dvc checkout {stage}` puts back the cached ones, and "
-            "`git checkout` the metrics, curves and reports kept in git)")
+            f"{', ...' if len(gone) > 2 else ''}): {', and '.join(back)})")
+
+
+def _tracked_by_git(paths: list[str]) -> list[str]:
+    """Those of `paths` git tracks (a folder: any file under it) in the working folder's repository; none when
+    git is missing or this is not a repository. A preprocess stage's outputs are DVC's alone: its error said
+    "`git checkout` the metrics" too (walk 36c #11)."""
+    import subprocess
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", *paths], capture_output=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    files = [f for f in out.decode("utf-8", "replace").split("\0") if f]
+    return [p for p in paths if any(f == p or f.startswith(p.rstrip("/") + "/") for f in files)]
 
 
 def _first_to_say(line: str) -> bool:

@@ -443,6 +443,17 @@ def test_an_error_under_dvc_says_how_to_get_the_deleted_outputs_back(monkeypatch
     assert "DVC" not in seqpe(*bad, cwd=tmp_path).stderr
     monkeypatch.delenv("DVC_STAGE")
     assert "DVC" not in seqpe(*bad, cwd=tmp_path).stderr
+    # outputs git keeps (a study's metrics, cache: false) are named with git's command; a stage whose outputs are
+    # all DVC's says nothing of git (walk 36c #11: a preprocess stage's line told of "metrics ... kept in git")
+    (tmp_path / "data" / "metrics" / "x.json").unlink()
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    monkeypatch.setenv("DVC_STAGE", stage)
+    assert "git" not in seqpe(*bad, cwd=tmp_path).stderr
+    (tmp_path / "data" / "metrics" / "x.json").write_text("{}")
+    subprocess.run(["git", "add", "data/metrics/x.json"], cwd=tmp_path, check=True)
+    (tmp_path / "data" / "metrics" / "x.json").unlink()
+    assert_one_line_error(seqpe(*bad, cwd=tmp_path), "must be > 0", f"`dvc checkout {stage}` puts back the cached "
+                          "ones, and `git checkout -- data/metrics/x.json` the ones kept in git)")
 
 
 def test_a_missing_prepared_folder_is_named_as_missing(tmp_path):
