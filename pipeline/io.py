@@ -128,6 +128,8 @@ def put_back(dst: str | Path) -> Optional[Path]:
     put back). Readers call it too: they said the folder did not exist while its only copy sat beside it
     (walk 35c #9), which only the next writer's sweep put back."""
     dst = Path(dst)
+    if dst.is_symlink() and not dst.exists():   # a link whose target a writer swapped at (through_link): the
+        dst = dst.resolve()                     # previous output lies beside the target (walk 36c #8a)
     if os.path.lexists(dst):
         return None
     for entry in _dead_writers(dst):

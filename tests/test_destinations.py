@@ -508,6 +508,14 @@ def test_a_reader_puts_back_the_previous_output_a_killed_writer_left_aside(tmp_p
     mine.rename(mine.with_name(".toyset.p999999999.k3.old"))
     proc = seqpe("stats", "toyset", str(mine), cwd=project)
     assert proc.returncode == 0 and "note: put back" in proc.stderr and mine.is_dir(), proc.stderr
+    # a linked folder (data/samples/X -> /big/X): the writer swaps at the target, so its .old lies there, and the
+    # link dangled with nothing to put it back (walk 36c #8a)
+    big = tiny_samples(tmp_path / "big" / "toyset")
+    link = project / "data" / "samples" / "linked"
+    link.symlink_to(big, target_is_directory=True)
+    big.rename(big.with_name(".toyset.p999999999.k4.old"))
+    assert io.put_back(link) == big.with_name(".toyset.p999999999.k4.old")
+    assert (link / "manifest.json").is_file() and sorted(p.name for p in big.parent.iterdir()) == ["toyset"]
     mine.rename(mine.with_name(".toyset.p999999999.k4.old"))
     proc = seqpe("train", "toyset", "--model", "pop", "--check", cwd=project)
     assert proc.returncode == 0 and "note: put back data/samples/toyset" in proc.stderr and mine.is_dir(), proc.stderr
