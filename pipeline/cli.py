@@ -853,8 +853,10 @@ class Interrupted(BaseException):
 
 
 def _on_signal(signum, frame):
+    from .io import INTERRUPT
     Interrupted.seen = True
     Interrupted.signum = signum
+    INTERRUPT.pending = signum          # io.check_interrupt raises it again if Python drops this raise
     raise Interrupted()
 
 
@@ -913,6 +915,9 @@ def main() -> None:
     try:
         _main()
     finally:                                    # called in-process (tests, a notebook): leave the handlers as found
+        from .io import INTERRUPT
+        INTERRUPT.pending, INTERRUPT.wrote = 0, False     # and a next command in the process starts afresh
+        Interrupted.seen, Interrupted.signum = False, 0
         for sig, handler in previous.items():
             if handler is not None:
                 signal.signal(sig, handler)

@@ -831,9 +831,23 @@ def deferred_interrupt() -> Iterator[None]:
 
 class _Interrupt:
     wrote = False                       # a Ctrl-C held back by deferred_interrupt until its block had written
+    pending = 0                         # the signal the CLI's handler raised for (0: none); main() clears it
 
 
 INTERRUPT = _Interrupt()
+
+
+def check_interrupt() -> None:
+    """Raise again a Ctrl-C or SIGTERM whose exception Python dropped. The CLI's handler raises where the main
+    thread happens to be; in a finaliser or a weakref or garbage-collector callback Python prints "Exception
+    ignored" and goes on. `seqpe train` then ran for minutes after a SIGTERM (a scheduler's time limit) until the
+    job was killed. Long loops (every training batch, every epoch) call this; a signal that went through as an
+    exception is never seen here, since the loop is left. Only where the handler for it is still a Python one
+    (the CLI's, or deferred_interrupt's, which holds it back as it would any other)."""
+    import signal
+    sig = INTERRUPT.pending
+    if sig and callable(signal.getsignal(sig)):
+        signal.raise_signal(sig)
 
 
 def write_bytes(dst: str | Path, data: bytes) -> None:

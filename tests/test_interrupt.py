@@ -220,6 +220,46 @@ def test_a_ctrl_c_python_dropped_in_a_callback_still_ends_as_the_interrupt(monke
                                            "the command ran on to its end: the output is the new one, complete"), err
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")     # Python's "Exception ignored"
+def test_a_signal_python_dropped_in_a_finaliser_stops_training_at_its_next_batch(prepared, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """The full suite once saw a real SIGTERM go unanswered: the handler's raise landed in a finaliser, Python
+    dropped it, and `seqpe train` ran on (8 more epochs, until the test killed it; a scheduler would have killed
+    the job with no line and no resume). Training now checks for such a signal at every batch and epoch."""
+    import weakref
+
+    from pipeline import io
+    from pipeline.train import loop
+
+    class Thing:
+        pass
+
+    real = loop.train_epoch
+    calls = []
+
+    def train_epoch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:                  # epoch 2 begins: the signal comes, and its raise is dropped
+            thing = Thing()
+            weakref.finalize(thing, lambda: signal.raise_signal(signal.SIGTERM))
+            del thing
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "train_epoch", train_epoch)
+    old = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)             # as a shell starts it: main() installs its handler
+    try:
+        code, err = seqpe(["train", "sample", str(prepared / "samples"), str(tmp_path / "runs"), "--model", "sasrec",
+                           "--set", "train.dim=8", "--set", "train.epochs=50", "--set", "train.patience=0",
+                           "--set", "train.threads=1"], capsys)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert code == 143 and "terminated (SIGTERM)" in err and len(calls) == 2, err
+    assert "epoch 2:" not in err and io.INTERRUPT.pending == 0
+    assert signal.getsignal(signal.SIGTERM) is old
+    io.check_interrupt()                                      # nothing pending: nothing happens
+
+
 def test_a_real_sigterm_during_training_says_so_and_the_same_command_resumes(prepared, tmp_path):
     """SIGTERM (a scheduler's time limit or preemption, `kill`): Python's default killed the process at once,
     with no line, and before a seed's first epoch left its lock files. Now it takes Ctrl-C's path (whose

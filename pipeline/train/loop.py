@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import NonFiniteScores, TrainingError
-from ..io import write_bytes
+from ..io import check_interrupt, write_bytes
 from ..params import TrainParams
 from ..progress import EpochProgress
 from .distributed import Dist
@@ -113,6 +113,7 @@ def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: D
         pending.clear()
 
     for b, batch in enumerate(dist.shard(task.batches(generator), f"{label}: epoch {epoch}"), start=1):
+        check_interrupt()                      # a SIGTERM whose raise Python dropped (in a finaliser) ends here
         opt.zero_grad(set_to_none=True)
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
@@ -261,6 +262,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                 LAST_SAVED[:] = [label, epoch]                   # what a Ctrl-C's note names
             if on_epoch is not None and dist.main:
                 on_epoch(history)
+            check_interrupt()
             if (why := decide()) is not None:
                 stopped = why
                 break

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..batches import Samples, batches, load_samples, load_sequences, load_sessions
 from ..errors import DataError
-from ..io import SPLITS
+from ..io import SPLITS, check_interrupt
 from ..params import Params, TrainParams
 
 # train.compile: reduce-overhead records one CUDA graph per batch shape: trimmed widths are rounded up to a
@@ -86,6 +86,7 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
     with torch.inference_mode():
         for seqs, targets, *side, idx in batches(part, batch_size, device=device, trim=trim, by_length=trim,
                                                  with_index=True, context=context):
+            check_interrupt()
             kw = {"context": side[0]} if side else {}
             seen = seqs if history is None else history[idx].to(device)      # (B, L) or (B, H): what mask_history masks
             if candidates is not None:
@@ -403,6 +404,7 @@ class CTRTask:
         net.eval()
         with torch.inference_mode():
             for batch in ctr_batches(part, self.ev.batch_size, device=self.device, trim=self.tp.trim_padding):
+                check_interrupt()
                 with autocast(self.tp, self.device):
                     out = net(batch).logits
                 logits.append(out.float())                                   # (B,) metrics in fp32 or better
