@@ -43,6 +43,7 @@ from .dropout import Dropout, fast_on
 from .encodings.base import PositionalEncoding, Positions, allowed_keys
 
 _NONE = PositionalEncoding()
+NORMS = ("pre", "post", "kang")     # TransformerBlock's LayerNorm placements
 SDPA = True     # module switch: False runs every encoding through the explicit softmax path
 
 
@@ -88,15 +89,17 @@ class MultiHeadAttention(nn.Module):
         return x.view(B, L, self.heads, self.dim // self.heads).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, pos: Positions, encoding: Optional[PositionalEncoding] = None,
-                query: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """x (B, L, D) the sequence; query (B, Lq, D) for target attention (default: x itself).
+                query: Optional[torch.Tensor] = None, *, self_query: bool = False) -> torch.Tensor:
+        """x (B, L, D) the sequence (keys and values); query (B, Lq, D) for target attention (default: x
+        itself). `self_query`: the query is a per-position transform of x (Kang & McAuley's block projects the
+        queries from LayerNorm(x), the keys and values from x), so self-attention's causal mask holds.
 
         Returns (B, Lq, D).
         """
         enc = encoding if encoding is not None else _NONE
         q_in = x if query is None else query
         B, Lq, _ = q_in.shape
-        allowed = allowed_keys(pos, Lq, self.causal and query is None)    # (B, 1, Lq, L)
+        allowed = allowed_keys(pos, Lq, self.causal and (query is None or self_query))   # (B, 1, Lq, L)
         v = self._split(self.v(x))                                        # (B, H, L, E)
         if self.q is not None and enc.needs_qk:
             q = self._split(self.q(q_in))                                 # (B, H, Lq, E)
@@ -138,12 +141,17 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """Attention + FFN with residuals; LayerNorm before (pre) or after (post) each sub-layer."""
+    """Attention + FFN with residuals; LayerNorm before (pre) or after (post) each sub-layer, or `kang`:
+    the block of Kang & McAuley's released SASRec code (and of pmixer/SASRec.pytorch), which is neither:
+
+        h = LN1(x);  x = h + Attn(queries h, keys and values x);  h = LN2(x);  x = h + FFN(h)
+
+    The queries alone are normalised, and each residual starts from the normalised input, not from x."""
 
     def __init__(self, dim: int, heads: int, dropout: float, *, layer: int, causal: bool = True,
                  norm: str = "pre", ffn_dim: int = 0, qk: bool = True, out_proj: bool = True):
         super().__init__()
-        assert norm in ("pre", "post"), f"norm must be pre or post, got {norm}"
+        assert norm in NORMS, f"norm must be one of {NORMS}, got {norm}"
         self.norm = norm
         self.attn = MultiHeadAttention(dim, heads, dropout, layer=layer, causal=causal, qk=qk, out_proj=out_proj)
         self.ffn = FeedForward(dim, ffn_dim or dim, dropout)
@@ -156,6 +164,11 @@ class TransformerBlock(nn.Module):
             h = self.ln1(x)
             x = x + self.drop(self.attn(h, pos, encoding))                # (B, L, D)
             x = x + self.drop(self.ffn(self.ln2(x)))                      # (B, L, D)
+        elif self.norm == "kang":
+            h = self.ln1(x)                                               # (B, L, D) the queries only
+            x = h + self.drop(self.attn(x, pos, encoding, query=h, self_query=True))  # (B, L, D)
+            h = self.ln2(x)
+            x = h + self.drop(self.ffn(h))                                # (B, L, D)
         else:
             x = self.ln1(x + self.drop(self.attn(x, pos, encoding)))      # (B, L, D)
             x = self.ln2(x + self.drop(self.ffn(x)))                      # (B, L, D)

@@ -137,15 +137,21 @@ class ExponentialConfig:
 @dataclass(frozen=True)
 class SASRecConfig:
     """SASRec (Kang & McAuley 2018) options beyond the shared TrainParams sizes."""
-    norm: str = "pre"                 # pre: LayerNorm before each sub-layer | post: after the residual
+    norm: str = "pre"                 # pre: LayerNorm before each sub-layer | post: after the residual | kang:
+                                      # Kang & McAuley's released block (queries normalised, keys and values
+                                      # not; residuals from the normalised input; models/attention.py)
     ffn_dim: int = 0                  # hidden size of the position-wise FFN (0 = train.dim)
     out_proj: bool = True             # output projection W_O after the heads (Vaswani et al.); Kang &
                                       # McAuley's S = Attention(E W_Q, E W_K, E W_V) has none (003 Table 1:
                                       # 3d^2 per layer): the `paper` preset sets False
 
     def check(self, name: str) -> None:
-        if self.norm not in ("pre", "post"):
-            raise ParamsError(f"models.{name}.norm must be 'pre' or 'post', got {self.norm!r}", "use pre or post")
+        if self.norm not in ("pre", "post", "kang"):
+            raise ParamsError(f"models.{name}.norm must be 'pre', 'post' or 'kang', got {self.norm!r}",
+                              "use pre, post or kang")
+        if self.norm == "kang" and name != "sasrec":
+            raise ParamsError(f"models.{name}.norm 'kang' is SASRec's attention block (queries from LayerNorm(x), "
+                              f"keys and values from x); {name}'s token mixer takes one input", "use pre or post")
         if self.ffn_dim < 0:
             raise ParamsError(f"models.{name}.ffn_dim must be >= 0, got {self.ffn_dim}", "use 0 for train.dim")
 

@@ -72,7 +72,7 @@ def test_registered_with_options_checked():
     assert model("none", norm="post").final_norm.__class__.__name__ == "Identity"
     with pytest.raises(ParamsError, match="models.sasrec.nrom"):
         model("none", nrom="post")
-    with pytest.raises(ParamsError, match="pre' or 'post"):
+    with pytest.raises(ParamsError, match="'pre', 'post' or 'kang'"):
         model("none", norm="mid")
     with pytest.raises(ParamsError, match="divisible"):
         build_model("sasrec", n_items=5, max_len=4, train=TrainParams(dim=10, heads=3), options={}, encoding=None)
@@ -92,7 +92,7 @@ def test_paper_sasrec_has_003_table_1_parameter_count(n, d, items):
     from pipeline.presets import resolve
     from pipeline.train import resolve_train
     res = resolve(MODELS["sasrec"].presets, "paper", "sasrec", "beauty")
-    assert res.models == {"sasrec": {"out_proj": False}}
+    assert res.models == {"sasrec": {"out_proj": False, "norm": "kang"}}
     tp = resolve_train(TrainParams(), MODELS["sasrec"], "paper", "sasrec", None)
     tp = dataclasses.replace(tp, dim=d, max_len=n)
     enc = build_encoding(tp.encoding, dim=d, max_len=n, heads=tp.heads, layers=tp.layers, options={})
@@ -117,7 +117,8 @@ def test_original_preset_is_kang_mcauley_training(dataset, dropout, max_len):
     assert (orig.loss, orig.epochs, orig.patience, orig.dropout, orig.max_len) == ("bce", 200, 0, dropout, max_len)
     assert dataclasses.replace(orig, loss="ce", patience=10) == paper
     from pipeline.presets import resolve
-    assert resolve(MODELS["sasrec"].presets, "original", "sasrec", dataset).models == {"sasrec": {"out_proj": False}}
+    assert resolve(MODELS["sasrec"].presets, "original", "sasrec", dataset).models == {
+        "sasrec": {"out_proj": False, "norm": "kang"}}
 
 
 def test_output_projection_option_changes_the_function():
@@ -163,3 +164,41 @@ def test_double_precision_follows_the_model(name):
     with torch.no_grad():
         scores = m(SEQS)
     assert scores.dtype == torch.float64 and torch.isfinite(scores[:, 1:]).all()
+
+
+def test_kang_block_is_the_reference_codes_layout():
+    """Walk 37a: Kang & McAuley's released block (and pmixer/SASRec.pytorch's) is not pre-norm. It projects the
+    queries from LayerNorm(x) and the keys and values from x, and both residuals start from the normalised input:
+        h = LN1(x);  a = h + Attn(h W_Q, x W_K, x W_V);  g = LN2(a);  out = g + FFN(g);  then a final LayerNorm."""
+    import math
+    m = model("none", norm="kang", out_proj=False).eval()
+    x = torch.randn(2, 5, D)
+    pos = Positions.from_mask(torch.ones(2, 5, dtype=torch.bool))
+    block = m.blocks[0]
+    h = block.ln1(x)
+    split = lambda t: t.view(2, 5, H, D // H).transpose(1, 2)               # noqa: E731  (B, H, L, E)
+    q, k, v = split(block.attn.q(h)), split(block.attn.k(x)), split(block.attn.v(x))
+    logits = q @ k.transpose(-1, -2) / math.sqrt(D // H)
+    logits = logits.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
+    a = h + (torch.softmax(logits, -1) @ v).transpose(1, 2).reshape(2, 5, D)
+    g = block.ln2(a)
+    expect = g + block.ffn(g)
+    with torch.no_grad():
+        assert torch.allclose(block(x, pos, m.encoding), expect, atol=1e-5)
+        pre = model("none", norm="pre", out_proj=False).eval()
+        pre.load_state_dict(m.state_dict())                                 # the same weights, another layout
+        assert not torch.allclose(pre.blocks[0](x, pos, pre.encoding), expect, atol=1e-3)
+    assert m.final_norm.__class__.__name__ == "LayerNorm"
+
+
+@pytest.mark.parametrize("name", sorted(ENCODINGS))
+def test_kang_block_keeps_padding_and_causality_with_every_encoding(name):
+    m = model(name, norm="kang").eval()
+    with torch.no_grad():
+        short = m.hidden(torch.tensor([[3, 4, 5, 6]]))
+        padded = m.hidden(torch.tensor([[0, 0, 0, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7]]))
+        assert torch.allclose(padded[0, 3:], short[0], atol=1e-5) and torch.all(padded[0, :3] == 0)
+        a, b = SEQS[1:2].clone(), SEQS[1:2].clone()
+        b[0, 6] = 19
+        ha, hb = m.hidden(a), m.hidden(b)
+    assert torch.allclose(ha[0, :6], hb[0, :6], atol=1e-6) and not torch.allclose(ha[0, 6:], hb[0, 6:])

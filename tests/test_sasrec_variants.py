@@ -95,6 +95,9 @@ def test_paper_presets_are_sasrecs_settings():
     assert sum(p.numel() for p in m.blocks[0].attn.parameters()) == 3 * D * D + 3 * D   # Q, K, V as SASRec
     with pytest.raises(ParamsError, match="models.token_mixing.out_proj"):
         make("token_mixing", out_proj=False)
+    for name in ("linear_attention", "token_mixing"):                     # SASRec's reference block needs softmax
+        with pytest.raises(ParamsError, match=f"models.{name}.norm 'kang'"):   # attention's separate queries
+            make(name, norm="kang")
 
 
 @pytest.mark.parametrize("name", ["linear_attention", "token_mixing"])
