@@ -92,11 +92,14 @@ class MultiHeadAttention(nn.Module):
                 query: Optional[torch.Tensor] = None, *, self_query: bool = False) -> torch.Tensor:
         """x (B, L, D) the sequence (keys and values); query (B, Lq, D) for target attention (default: x
         itself). `self_query`: the query is a per-position transform of x (Kang & McAuley's block projects the
-        queries from LayerNorm(x), the keys and values from x), so self-attention's causal mask holds.
+        queries from LayerNorm(x), the keys and values from x; CARCA's profile block), so it is self-attention:
+        the items' own positions, and the causal mask where the module is causal.
 
         Returns (B, Lq, D).
         """
         enc = encoding if encoding is not None else _NONE
+        if query is not None and not self_query:
+            pos = pos.as_target()                                         # the hooks place the query after the last
         q_in = x if query is None else query
         B, Lq, _ = q_in.shape
         allowed = allowed_keys(pos, Lq, self.causal and (query is None or self_query))   # (B, 1, Lq, L)

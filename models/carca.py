@@ -132,7 +132,7 @@ class ProfileBlock(nn.Module):
     def forward(self, x: torch.Tensor, pos: Positions, encoding: PositionalEncoding) -> torch.Tensor:
         keep = pos.mask[..., None].to(x.dtype)                            # (B, L, 1)
         q = self.ln1(x)                                                   # (B, L, D)
-        s = self.ln2(self.attn(x, pos, encoding, query=q) * q)           # (B, L, D) multiplicative residual
+        s = self.ln2(self.attn(x, pos, encoding, query=q, self_query=True) * q)   # (B, L, D) multiplicative residual
         return (self.ffn(s) + s) * keep                                   # (B, L, D)
 
 

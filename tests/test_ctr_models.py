@@ -256,6 +256,34 @@ def test_extra_left_padding_changes_nothing(name, encoding):
         assert torch.allclose(net(batch(pad=3)).logits, net(batch()).logits, atol=1e-5)
 
 
+def one_slot(pad: int = 0) -> CTRBatch:
+    """Histories one slot wide (ctr_batches' trimming when no row of a batch has two behaviours): 1, 0, 1, 1."""
+    real = torch.tensor([[True], [False], [True], [True]])
+    items = torch.tensor([[7], [0], [12], [3]]) * real
+    hist = torch.stack([items, (items % 6 + 2) * real], dim=-1)            # (4, 1, 2)
+    neg = torch.tensor([[9], [4], [0], [21]])
+    return CTRBatch(label=torch.tensor([1.0, 0.0, 1.0, 0.0]), group=torch.tensor([1, 2, 3, 4]),
+                    target=torch.tensor([[3, 5], [4, 6], [5, 7], [9, 3]]),
+                    history=F.pad(hist, (0, 0, pad, 0)), extra={"neg_items": F.pad(neg, (pad, 0))},
+                    features=torch.tensor([[2], [3], [4], [5]]))
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("name", BACKBONES)
+def test_a_one_slot_history_is_a_target_attention_too(name, encoding):
+    """Walk 37d: target attention was told from self-attention by Lq == L, which a history one slot wide also
+    meets; RoPE then put the target at its one behaviour's place (offset 0, not 1). DIN's default (no softmax)
+    gave logits [-0.025, 51.66, -0.91] one slot wide against [0.295, 51.66, -0.70] with two padding slots."""
+    for options in ({}, {"softmax": False}) if name == "din" else ({},):
+        net = model(name, encoding, **options).eval()
+        g = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for p in net.parameters():          # weights far from the init, whose near-constant logits hid it
+                p.copy_(torch.randn(p.shape, generator=g))
+            wide, one = net(one_slot(pad=2)).logits, net(one_slot()).logits
+        assert torch.allclose(one, wide, atol=1e-4, rtol=1e-4), (options, one, wide)
+
+
 @pytest.mark.parametrize("encoding", ["none", "cape"])
 @pytest.mark.parametrize("name", BACKBONES)
 def test_order_of_the_history(name, encoding):

@@ -138,6 +138,7 @@ def hooked_scores(score: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], q
     after the last behaviour), then `score_bias` added (CoPE / CAPE: 001 Eq. 8 with sim = this
     attention's own score, Eq. 4; CAPE fuses the raw target embedding `target` (B, D), Eq. 5).
     Input-stage encodings (naive PE) enter before, through `embed` on the keys."""
+    pos = pos.as_target()
     q, k = enc.rotate(q, k, pos, layer)                                   # (B, H, 1, E), (B, H, L, E)
     s = score(q, k)                                                       # (B, H, 1, L)
     bias = enc.score_bias(s, q, pos, layer, query_input=target[:, None])  # (B, H|1, 1, L) or None

@@ -34,6 +34,7 @@ awareness tests and `seqpe encodings inspect` read it.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -47,6 +48,12 @@ class Positions:
     forward: torch.Tensor   # (B, L) long, 0 for the first real item, ... len-1 for the last; 0 at padding
     backward: torch.Tensor  # (B, L) long, len-1 for the first real item, ... 0 for the last; 0 at padding
     lengths: torch.Tensor   # (B,) long, number of real items
+    target: bool = False    # the queries are a target after the sequence (target attention), not its items:
+                            # told by Lq == L before, which a one-slot history also met (walk 37d)
+
+    def as_target(self) -> "Positions":
+        """These positions for a target attention: one query, right after the last item."""
+        return dataclasses.replace(self, target=True)
 
     @staticmethod
     def from_mask(mask: torch.Tensor) -> "Positions":
@@ -66,11 +73,12 @@ class Positions:
 def query_positions(pos: Positions, lq: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(forward, backward) positions of the queries, each (B, Lq).
 
-    Self-attention (Lq == L): the queries are the items themselves. Target attention
-    (Lq == 1 < L): the query is the next item, right after the last one (forward =
-    length, backward = -1), as in CAPE's target attention (001 §4).
+    Self-attention: the queries are the items themselves. Target attention (`pos.target`, Lq == 1):
+    the query is the next item, right after the last one (forward = length, backward = -1), as in
+    CAPE's target attention (001 §4). A history one slot wide (L == 1, ctr_batches' trimming) took the
+    target for its one item: RoPE's offset was 0 instead of 1 (walk 37d).
     """
-    if lq == pos.mask.size(1):
+    if not pos.target and lq == pos.mask.size(1):
         return pos.forward, pos.backward
     assert lq == 1, f"target attention takes one query per sequence, got {lq}"
     return pos.lengths[:, None], torch.full_like(pos.lengths[:, None], -1)  # (B, 1) each
@@ -84,7 +92,7 @@ def allowed_keys(pos: Positions, lq: int, causal: bool = True) -> torch.Tensor:
     """
     mask = pos.mask[:, None, None, :]                                     # (B, 1, 1, L)
     L = pos.mask.size(1)
-    if lq != L:
+    if pos.target or lq != L:
         return mask.expand(-1, 1, lq, L)                                  # (B, 1, Lq, L)
     eye = torch.eye(L, dtype=torch.bool, device=mask.device)              # (L, L)
     allowed = mask & (torch.ones_like(eye).tril() if causal else True)    # (B, 1, L, L)
