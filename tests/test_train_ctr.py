@@ -203,6 +203,9 @@ def test_memory_budget_and_ranking_protocol_settings_are_refused_or_reset_for_ct
                                           r"Fix: set train.memory_budget: 0.0 under study.ctr.train"):
         stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "none", memory_budget=64),
                   progress=False)
+    with pytest.raises(ParamsError, match=r"train.bucket is 0, and CTR models such as 'din'.*"   # walk 37c: passed
+                                          r"Fix: set train.bucket: 50 under study.ctr.train"):    # --check, unread
+        stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "none", bucket=0), progress=False)
     for flag in ("evaluate.candidates=100", "evaluate.mask_history=true"):
         proc = seqpe("train", "sample_ctr", str(ctr_samples), str(tmp_path / "r"), "--model", "din", "--quiet",
                      "--set", flag)

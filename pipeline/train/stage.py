@@ -305,7 +305,8 @@ def _check_graphs(tp) -> None:
 
 
 _CTR_TRAIN = {"loss": "ce", "objective": "prefixes", "memory_budget": 0.0,   # what CTR training does
-              "ce_impl": "auto"}                                               # (its loss is BCE on the logit)
+              "ce_impl": "auto", "bucket": 50}                                 # (its loss is BCE on the logit;
+                                                                               # its batches are not length-bucketed)
 _CTR_EVALUATE = ("ks", "candidates", "mask_history", "candidate_sampling")   # ranking-only evaluate keys
 
 
