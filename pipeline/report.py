@@ -116,13 +116,13 @@ def protocol_label(rec: dict) -> str:
     pooled or compared (a full ranking with and without the session's own items was compared as two models)."""
     ev = rec.get("evaluate") or {}
     n = int(ev.get("candidates") or 0)
-    if isinstance(rec.get("n_items"), int) and n >= rec["n_items"] - 1 and not ev.get("mask_history") \
-            and ev.get("candidate_sampling", "uniform") == "uniform":    # every other item: full ranking again
-        n = 0                   # (popularity never draws an item unseen in train: those stay unranked; walk 31a)
-        # With mask_history it is not: full ranking keeps the input items, tied below every other, and a target
-        # among them ties with them, where the draw leaves them out and ranks it alone below (walk 36b)
     if isinstance(rec.get("n_items"), int) and rec["n_items"] > 1:
         n = min(n, rec["n_items"] - 1)   # no more to draw: 1,000 candidates of 479 items were labelled 1000 (walk 36c)
+        if n == rec["n_items"] - 1 and not ev.get("mask_history") \
+                and ev.get("candidate_sampling", "uniform") == "uniform":    # every other item: full ranking again
+            n = 0               # (popularity never draws an item unseen in train: those stay unranked; walk 31a)
+            # With mask_history it is not: full ranking keeps the input items, tied below every other, and a
+            # target among them ties with them, where the draw leaves them out and ranks it alone below (walk 36b)
     history = ", input items excluded" if ev.get("mask_history") else ""
     if n == 0:
         return f"{rec.get('protocol')}{history}"

@@ -11,7 +11,7 @@ from typing import Optional
 from .. import presets
 from ..errors import ConstantModel, DataError, ParamsError
 from ..io import claim_dir, claim_file, refuse_nested, require_kind, spelt_like, stale_samples, verify_shards
-from ..params import EvaluateParams, Params, check_seeds, from_dict, to_dict
+from ..params import EvaluateParams, Params, TrainParams, check_seeds, from_dict, to_dict
 from ..report import config_name
 from ..versions import code_versions, versions
 from . import distributed, heap, runs, setup, state, threads
@@ -304,9 +304,9 @@ def _check_graphs(tp) -> None:
                           "train on a CUDA device")
 
 
-_CTR_TRAIN = {"loss": "ce", "objective": "prefixes", "memory_budget": 0.0,   # what CTR training does
-              "ce_impl": "auto", "bucket": 50}                                 # (its loss is BCE on the logit;
-                                                                               # its batches are not length-bucketed)
+_CTR_TRAIN = {key: getattr(TrainParams(), key)      # what CTR training does: the defaults of keys it never reads
+              for key in ("loss", "objective", "memory_budget", "ce_impl", "bucket")}   # (its loss is BCE on the
+                                                                                       # logit; no length buckets)
 _CTR_EVALUATE = ("ks", "candidates", "mask_history", "candidate_sampling")   # ranking-only evaluate keys
 
 
