@@ -16,7 +16,9 @@ import yaml
 
 from pipeline import train as stage
 from pipeline.batches import load_samples
+from test_cli import assert_one_line_error
 from test_train import ROOT, make_samples
+from test_train_ctr import ctr_samples  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -31,6 +33,22 @@ def params_file(tmp_path: Path, **train) -> Path:
     p["evaluate"]["ks"] = [1, 5]
     p["models"], p["encodings"] = {"sasrec": {}}, {"lpe": {}}
     path = tmp_path / f"params-{len(list(tmp_path.glob('params-*')))}.yaml"
+    path.write_text(yaml.safe_dump(p, sort_keys=False))
+    return path
+
+
+def ctr_params_file(tmp_path: Path) -> Path:
+    """DIN (Dice: BatchNorm buffers) with CAPE, two epochs; an evaluation batch that splits valid and test
+    into uneven shares of trimmed batches."""
+    p = yaml.safe_load((ROOT / "params.yaml").read_text())
+    p["datasets"] = []
+    p["study"].update(seeds=[1], next_item={"datasets": [], "models": [], "encodings": [], "baselines": [], "train": {}},
+                      ctr={"datasets": [], "models": ["din"], "encodings": ["cape"], "baselines": [], "train": {
+                          "epochs": 2, "batch_size": 64, "max_len": 12, "lr": 0.005, "patience": 0}})
+    p["train"].update(dim=16, threads=1, device="cpu")
+    p["evaluate"]["batch_size"] = 37
+    p["models"], p["encodings"] = {"din": {}}, {"cape": {}}
+    path = tmp_path / "params-ctr.yaml"
     path.write_text(yaml.safe_dump(p, sort_keys=False))
     return path
 
@@ -71,6 +89,40 @@ def test_two_processes_write_one_run_whose_metrics_equal_a_single_process_evalua
     net.load_state_dict(ckpt["model"])
     test = stage.score(net, load_samples(samples, "test", 8), "test", [1, 5], 512, torch.device("cpu"))
     assert test == record["test"]                                   # bit for bit, not approximately
+
+
+def test_a_ctr_model_with_batchnorm_reports_the_metrics_of_the_weights_it_saves(ctr_samples, tmp_path, monkeypatch):
+    """Walk 37b D1 / D2: each rank's last training forward updates its own BatchNorm statistics (DIN's Dice),
+    so rank 1 scored its share of valid / test with a model rank 0 never saved (test AUC 0.49736 against
+    0.49822 re-scored); and rows scored in other trimmed batches than one process's differed in their last
+    bits. Valid, test and every logit must be those of one process scoring the checkpoint."""
+    from pipeline.params import load_params
+    from pipeline.train import stage as stage_module
+    params = ctr_params_file(tmp_path)
+    runs = tmp_path / "runs"
+    proc = torchrun("train", "sample_ctr", str(ctr_samples), str(runs), "--params", str(params), "--quiet",
+                    cwd=tmp_path, state=tmp_path / "state")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = runs / "din-cape" / "seed-1"
+    record = json.loads((run / "run.json").read_text())
+    assert record["world_size"] == 2 and record["epochs_run"] == 2
+    seen = {}
+
+    def rescore(net, task, *args):                          # fit_epochs of one process: the saved weights
+        net.load_state_dict(torch.load(run / "checkpoint.pt", weights_only=True)["model"])
+        seen["valid"] = task.evaluate(net, "valid")
+        history, timing = args[7], args[8]
+        history += record["history"]
+        timing += [{"epoch": h["epoch"], "train_s": 0.0, "valid_s": 0.0, "samples_per_s": 0.0} for h in history]
+        return record["best_epoch"], record["stopped"], 0
+
+    monkeypatch.setattr(stage_module, "fit_epochs", rescore)
+    stage.run("sample_ctr", ctr_samples, tmp_path / "one", load_params(params), progress=False)
+    best = next(h for h in record["history"] if h["epoch"] == record["best_epoch"])
+    assert seen["valid"] == best["valid"]
+    one = tmp_path / "one" / "din-cape" / "seed-1"
+    assert json.loads((one / "run.json").read_text())["test"] == record["test"]
+    assert (one / "test_samples.parquet").read_bytes() == (run / "test_samples.parquet").read_bytes()
 
 
 def test_two_nodes_through_torchruns_rendezvous_train_the_bytes_of_one_node(samples, tmp_path):
@@ -252,4 +304,49 @@ def test_a_world_size_that_is_not_a_count_is_one_line(samples, tmp_path, value):
                           capture_output=True, text=True)
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert f"WORLD_SIZE is '{value}', not a number of processes" in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_hand_set_world_size_without_a_master_address_is_one_line(samples, tmp_path):
+    """Walk 37b D5: WORLD_SIZE / RANK / LOCAL_RANK set by hand without MASTER_ADDR ended in torch's 10-line
+    traceback from init_process_group."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    env.update(SEQPE_STATE=str(tmp_path / "s"), WORLD_SIZE="2", RANK="0", LOCAL_RANK="0")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "train", "toyset", str(samples), str(tmp_path / "runs"),
+                           "--params", str(params_file(tmp_path)), "--quiet"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert_one_line_error(proc, "WORLD_SIZE is 2 but MASTER_ADDR, MASTER_PORT are not set", "torchrun")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_rank_waiting_for_a_master_that_never_comes_stops_on_a_signal(samples, tmp_path, signame):
+    """Walk 37b D5: a rank whose rank 0 never starts (the other node of a job did not come up) waits in
+    init_process_group's C++ code, where seqpe's handler never ran: SIGTERM and a second kill were ignored
+    for the 30 minutes of the store's timeout. The 'master' here accepts the connection and never answers,
+    so the test knows the rank is waiting before it sends the signal."""
+    import signal
+    import socket
+    import time
+    master = socket.socket()
+    master.bind(("127.0.0.1", 0))
+    master.listen()
+    env = dict(os.environ, SEQPE_STATE=str(tmp_path / "s"), WORLD_SIZE="2", RANK="1", LOCAL_RANK="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master.getsockname()[1]), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "train", "toyset", str(samples),
+                             str(tmp_path / "runs"), "--params", str(params_file(tmp_path)), "--quiet"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        master.settimeout(120)
+        peer, _ = master.accept()                                  # the rank is inside init_process_group
+        time.sleep(0.5)
+        proc.send_signal(getattr(signal, signame))
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        master.close()
+    said = "terminated (SIGTERM)" if signame == "SIGTERM" else "interrupted"
+    assert proc.returncode == 128 + getattr(signal, signame), err
+    assert err.strip().splitlines() == [f"{said}: while waiting for the other processes of the job (rank 0 at "
+                                        f"127.0.0.1:{env['MASTER_PORT']}) to join; nothing was written"]
     assert not (tmp_path / "runs").exists()

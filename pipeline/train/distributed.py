@@ -15,10 +15,14 @@ overlap; the last < W batches of an epoch, which not every rank could take, are 
 wrapper's forward, `LossModule`), so a step sees W x batch_size samples. Dropout draws differ per
 rank (torch's global RNG is seeded with seed + rank).
 
-Evaluation: each rank scores rows r, r + W, ... of the split and the per-row results (next-item:
-the integer (greater, ties) counts; CTR: the logits) are gathered into file order, so every rank
-computes the metrics from exactly the arrays one process would have: the same bits (tested with 2
-gloo processes). Only rank 0 writes run folders, checkpoints, curves and resume files; the others
+Evaluation: every rank first takes rank 0's buffers (`sync_buffers`: BatchNorm's running statistics,
+which each rank's last training forward updated from its own batch; DIN's Dice), so every rank
+scores with the weights rank 0 saves. Next-item: each rank scores rows r, r + W, ... of the split and
+the integer (greater, ties) counts are gathered into file order. CTR: each rank scores whole
+evaluation batches r, r + W, ... of the one-process batching (`rows(n, block=batch_size)`), since a
+trimmed batch's logits depend in their last bits on which rows share it, and the logits are gathered
+into file order. Every rank thus computes the metrics from exactly the arrays one process would
+have: the same bits (tested with 2 gloo processes, SASRec and DIN). Only rank 0 writes run folders, checkpoints, curves and resume files; the others
 wait at a barrier and return nothing. Resume files live in the state root (.seqpe/), which must be
 on a file system every node sees for a multi-node restart.
 
@@ -32,13 +36,14 @@ under torchrun with W > 1 is an error: it would only repeat the same work W time
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from ..errors import ParamsError, TrainingError
 
-ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
+ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")     # torchrun sets them all
 
 
 def world_size() -> int:
@@ -105,29 +110,52 @@ class Dist:
             raise TrainingError(f"{what} has no training step: {too_few(len(pending), self.world)}; nothing was "
                                 "written for this seed", too_few_fix(self.world))
 
-    def rows(self, n: int):
-        """This rank's rows of a split of n rows (r, r + W, ...) as a LongTensor, or None for all."""
+    def rows(self, n: int, block: int = 1):
+        """This rank's rows of a split of n rows as a LongTensor, or None for all: those of blocks r, r + W, ...
+        of `block` rows each (block 1: rows r, r + W, ...; CTR scoring passes its batch size)."""
         if not self.active:
             return None
         import torch
-        return torch.arange(self.rank, n, self.world)
+        index = torch.arange(n)
+        return index[(index // block) % self.world == self.rank]
 
-    def gather_rows(self, values, n: int):
-        """Put every rank's per-row `values` (rows r, r + W, ...) back into one (n, ...) tensor in
-        file order, on every rank (exact: values are moved, never summed)."""
+    def gather_rows(self, values, n: int, block: int = 1):
+        """Put every rank's per-row `values` (its `rows(n, block)`, in order) back into one (n, ...) tensor
+        in file order, on every rank (exact: values are moved, never summed)."""
         if not self.active:
             return values
         import torch
         import torch.distributed as td
-        size = -(-n // self.world)                                        # rows of the largest shard
+        owner = (torch.arange(n, device=values.device) // block) % self.world       # (n,) the rank of each row
+        size = max(int((owner == r).sum()) for r in range(self.world))               # rows of the largest share
         pad = torch.zeros((size, *values.shape[1:]), dtype=values.dtype, device=values.device)
         pad[: values.shape[0]] = values
         parts = [torch.empty_like(pad) for _ in range(self.world)]
         td.all_gather(parts, pad)
         out = torch.empty((n, *values.shape[1:]), dtype=values.dtype, device=values.device)
         for r, part in enumerate(parts):
-            out[r::self.world] = part[: len(range(r, n, self.world))]
+            mine = owner == r
+            out[mine] = part[: int(mine.sum())]
         return out
+
+    def sync_buffers(self, module) -> None:
+        """Rank 0's buffers on every rank. DDP broadcasts them only at the start of each training forward, and
+        that forward then updates every rank's BatchNorm running statistics from its own batch: after an epoch
+        rank 1 scored its share of valid / test with other statistics than the model rank 0 saves (DIN's Dice:
+        test AUC 0.49736 against 0.49822 for the saved checkpoint, walk 37b D1)."""
+        if not self.active:
+            return
+        import torch
+        import torch.distributed as td
+        with torch.no_grad():
+            for buffer in module.buffers():
+                td.broadcast(buffer, src=0)
+
+    def total(self, *values: float) -> tuple:
+        """Every rank's numbers summed, in rank order (the same float on every rank); `values` in one process."""
+        if not self.active:
+            return values
+        return tuple(sum(column) for column in zip(*self.gather_objects(values)))
 
     def wrap(self, module):
         """DDP around `module` (the loss module) when distributed; the module itself otherwise."""
@@ -170,7 +198,7 @@ def setup(device_name: str):
         return Dist(), pick_device(device_name)
     missing = [k for k in ENV if k not in os.environ]
     if missing:
-        raise ParamsError(f"WORLD_SIZE is {world} but {', '.join(missing)} is not set",
+        raise ParamsError(f"WORLD_SIZE is {world} but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set",
                           "start distributed training with torchrun (it sets them), or unset WORLD_SIZE")
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     base = pick_device(device_name)
@@ -185,8 +213,53 @@ def setup(device_name: str):
     else:
         device, backend = torch.device("cpu"), "gloo"
     if not td.is_initialized():
-        td.init_process_group(backend=backend)
+        with _interruptible(f"the other processes of the job (rank 0 at {os.environ['MASTER_ADDR']}:"
+                            f"{os.environ['MASTER_PORT']})"):
+            td.init_process_group(backend=backend)
     return Dist(world=world, rank=rank, local_rank=local), device
+
+
+@contextlib.contextmanager
+def _interruptible(what: str):
+    """Let Ctrl-C / SIGTERM end a wait inside init_process_group. It waits in C++ for rank 0's store (a node
+    whose other node never started: up to the 30-minute timeout) and never returns to Python, so seqpe's
+    handler could not run: SIGTERM and a second kill were ignored, only SIGKILL ended it (walk 37b D5).
+    Python's C-level handler still writes each signal's number to the wakeup fd; a thread reading it says
+    one line and leaves at once (128 + the signal, as after any interrupt). Nothing is written before this
+    point, so there is nothing to keep. Without a Python handler (SIG_DFL) the signal kills the process as
+    it did."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    try:
+        previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except ValueError:
+        os.close(read), os.close(write)
+        yield
+        return
+
+    def watch() -> None:
+        while (data := os.read(read, 1)) and data[0] not in (signal.SIGINT, signal.SIGTERM):
+            pass                                                          # another handled signal: not ours
+        if not data:                                                      # the wait ended: the pipe was closed
+            return
+        name = "terminated (SIGTERM)" if data[0] == signal.SIGTERM else "interrupted"
+        os.write(2, f"{name}: while waiting for {what} to join; nothing was written\n".encode())
+        os._exit(128 + data[0])
+
+    watcher = threading.Thread(target=watch, name="seqpe-init-signals", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write)
+        watcher.join()
+        os.close(read)
 
 
 def teardown(dist: Dist, clean: bool = True) -> None:

@@ -84,7 +84,8 @@ SYNC_EVERY = {"cuda": 32}
 def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: Dist, amp, bar=None,
                 first: Optional[list] = None, graphs: bool = False) -> float:
     """One pass over this process's share of the task's shuffled train batches (`step`: the loss
-    module, DDP-wrapped and/or compiled); returns the mean loss per prediction. `first`: an empty list
+    module, DDP-wrapped and/or compiled); returns the mean loss per prediction, over every process's
+    batches when distributed. `first`: an empty list
     gets the first batch's loss, the untrained model's (`diverged` measures against it).
 
     `graphs` (train.compile: reduce-overhead): `step` replays captured CUDA graphs, whose outputs live in
@@ -129,6 +130,7 @@ def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: D
         opt.step()
     if pending:
         read()
+    total, count = dist.total(total, count)         # every rank's batches: rank 0's share alone was recorded
     return total / max(count, 1)
 
 
@@ -232,6 +234,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                                     "for this seed", "lower train.lr (or train.weight_decay, if it is large), then run again")
             train_s = time.perf_counter() - t0
             t0 = time.perf_counter()
+            dist.sync_buffers(net)                      # score with the buffers of the model rank 0 saves
             valid = checked(lambda: task.evaluate(net, "valid"), f"{label}, epoch {epoch}, valid split")
             history.append({"epoch": epoch, "loss": loss, "lr": lr, "valid": valid})
             timing.append({"epoch": epoch, "train_s": train_s, "valid_s": time.perf_counter() - t0,

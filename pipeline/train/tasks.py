@@ -391,14 +391,18 @@ class CTRTask:
         return loss, len(batch)
 
     def _score(self, net, split: str):
-        """Every row's logit in file order (this process's rows, gathered when distributed), then the
-        metrics from all rows at once: exact, the same bits for any batching or number of processes."""
+        """Every row's logit in file order, then the metrics from all rows at once. With train.trim_padding a
+        batch's logits depend in their last bits on which rows share it (its width is its longest history's),
+        so they are those of one evaluate.batch_size, not of any. Distributed, each process scores whole
+        batches b = rank, rank + W, ... of that one-process batching and the logits are gathered: the same bits
+        as one process for any number of processes."""
         import torch
         from models.metrics import CTRMetrics
         from ..ctr_batches import ctr_batches
         from .setup import autocast
         data = self.data[split]
-        rows = self.dist.rows(len(data)) if self.dist is not None else None
+        block = self.ev.batch_size
+        rows = self.dist.rows(len(data), block) if self.dist is not None else None
         part = data if rows is None else data.take(rows.numpy())
         logits = []
         net.eval()
@@ -410,7 +414,7 @@ class CTRTask:
                 logits.append(out.float())                                   # (B,) metrics in fp32 or better
         logits = torch.cat(logits) if logits else torch.zeros(0, device=self.device)
         if self.dist is not None:
-            logits = self.dist.gather_rows(logits, len(data))
+            logits = self.dist.gather_rows(logits, len(data), block)
         logits = logits.cpu()
         acc = CTRMetrics()
         acc.update(logits, torch.from_numpy(data.label), torch.from_numpy(data.group))
