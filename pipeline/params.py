@@ -202,6 +202,9 @@ class EvaluateParams:
             raise _bad(f"{key}.ks", self.ks, "a non-empty list of cut-offs", "use e.g. [5, 10, 20]")
         for i, k in enumerate(self.ks):
             _min(f"{key}.ks[{i}]", k, 1, fix="cut-offs are positive, e.g. [5, 10, 20]")
+        if list(self.ks) != sorted(set(self.ks)):       # [10, 10] / [20, 5] were other settings than [10] / [5, 20]
+            raise _bad(f"{key}.ks", self.ks, "each cut-off once, in increasing order",     # for the same metrics
+                       f"use {sorted(set(self.ks))}")
         _min(f"{key}.batch_size", self.batch_size, 1)
         _min(f"{key}.candidates", self.candidates, 0, fix="use 0 for full ranking, or e.g. 100 sampled negatives")
         _choice(f"{key}.candidate_sampling", self.candidate_sampling, CANDIDATE_SAMPLINGS)

@@ -161,6 +161,8 @@ def tiny_samples(root: Path, n_items: int = 24) -> Path:   # > the default cut-o
     ("train.lr=nan", "params key 'train.lr' must be a finite number, got 'nan'"),   # was Adam's traceback
     ("train.dropout=1.5", "params key 'train.dropout' must be in [0, 1), got 1.5"),
     ("evaluate.ks=[0]", "params key 'evaluate.ks[0]' must be >= 1, got 0"),
+    ("evaluate.ks=[10,10]", "'evaluate.ks' must be each cut-off once, in increasing order, got [10, 10]. Fix: use [10]"),
+    ("evaluate.ks=[20,5]", "'evaluate.ks' must be each cut-off once, in increasing order, got [20, 5]. Fix: use [5, 20]"),
     ("study.seeds=[]", "params key 'study.seeds' must be a non-empty list of seeds"),
     ("train.threads=two", "params key 'train.threads' must be auto or a number of threads >= 0"),
 ])

@@ -223,10 +223,10 @@ def test_cut_offs_the_runs_never_computed_are_named(tmp_path, capfd):
     write_run(tmp_path / "runs", "sasrec", "lpe", 1, {"hr@10": 0.3, "ndcg@10": 0.1, "hr@20": 0.5})
     with pytest.raises(DataError, match=r"evaluate.ks asks for @15, @50, none of which sasrec-lpe seed 1 computed "
                                         r"\(it has @10, @20\).*retrain them with the new ks"):
-        stage.run("toyset", tmp_path / "runs", tmp_path / "reports", params(ks=(50, 15)))
+        stage.run("toyset", tmp_path / "runs", tmp_path / "reports", params(ks=(15, 50)))
     assert not (tmp_path / "reports").exists()
     capfd.readouterr()
-    stage.run("toyset", tmp_path / "runs", tmp_path / "reports", params(ks=(20, 15)))      # some: reported
+    stage.run("toyset", tmp_path / "runs", tmp_path / "reports", params(ks=(15, 20)))      # some: reported
     assert capfd.readouterr().err == ("note: evaluate.ks asks for @15, @20, and sasrec-lpe (seed 1) was trained "
                                       "without @15: its row leaves it out (retrain it with these ks to have it)\n")
 

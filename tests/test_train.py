@@ -736,6 +736,8 @@ def test_check_refuses_what_the_run_would_and_says_what_it_would_reuse_or_replac
     import dataclasses
     """`train --check` said ok for a seed another process was training, a runs folder through a file, a CUDA
     device on a machine without one, and said 'would train' for a seed it would reuse."""
+    from pipeline.train import threads
+    monkeypatch.setattr(threads, "auto_threads", lambda: 1)          # train.threads: auto is 1 thread here
     samples = make_samples(tmp_path / "samples")
     runs = tmp_path / "runs"
     [res] = stage.run("toyset", samples, runs, params(epochs=1), progress=False)
@@ -745,7 +747,9 @@ def test_check_refuses_what_the_run_would_and_says_what_it_would_reuse_or_replac
     stage.run("toyset", samples, runs, params(epochs=1, lr=0.05), progress=False, check=True)
     assert "holds a run trained with other settings (train.lr: 0.02 vs 0.05)" in capfd.readouterr().err
     stage.run("toyset", samples, runs, params(epochs=1, threads=2), progress=False, check=True)
-    assert "other settings (train.threads: 'auto' vs 2)" in capfd.readouterr().err   # in the fingerprint, not report's
+    assert "other settings (train.threads: 1 vs 2)" in capfd.readouterr().err   # in the fingerprint, not report's
+    [same] = stage.run("toyset", samples, runs, params(epochs=1, threads=1), progress=False, check=True)
+    assert same["reused"] == [1]                         # auto is recorded as the 1 it picks: one run, not two
     other = params(epochs=1)
     other = dataclasses.replace(other, evaluate=dataclasses.replace(other.evaluate, batch_size=128))
     stage.run("toyset", samples, runs, other, progress=False, check=True)            # was "the same settings, ..."
@@ -754,7 +758,7 @@ def test_check_refuses_what_the_run_would_and_says_what_it_would_reuse_or_replac
     stage.run("toyset", samples, runs, params(), preset="paper", progress=False, tag="p")
     capfd.readouterr()
     stage.run("toyset", samples, runs, params(threads=2), preset="paper", progress=False, tag="p", check=True)
-    assert "other settings (train.threads: 'auto' vs 2)" in capfd.readouterr().err   # the preset compared as recorded
+    assert "other settings (train.threads: 1 vs 2)" in capfd.readouterr().err   # the preset compared as recorded
     (tmp_path / "afile").write_text("x")
     with pytest.raises(DataError, match="cannot be made: .*afile is a file, not a folder"):
         stage.run("toyset", samples, tmp_path / "afile" / "runs", params(epochs=1), progress=False, check=True)

@@ -17,8 +17,10 @@ Why not "what is free" (the load average): the number of threads changes the ord
 floating-point sums are added, so weights differ in the last bits between thread counts (measured:
 up to 6e-5 after two epochs). A count read from the momentary load would make two runs of the same
 command on the same machine differ; `auto` depends only on the machine (its CPUs and cores), so
-the same machine always gives the same bytes. Set a number (e.g. 1) where runs on different
-machines must give the same bytes.
+the same machine always gives the same bytes. A run records the count `auto` picked (run.json and
+its fingerprint, pipeline/train/stage.py), so a resume file written where auto picked 2 is not
+continued where it picks 1 (walk 37b D3). Set a number (e.g. 1) where runs on different machines
+must give the same bytes.
 
 Reading the machine: the CPUs this process may run on (sched_getaffinity: taskset, cpusets),
 capped by a cgroup CPU quota (`docker --cpus`, Kubernetes limits: cgroup v2 cpu.max or v1
