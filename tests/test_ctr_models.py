@@ -419,3 +419,15 @@ def test_dmin_learns_recency_with_cape():
     kw = dict(dim=16, heads=2, dnn_hidden=[32], attention_hidden=[32])
     aucs = [learn("dmin", "cape", 300, seed=seed, **kw) for seed in (0, 1)]
     assert max(aucs) > 0.7, aucs
+
+
+@pytest.mark.parametrize("encoding", ["none", "cape", "rope"])
+@pytest.mark.parametrize("name", BACKBONES)
+def test_a_float64_model_computes_in_float64(name, encoding):
+    """Walk 37d D1: Dice's BatchNorm cast to float32 whatever the model's type, so a `.double()` DIN (a float64
+    check of the equations) crashed on float32 @ float64."""
+    net = model(name, encoding).double()
+    out = net.train()(batch())
+    assert out.logits.dtype == torch.float64 and torch.isfinite(out.logits).all()
+    with torch.no_grad():
+        assert net.eval()(batch()).logits.dtype == torch.float64

@@ -48,7 +48,8 @@ class BatchNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(width)) if affine else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:                  # (N, C) -> (N, C)
-        dtype, x = x.dtype, x.float()          # statistics in float32 under bf16 autocast, as torch's batch_norm
+        dtype = x.dtype                        # statistics in float32 under bf16 autocast, as torch's batch_norm,
+        x = x.to(torch.promote_types(dtype, torch.float32))   # and in float64 in a .double() model (walk 37d D1)
         if self.training:
             mean, var = x.mean(0), x.var(0, unbiased=False)               # (C,), (C,)
             with torch.no_grad():
