@@ -1343,6 +1343,45 @@ def test_a_backbones_own_training_loss_is_what_the_trainer_minimises(tmp_path, t
     assert calls and record["history"][0]["loss"] == pytest.approx(7.0)
 
 
+class BlindRecommender(ToyRecommender):
+    """Ignores its input: every session gets one learned vector, so one item order (a collapsed model)."""
+
+    def encode(self, seqs):
+        return self.mix.bias.expand(seqs.size(0), -1)                      # (B, D)
+
+
+def test_a_model_that_ignores_its_input_stops_the_run_instead_of_reporting_an_item_order(tmp_path, toy_registry,
+                                                                                          monkeypatch):
+    """Walk 36b #5: a CTR model of constant logits stopped the run, a next-item model that gave every session the
+    same scores was recorded (POP's metrics, or K/N when it scores all items alike) as a result."""
+    from pipeline.errors import ConstantModel
+    from pipeline.train.tasks import Constancy
+    monkeypatch.setitem(MODELS, "blind", ModelSpec(name="blind", description="test model", build=lambda n_items, max_len,
+                        train, options, encoding: BlindRecommender(n_items, train.dim, encoding)))
+    samples = make_samples(tmp_path / "samples")
+    with pytest.raises(ConstantModel, match=r"toyset blind-toy_lpe seed 1: the model ignores its input, every test "
+                                            r"session got the same scores for all 12 items \(best epoch \d\), so its "
+                                            r"metrics \(HR@5 \d+\.\d\d\) are one fixed item order's"):
+        stage.run("toyset", samples, tmp_path / "runs", params("blind", epochs=2), progress=False)
+    assert not (tmp_path / "runs" / "blind-toy_lpe" / "seed-1").exists()
+    assert not list(run_files.state_root().rglob("*.pt"))             # no resume file: resumed, it is refused again
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=2), progress=False)      # the model that reads
+    stage.run("toyset", samples, tmp_path / "runs", params("pop", "none"), progress=False)  # POP: by design
+    same = Constancy()                                        # rows of one input are alike by right, never constant
+    one = load_samples(samples, "test", 8).take(np.zeros(5, dtype=np.int64))
+    same.update(torch.zeros(5, 13), torch.arange(5))
+    assert not same.constant(one)
+    same = Constancy()
+    scores = torch.zeros(5, 13)
+    scores[:, 0] = float("-inf")                              # the padding column, -inf in every row, is not compared
+    same.update(scores, torch.arange(5))
+    assert same.constant(load_samples(samples, "test", 8).take(np.arange(5)))
+    scores[3, 4] = 1e-4
+    same = Constancy()
+    same.update(scores, torch.arange(5))
+    assert not same.constant(load_samples(samples, "test", 8).take(np.arange(5)))
+
+
 def test_a_diverging_loss_stops_the_run_with_one_line_naming_the_epoch(tmp_path, toy_registry, monkeypatch):
     from pipeline.errors import TrainingError
     monkeypatch.setattr(ToyRecommender, "training_loss",

@@ -33,6 +33,8 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Optional
+
 import numpy as np
 
 from ..batches import Samples, batches, load_samples, load_sequences, load_sessions
@@ -50,7 +52,7 @@ GRAPH_WIDTHS = 8
 
 def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: bool = True,
           mask_history: bool = False, per_sample: bool = False, dist=None, amp=None, context: bool = False,
-          candidates=None, history=None):
+          candidates=None, history=None, probe: Optional[dict] = None):
     """Full-ranking metrics of `net` on one split; scores stay on the device, batch by batch, and are
     turned into every row's (greater, ties) counts; the metrics come from all rows' counts at once
     (models.metrics.ranking_from_counts: exact, independent of batching and of the number of
@@ -66,7 +68,11 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
     each row's target is ranked among its own M sampled items instead of all items.
 
     Rows are served sorted by prefix length (every row once, so the metrics are those of any
-    order) so that trimmed batches carry little padding."""
+    order) so that trimmed batches carry little padding.
+
+    `probe` (a dict, full ranking only): filled with "constant", whether every row got the scores of the
+    first row served although their inputs differ (`Constancy`): a model that ignores its input, whose
+    metrics are its item ranking's, whatever the session."""
     import contextlib
     import torch
     from models.metrics import greater_and_ties, mask_seen, ranking_from_counts
@@ -82,6 +88,7 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
         history = None
     greater = torch.zeros(len(part), dtype=torch.int64, device=device)
     ties = torch.zeros(len(part), dtype=torch.int64, device=device)
+    same = Constancy() if probe is not None and candidates is None else None
     net.eval()
     with torch.inference_mode():
         for seqs, targets, *side, idx in batches(part, batch_size, device=device, trim=trim, by_length=trim,
@@ -99,18 +106,67 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
             with (amp() if amp is not None else contextlib.nullcontext()):
                 scores = net(seqs, **kw)                                 # (B, N)
             scores = scores.float()
+            if same is not None:
+                same.update(scores, idx)
             scores = mask_seen(scores, seen) if mask_history else scores
             g, t = greater_and_ties(scores, targets)                     # (B,), (B,): above / tied with target
             idx = idx.to(device)
             greater[idx], ties[idx] = g, t
     if dist is not None:
         greater, ties = dist.gather_rows(greater, n), dist.gather_rows(ties, n)
+    if same is not None:
+        probe["constant"] = same.constant(part, dist)
     metrics = ranking_from_counts(greater, ties, ks)
     if not per_sample:
         return metrics
     import polars as pl
     return metrics, pl.DataFrame({"greater": greater.to("cpu", torch.int32).numpy(),
                                   "ties": ties.to("cpu", torch.int32).numpy()})
+
+
+class Constancy:
+    """Whether a next-item model scored every row alike: each batch's scores (B, N) against the first row's,
+    until a row differs by more than 16 float32 steps at the first row's largest |score|, after which nothing
+    more is computed (a model that reads its input differs in its first batch). No absolute floor, unlike
+    CTR's CONSTANT_SPAN: STAMP after one epoch on a toy set scores ~1.4e-6, and its rows differ by as much; a
+    model that ignores its input gives rows equal to the bit (one batch shape or another). Rows whose inputs are
+    the first row's own are alike by right, so a split where no input differs is never called constant. The
+    ranking metrics of a model that ignores its input are those of one fixed item order: HR@10 = 10/N when it
+    scores every item alike, POP's when it kept only item biases. Fitted baselines such as POP are exempt
+    (stage.train_one): they are input-independent by design."""
+
+    def __init__(self):
+        self.ref, self.first, self.varies = None, None, False
+
+    @staticmethod
+    def tolerance(ref) -> float:                        # ref: the first row's finite scores
+        return 16 * float(np.spacing(np.float32(float(ref.abs().max()))))
+
+    def update(self, scores, idx) -> None:                                  # (B, N), (B,) rows of the split
+        import torch
+        if self.varies:
+            return
+        if self.ref is None:                 # the columns the first row scores finitely (not padding's -inf)
+            self.cols = torch.isfinite(scores[0])
+            self.ref, self.first = scores[0, self.cols].clone(), int(idx[0])
+            self.tol = self.tolerance(self.ref)
+        self.varies = bool(((scores[:, self.cols] - self.ref).abs().amax(1) > self.tol).any())
+
+    def constant(self, part: Samples, dist=None) -> bool:
+        """True when no row scored differently while some row's input differs (over every process's rows)."""
+        mine = None
+        if self.ref is not None:                                              # this process scored rows
+            first = self.first
+            differ = bool((part.seqs != part.seqs[first]).any()) or (
+                part.context is not None and bool((part.context != part.context[first]).any()))
+            mine = (self.varies, differ, None if self.varies else (part.seqs[first].tobytes(), self.ref.cpu()))
+        every = [m for m in ([mine] if dist is None else dist.gather_objects(mine)) if m is not None]
+        if not every or any(m[0] for m in every):
+            return False
+        seq, ref = every[0][2]
+        if any(m[2][1].shape != ref.shape or float((m[2][1] - ref).abs().max()) > self.tolerance(ref) for m in every[1:]):
+            return False                                         # each process alike, but not like each other
+        return any(m[1] for m in every) or any(m[2][0] != seq for m in every[1:])
 
 
 def ce_impl(tp: TrainParams, device) -> str:
@@ -307,10 +363,15 @@ class NextItemTask:
                      candidates=self.candidates.get(split), history=self.history.get(split))
 
     def test(self, net):
-        ev = self.ev
-        return score(net, self.data["test"], "test", ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
-                     mask_history=ev.mask_history, per_sample=True, dist=self.dist, amp=self._amp,
-                     context=self._context, candidates=self.candidates.get("test"), history=self.history.get("test"))
+        """The test metrics and per-sample counts; `self.constant` then says whether the model ignored its input
+        (`Constancy`; not probed with evaluate.candidates, whose rows rank their own items)."""
+        ev, probe = self.ev, {}
+        out = score(net, self.data["test"], "test", ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
+                    mask_history=ev.mask_history, per_sample=True, dist=self.dist, amp=self._amp,
+                    context=self._context, candidates=self.candidates.get("test"), history=self.history.get("test"),
+                    probe=probe)
+        self.constant = probe.get("constant", False)
+        return out
 
 
 # --------------------------------------------------------------------------- CTR
