@@ -108,3 +108,25 @@ def test_manifest_records_the_settings_the_sample_was_generated_with(tmp_path, c
     assert read_json(tmp_path / "raw" / "source.json")["generator"]["sessions"] == 4000
     again = preprocess.run("sample", tmp_path / "raw", tmp_path / "sessions", Params())
     assert again["params"]["preprocess"]["sample"]["sessions"] == 4000 and "note" not in capsys.readouterr().err
+
+
+def test_another_generators_settings_leave_the_sessions_manifest_alone(tmp_path):
+    """Walk 36c #3: `preprocess sample --set preprocess.sample_ctr.seed=5` rewrote sample's sessions manifest (the
+    whole preprocess section was recorded) though no shard changed, and `seqpe datasets` then called its samples
+    stale. A generator's section is recorded only by the datasets it generates."""
+    import dataclasses
+    from pipeline import download, preprocess
+    from pipeline.io import sha256_file
+    from pipeline.params import DownloadParams, PreprocessParams, SampleCTRParams
+    small = SampleParams(sessions=300)
+    download.run("sample", tmp_path / "raw", DownloadParams(), sample=small, progress=False)
+    base = Params(preprocess=PreprocessParams(sample=small))
+    manifest = preprocess.run("sample", tmp_path / "raw", tmp_path / "a", base)
+    assert "sample_ctr" not in manifest["params"]["preprocess"] and "sample" in manifest["params"]["preprocess"]
+    other = dataclasses.replace(base, preprocess=dataclasses.replace(base.preprocess,
+                                                                      sample_ctr=SampleCTRParams(seed=5)))
+    preprocess.run("sample", tmp_path / "raw", tmp_path / "b", other)
+    assert sha256_file(tmp_path / "a" / "manifest.json") == sha256_file(tmp_path / "b" / "manifest.json")
+    changed = dataclasses.replace(base, preprocess=dataclasses.replace(base.preprocess, valid_fraction=0.2))
+    preprocess.run("sample", tmp_path / "raw", tmp_path / "c", changed)            # a key it reads: recorded
+    assert sha256_file(tmp_path / "a" / "manifest.json") != sha256_file(tmp_path / "c" / "manifest.json")
