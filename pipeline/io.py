@@ -735,6 +735,10 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str, usage: Op
     right = f"data/{kind}/{dataset} (written by `seqpe {maker} {dataset}{' ...' if maker == 'import' else ''}`)"
     put_back_noted(src)
     if not src.exists():
+        if maker == "import" and ("/" in dataset or Path(dataset).exists() and not (Path("data") / kind / dataset)
+                                  .is_dir()):                    # `seqpe train data/samples/x x`: swapped arguments
+            from .datasets import refuse_path                     # (walk 38b D1); no dataset name has a slash
+            refuse_path(dataset)
         if maker == "import" and not (Path("data") / kind / dataset).is_dir():
             # neither registered nor prepared here: a misspelt name (`digenetica`) was told to run
             # `seqpe augment digenetica`, which refuses the name in turn
@@ -747,6 +751,8 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str, usage: Op
         made = f"run `seqpe {_MAKER[kind]} {dataset}` first (or `seqpe import`, or `dvc repro`)"
         raise DataError(f"{kind} folder {src} does not exist",
                         made if src == Path("data") / kind / dataset else f"{made}, or pass {right}")
+    if src.is_file():                   # its manifest.json, a shard: "no manifest.json in .../manifest.json" (38b D2)
+        raise DataError(f"{src} is a file, not a {kind} folder", _near_miss(src) or f"pass {right}")
     if not (src / MANIFEST).is_file():
         found, _ = _owner(src) if src.is_dir() else (None, None)
         if found is None and src.is_dir() and any(src.glob("*/seed-*/run.json")):
@@ -981,7 +987,8 @@ def _near_miss(root: Path) -> str | None:
         except OSError:  # an unreadable folder is simply not the one to suggest
             return False
     if prepared(root.parent):
-        return f"pass the prepared folder {root.parent} itself (its {root.name}/ is one part of it)"
+        return (f"pass the prepared folder {root.parent} itself (its {root.name}{'' if root.is_file() else '/'} is "
+                "one part of it)")
     try:
         inside = sorted(d.name for d in root.iterdir() if prepared(d)) if root.is_dir() else []
     except OSError:

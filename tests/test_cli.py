@@ -50,6 +50,13 @@ def test_a_folder_where_the_dataset_name_goes_is_named_for_what_it_is(command, t
     assert_one_line_error(proc, "'x/y' is a path, not a dataset name", "DATASET x/y")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["samples"]           # nothing written, nothing touched
     assert list(folder.iterdir()) == [folder / "manifest.json"]
+    if command in ("augment", "train"):                     # the two swapped: `seqpe train FOLDER sample` (walk 38b)
+        proc = seqpe(command, str(folder), "sample", *params, cwd=tmp_path)
+        assert_one_line_error(proc, f"'{folder}' is a folder, not a dataset name", f"sample {folder}")
+        proc = seqpe(command, "sample", str(folder / "manifest.json"), *params, cwd=tmp_path)   # its file, not it
+        kind = "sessions" if command == "augment" else "samples"
+        assert_one_line_error(proc, f"{folder / 'manifest.json'} is a file, not a {kind} folder. Fix: pass the prepared "
+                                    f"folder {folder} itself (its manifest.json is one part of it)")
 
 
 def test_usage_errors_are_reported_without_traceback(tmp_path):

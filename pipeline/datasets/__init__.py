@@ -64,12 +64,12 @@ def register(spec: DatasetSpec) -> DatasetSpec:
 def get(name: str) -> DatasetSpec:
     _load_all()
     if name not in DATASETS:
-        _refuse_path(name)
+        refuse_path(name)
         raise unknown("dataset", name, DATASETS)
     return DATASETS[name]
 
 
-def _refuse_path(name: str) -> None:
+def refuse_path(name: str) -> None:
     """A folder or file given where a dataset's name goes (`seqpe stats data/samples/sample`): say that the
     name comes first, with the one that folder's record names, instead of "unknown dataset 'data/...'"."""
     path = Path(name)
@@ -158,7 +158,7 @@ def check_name(name: str, folder: Path) -> None:
         put_back_noted(folder)
     if name in DATASETS or ("/" not in name and folder.exists()):   # data/samples/ + an absolute path: that path
         return
-    _refuse_path(name)
+    refuse_path(name)
     _refuse_missing_stage(name, folder)
     parent = folder.parent
     prepared = {p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")} \
