@@ -853,10 +853,14 @@ class Interrupted(BaseException):
 
 
 def _on_signal(signum, frame):
-    from .io import INTERRUPT
     Interrupted.seen = True
     Interrupted.signum = signum
-    INTERRUPT.pending = signum          # io.check_interrupt raises it again if Python drops this raise
+    # io.check_interrupt raises it again if Python drops this raise. Not `from .io import INTERRUPT`: a Ctrl-C
+    # while pipeline.io was half imported made that import fail inside the handler, a 40-line ImportError
+    # traceback instead of the one line (walk 38b D5); before io is loaded there is no check to tell
+    interrupt = getattr(sys.modules.get(f"{__package__}.io"), "INTERRUPT", None)
+    if interrupt is not None:
+        interrupt.pending = signum
     raise Interrupted()
 
 

@@ -331,3 +331,18 @@ def test_a_ctrl_c_while_the_console_script_imports_the_cli_is_one_line():
     proc = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['seqpe', '--version']; "
                            "from pipeline.entry import main; main()"], cwd=root, capture_output=True, text=True)
     assert proc.returncode == 0 and "seqpe" in proc.stdout, proc.stderr          # and it runs the CLI
+
+
+def test_a_ctrl_c_while_pipeline_io_is_half_imported_is_still_one_line(monkeypatch):
+    """Walk 38b D5: the handler did `from .io import INTERRUPT`; a Ctrl-C landing while pipeline.io was being
+    imported (its INTERRUPT not yet defined) made that import fail inside the handler: ImportError's 40-line
+    traceback and exit 1 instead of the one line and 130."""
+    import types
+    from pipeline import cli
+    monkeypatch.setitem(sys.modules, "pipeline.io", types.ModuleType("pipeline.io"))     # half imported
+    try:
+        with pytest.raises(cli.Interrupted):
+            cli._on_signal(signal.SIGINT, None)
+        assert cli.Interrupted.signum == signal.SIGINT
+    finally:
+        cli.Interrupted.seen, cli.Interrupted.signum = False, 0
