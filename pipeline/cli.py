@@ -944,11 +944,37 @@ def _under_dvc() -> str:
     if not gone:
         return ""
     in_git = _tracked_by_git(gone)          # metrics, curves and reports a study keeps in git (cache: false)
-    back = [f"`dvc checkout {stage}` puts back the cached ones"] if set(gone) - set(in_git) else []
+    uncached = _uncached(gone)
+    back = [f"`dvc checkout {stage}` puts back the cached ones"] if set(gone) - set(in_git) - set(uncached) else []
     if in_git:
         back.append(f"`git checkout -- {' '.join(in_git[:2])}{' ...' if len(in_git) > 2 else ''}` the ones kept in git")
+    if set(uncached) - set(in_git):     # walk 38b D4: `dvc checkout` was named, which never restores these
+        back.append(f"`dvc repro {stage}` once the value is fixed makes again those DVC does not cache")
     return (f" (DVC removed the outputs of stage {stage} before running it ({', '.join(gone[:2])}"
-            f"{', ...' if len(gone) > 2 else ''}): {', and '.join(back)})")
+            f"{', ...' if len(gone) > 2 else ''}): {', '.join(back[:-1]) + ', and ' if len(back) > 1 else ''}{back[-1]})")
+
+
+def _uncached(paths: list[str]) -> list[str]:
+    """The `paths` dvc.yaml declares `cache: false` (a study's metrics and curves), its ${...} templates matching
+    one path part each; [] when dvc.yaml does not read."""
+    import re
+
+    import yaml
+    try:
+        stages = yaml.safe_load(Path("dvc.yaml").read_text(encoding="utf-8"))["stages"]
+        patterns = []
+        for body in stages.values():
+            body = body.get("do", body)                                  # foreach stages keep theirs under do
+            for key in ("outs", "metrics", "plots"):
+                for entry in body.get(key) or []:
+                    if isinstance(entry, dict):
+                        for path, opts in entry.items():
+                            if isinstance(opts, dict) and opts.get("cache") is False:
+                                parts = re.split(r"\$\{[^}]*\}", str(path))
+                                patterns.append(re.compile("[^/]+".join(map(re.escape, parts))))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return []
+    return [p for p in paths if any(pattern.fullmatch(p) for pattern in patterns)]
 
 
 def _tracked_by_git(paths: list[str]) -> list[str]:

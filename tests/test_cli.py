@@ -444,7 +444,7 @@ def test_an_error_under_dvc_says_how_to_get_the_deleted_outputs_back(monkeypatch
     monkeypatch.setenv("DVC_STAGE", stage)
     bad = ("train", "sample", "--set", "train.lr=-1")
     assert_one_line_error(seqpe(*bad, cwd=tmp_path), "must be > 0", f"Fix: use e.g. 0.001 (DVC removed the outputs "
-                          f"of stage {stage} before running it ({run}): `dvc checkout {stage}` puts back the cached ones")
+                          f"of stage {stage} before running it ({run}): `dvc checkout {stage}` puts back the cached ones)")
     (tmp_path / run).mkdir(parents=True)                                     # the outputs are there: nothing to say
     assert "DVC" not in seqpe(*bad, cwd=tmp_path).stderr
     (tmp_path / run).rmdir()
@@ -463,6 +463,16 @@ def test_an_error_under_dvc_says_how_to_get_the_deleted_outputs_back(monkeypatch
     (tmp_path / "data" / "metrics" / "x.json").unlink()
     assert_one_line_error(seqpe(*bad, cwd=tmp_path), "must be > 0", f"`dvc checkout {stage}` puts back the cached "
                           "ones, and `git checkout -- data/metrics/x.json` the ones kept in git)")
+    # cache: false and not in git (a fresh clone's metrics): only a run makes them again (walk 38b D4)
+    subprocess.run(["git", "rm", "-q", "--cached", "data/metrics/x.json"], cwd=tmp_path, check=True)
+    (tmp_path / "dvc.yaml").write_text("stages:\n  train:\n    foreach: [a]\n    do:\n      cmd: seqpe train\n"
+                                       "      outs:\n      - data/runs/${item}\n      metrics:\n"
+                                       "      - data/metrics/${item}.json:\n          cache: false\n")
+    assert_one_line_error(seqpe(*bad, cwd=tmp_path), "must be > 0", f"`dvc checkout {stage}` puts back the cached "
+                          f"ones, and `dvc repro {stage}` once the value is fixed makes again those DVC does not cache)")
+    (tmp_path / run).mkdir(parents=True)                                     # the cached one is there
+    assert_one_line_error(seqpe(*bad, cwd=tmp_path), "must be > 0", f"(data/metrics/x.json): `dvc repro {stage}` once "
+                          "the value is fixed makes again those DVC does not cache)")
 
 
 def test_a_missing_prepared_folder_is_named_as_missing(tmp_path):
