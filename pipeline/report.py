@@ -47,6 +47,8 @@ def summarize(values: list[float]) -> dict:
     """{"mean", "std", "ci95", "n"} of one metric over seeds (std, ci95 None when n < 2)."""
     n = len(values)
     mean = math.fsum(values) / n
+    if n and all(v == values[0] for v in values):   # a fitted baseline's seeds: exactly its value, sd 0 (3 x 0.2
+        mean = values[0]                            # gave mean 0.20000000000000004 and an sd of float noise, walk 38c #1)
     if n < 2:
         return {"mean": mean, "std": None, "ci95": None, "n": n}
     std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))

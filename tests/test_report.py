@@ -51,6 +51,8 @@ def test_summarize_mean_sample_std_and_ci():
     assert s["mean"] == pytest.approx(0.2) and s["std"] == pytest.approx(0.1) and s["n"] == 3
     assert s["ci95"] == pytest.approx(math.sqrt(2 * 0.95 ** 2 / (1 - 0.95 ** 2)) * 0.1 / math.sqrt(3))
     assert report.summarize([0.4]) == {"mean": 0.4, "std": None, "ci95": None, "n": 1}
+    assert math.fsum([0.2] * 3) / 3 != 0.2                             # the float noise a fitted baseline's seeds had
+    assert report.summarize([0.2] * 3) == {"mean": 0.2, "std": 0.0, "ci95": 0.0, "n": 3}     # (walk 38c #1)
 
 
 def test_markdown_and_csv_tables(tmp_path):
