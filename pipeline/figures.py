@@ -197,8 +197,12 @@ def curves_png(records: list[dict], names: list[str], metric: str, title: str,
     fig, (loss_ax, valid_ax) = plt.subplots(1, 2, figsize=(11.0, height), dpi=110)
     handles = []
     several = len(set((protocols or {}).values())) > 1
+    drawn = [name for name in names if series[name]["fitted"] is None]          # the configurations with curves
     for i, name in enumerate(names):
         colour, style = colours[i % len(colours)], ("-", "--", ":", "-.")[(i // len(colours)) % 4]
+        # each mean line narrower than the ones drawn before it: configurations that train alike (rope on top
+        # of none) still show every colour as a rim, where one line hid the other (walk 38c #2)
+        width = 1.5 + 5.0 * (len(drawn) - 1 - drawn.index(name)) / max(len(drawn) - 1, 1) if name in drawn else 1.5
         c = series[name]
         protocol = f"; {protocols.get(name)}" if several else ""
         if c["fitted"] is not None:                   # fitted: its valid level over the whole axis
@@ -215,7 +219,7 @@ def curves_png(records: list[dict], names: list[str], metric: str, title: str,
         line = None
         for ax, pts in ((loss_ax, c["mean_loss"]), (valid_ax, c["mean_valid"])):
             if pts:
-                line, = ax.plot(*zip(*pts), color=colour, lw=1.8, ls=style, label=label,
+                line, = ax.plot(*zip(*pts), color=colour, lw=width, ls=style, label=label,
                                 marker="o" if len(pts) == 1 else None, markersize=4)   # one epoch: a point
         if line is not None:
             handles.append(line)
