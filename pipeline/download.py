@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -533,6 +534,9 @@ def _check_readable(dataset: str, folder: Path, given: str, itself: bool = False
             problem = e.problem if isinstance(e, DataError) else polars_said(str(e))
             for p in files:                  # `itself`: the one file is the given file, named as given
                 problem = problem.replace(str(Path(tmp) / p.name), given if itself else p.name)
+                if itself:                   # and where the reader names it bare (walk 38b D7: "ratings_Electronics
+                    problem = re.sub(rf"(?<![\w./-]){re.escape(p.name)}",  # .csv starts with a header line" of
+                                     lambda _: Path(given).name, problem)  # the user's own file)
             problem = problem.replace(str(tmp), str(given))
             raise DownloadError(f"{given} does not read as {dataset}'s {', '.join(p.name for p in files)}: "
                                 f"{problem}", _original(spec.source)) from None

@@ -65,6 +65,10 @@ def test_an_alternate_file_is_taken_by_its_content_not_its_name(tmp_path):
     rows = "".join(f"U{u},I{(u * 3 + k) % 7},5.0,{1_400_000_000 + k}\n" for u in range(30) for k in range(6))
     (tmp_path / "f" / "ratings_Beauty.csv").write_text(rows)
     assert seqpe("download", "beauty", "raw", "--from", "f/ratings_Beauty.csv", cwd=tmp_path).returncode == 0
+    (tmp_path / "din.csv").write_text("user_id,item_id,time,cate_id\n0,13179,1400457600,584\n")   # DIN's log
+    proc = seqpe("download", "beauty", "raw2", "--from", "din.csv", cwd=tmp_path)
+    one_line_error(proc, "din.csv does not read as beauty's ratings_Beauty.csv: din.csv starts with a header line")
+    # (walk 38b D7: "... ratings_Beauty.csv: ratings_Beauty.csv starts with a header line", the user's file misnamed)
 
 
 def test_a_movielens_file_of_another_separator_is_one_line_at_download_and_preprocess(tmp_path):
