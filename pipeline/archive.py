@@ -25,6 +25,7 @@ import zlib
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from . import sniff
 from .errors import DownloadError
 
 KINDS = ("zip", "7z", "gz", "none")
@@ -115,8 +116,11 @@ def collect(src: Path, files: Sequence[str], out_dir: Path) -> dict[str, Path]:
     for f in files:
         member = _match(names, f, str(src))
         if member is None:
+            srgnn = src / "all_train_seq.txt"        # SR-GNN's preprocessed pickles: `seqpe import` reads them (38b D6)
+            also = (f", or, as it holds SR-GNN's preprocessed files, `seqpe import NAME {src} --format srgnn`"
+                    if srgnn.is_file() and sniff.describe(sniff.head(srgnn, 16)) == "a Python pickle" else "")
             raise DownloadError(f"{src} has no {f} (searched {_FOLDER_DEPTH} folder levels)",
-                                f"pass the folder that holds {', '.join(files)}, or the downloaded archive")
+                                f"pass the folder that holds {', '.join(files)}, or the downloaded archive{also}")
         if f.lower().endswith(".gz"):
             verify_gzip(src / member, member, f)
         found[f] = _place(src / member, out_dir / f, move=False)

@@ -170,3 +170,16 @@ def test_a_row_with_an_extra_field_and_a_dangling_destination_are_named_plainly(
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     proc = seqpe("preprocess", "diginetica", "raw", "dangling", cwd=tmp_path)
     one_line_error(proc, f"dangling is a link to {tmp_path / 'nowhere'}, which does not exist")
+
+
+def test_a_folder_of_srgnn_pickles_given_to_download_names_import(tmp_path):
+    """Walk 38b D6: SR-GNN's preprocessed folder given to `download diginetica --from` was told only to pass the
+    folder holding train-item-views.csv; S3-Rec's Beauty.txt given to download already named `seqpe import`."""
+    import pickle
+    (tmp_path / "srgnn").mkdir()
+    (tmp_path / "srgnn" / "all_train_seq.txt").write_bytes(pickle.dumps([[1, 2, 3]], protocol=2))
+    proc = seqpe("download", "diginetica", "raw", "--from", "srgnn", cwd=tmp_path)
+    one_line_error(proc, "srgnn has no train-item-views.csv", "`seqpe import NAME srgnn --format srgnn`")
+    (tmp_path / "srgnn" / "all_train_seq.txt").write_text("1 2 3\n")              # not SR-GNN's: no such hint
+    assert "seqpe import" not in seqpe("download", "diginetica", "raw", "--from", "srgnn", cwd=tmp_path).stderr
+    assert not (tmp_path / "raw").exists()
