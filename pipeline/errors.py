@@ -67,6 +67,10 @@ class ConstantModel(TrainingError):
     """A trained model scores every test sample the same: its metric would be chance, not a result."""
 
 
+class Diverged(TrainingError):
+    """The training loss became NaN / infinite or exploded: the seed's resume state would only lead there again."""
+
+
 class NonFiniteScores(SeqpeError):
     """A model produced NaN or +-inf scores (it diverged): such a score has no rank, never a metric."""
 

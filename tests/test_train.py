@@ -1391,6 +1391,14 @@ def test_a_diverging_loss_stops_the_run_with_one_line_naming_the_epoch(tmp_path,
         stage.run("toyset", samples, tmp_path / "runs", params(epochs=2), progress=False)
     assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()
     assert [p for p in run_files.state_root().rglob("*")] == []    # nor its lock files (`seqpe state` never lists them)
+    calls = iter(range(1, 10 ** 6))                 # diverging in epoch 2, after epoch 1 saved a resume state
+    batches = -(-300 // 32)
+    monkeypatch.setattr(ToyRecommender, "training_loss", lambda self, seqs, targets, generator:
+                        self.mix.weight.sum() * (float("nan") if next(calls) > batches else 1.0))
+    with pytest.raises(TrainingError, match=r"the training loss is nan at epoch 2, batch 1 "):
+        stage.run("toyset", samples, tmp_path / "runs", params(epochs=2), progress=False)
+    assert [p for p in run_files.state_root().rglob("*")] == []   # walk 38a D1: it was kept, listed as resumable,
+                                                                  # and the same command resumed into the same NaN
 
 
 def test_losses_read_in_groups_name_the_batch_and_give_the_same_run(tmp_path, toy_registry, monkeypatch):

@@ -6,7 +6,7 @@ direction) are kept, training stops after `patience` epochs without improvement 
 the epoch that reaches `time_limit` minutes), and the best weights are left in the model for the
 one test scoring.
 
-Numbers that cannot be trusted stop the run: a NaN or infinite training loss raises TrainingError
+Numbers that cannot be trusted stop the run: a NaN or infinite training loss raises Diverged (a TrainingError)
 naming the epoch and batch; NaN or infinite scores raise NonFiniteScores (models/metrics.py) with
 the epoch and split added. Nothing is written for such a seed.
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..errors import NonFiniteScores, TrainingError
+from ..errors import Diverged, NonFiniteScores
 from ..io import check_interrupt, write_bytes
 from ..params import TrainParams
 from ..progress import EpochProgress
@@ -102,7 +102,7 @@ def train_epoch(net, step, opt, task, generator, epoch: int, label: str, dist: D
         ns = [int(n) for _, _, n in pending]
         for (b, _, _), value, n in zip(pending, values, ns):
             if not math.isfinite(value):
-                raise TrainingError(f"{label}: the training loss is {value} at epoch {epoch}, batch {b} (the model "
+                raise Diverged(f"{label}: the training loss is {value} at epoch {epoch}, batch {b} (the model "
                                     "diverged); nothing was written for this seed",
                                     "lower train.lr (or train.weight_decay, if it is large), then run again")
             if first is not None and not first:
@@ -229,7 +229,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
             if first:
                 loop["start_loss"] = first[0]
             if dist.broadcast_object(diverged(loss, loop.get("start_loss"))):       # rank 0's numbers decide
-                raise TrainingError(f"{label}: the training loss rose to {loss:.4g} at epoch {epoch}, from the untrained "
+                raise Diverged(f"{label}: the training loss rose to {loss:.4g} at epoch {epoch}, from the untrained "
                                     f"model's {loop['start_loss']:.4g} (the model diverged); nothing was written "
                                     "for this seed", "lower train.lr (or train.weight_decay, if it is large), then run again")
             train_s = time.perf_counter() - t0

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import presets
-from ..errors import ConstantModel, DataError, ParamsError
+from ..errors import ConstantModel, DataError, Diverged, NonFiniteScores, ParamsError
 from ..io import claim_dir, claim_file, refuse_nested, require_kind, spelt_like, stale_samples, verify_shards
 from ..params import EvaluateParams, Params, TrainParams, check_seeds, from_dict, to_dict
 from ..report import config_name
@@ -446,9 +446,10 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                         runs.resume_path(fp).unlink(missing_ok=True)
                     LAST_SAVED.clear()                        # its run folder is written: not "being trained"
                 dist.barrier()
-        except BaseException as e:                        # nothing to resume, or a resume that would end the
-            if lock is not None and (isinstance(e, ConstantModel) or not runs.resume_path(fp).exists()):
-                runs.forget([fp], (state.dir_lock(run_dirs[seed]),), own=True)   # same way: no state left
+        except BaseException as e:        # nothing to resume, or a resume that would end the same way (a constant
+            dead_end = isinstance(e, (ConstantModel, Diverged, NonFiniteScores))      # model; a diverged one, walk
+            if lock is not None and (dead_end or not runs.resume_path(fp).exists()):  # 38a D1): no state left
+                runs.forget([fp], (state.dir_lock(run_dirs[seed]),), own=True)
             raise
         finally:
             if lock is not None:
