@@ -922,6 +922,8 @@ def main() -> None:
         from .io import INTERRUPT
         INTERRUPT.pending, INTERRUPT.wrote = 0, False     # and a next command in the process starts afresh
         Interrupted.seen, Interrupted.signum = False, 0
+        if (dist := sys.modules.get(f"{__package__}.train.distributed")) is not None:
+            dist.JOINED[0] = False
         for sig, handler in previous.items():
             if handler is not None:
                 signal.signal(sig, handler)
@@ -1067,11 +1069,15 @@ def _main() -> None:
         import signal
         term = isinstance(e, Interrupted) and Interrupted.signum == signal.SIGTERM
         code = 128 + signal.SIGTERM if term else 130
-        if os.environ.get("RANK", "0") != "0":          # torchrun: every process got the signal; rank 0 says it once
-            sys.exit(code)
         what = "terminated (SIGTERM)" if term else "interrupted"
-        err_console.print(f"[bold red]{what}[/]: {escape(_interrupted_note(sys.argv[1:]))}", highlight=False,
-                          soft_wrap=True)
+        note = _interrupted_note(sys.argv[1:])
+        # torchrun: every process got the signal; rank 0 of the group says it once. Processes that never joined one
+        # (signalled while starting; a rank started by hand whose master never came was silent, walk 38a D4): the
+        # first of this machine's
+        joined = getattr(sys.modules.get(f"{__package__}.train.distributed"), "JOINED", [False])[0]
+        if not (os.environ.get("RANK", "0") == "0" if joined else _first_to_say(f"{what}: {note}")):
+            sys.exit(code)
+        err_console.print(f"[bold red]{what}[/]: {escape(note)}", highlight=False, soft_wrap=True)
         sys.exit(code)
 
 

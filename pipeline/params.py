@@ -389,6 +389,9 @@ class Params:
 # --------------------------------------------------------------------------- value ranges
 
 def _where(key: str, what: str) -> str:
+    if "[" in key:               # a list's element: --set takes the whole list (walk 38a D5: `--set ks[0]=` refused)
+        whole = key[:key.index("[")]
+        return f"give {key} {what} (in params.yaml, or --set {whole}=[...])"
     return f"give {key} {what} (in params.yaml, or --set {key}=...)"
 
 

@@ -551,3 +551,9 @@ def test_a_fitted_baseline_shows_fitted_as_its_best_epoch(capsys):
                  {"name": "sasrec-none/seed-1", "best_epoch": 3, "stopped": "patience", "test": {"hr@10": 0.5}}])
     rows = [line for line in capsys.readouterr().out.splitlines() if "seed-1" in line]
     assert "fitted" in rows[0] and " 0 " not in rows[0] and " 3 " in rows[1], rows
+
+
+def test_a_list_elements_type_error_names_the_set_that_works(tmp_path):
+    """Walk 38a D5: the fix said `--set evaluate.ks[0]=...`, which is refused as an unknown key."""
+    proc = seqpe("train", "sample", str(tmp_path / "samples"), str(tmp_path / "runs"), "--set", "evaluate.ks=[5.5,10]")
+    assert_one_line_error(proc, "'evaluate.ks[0]' must be int, got 5.5", "or --set evaluate.ks=[...])")

@@ -350,3 +350,22 @@ def test_a_rank_waiting_for_a_master_that_never_comes_stops_on_a_signal(samples,
     assert err.strip().splitlines() == [f"{said}: while waiting for the other processes of the job (rank 0 at "
                                         f"127.0.0.1:{env['MASTER_PORT']}) to join; nothing was written"]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("env, said", [
+    ({"RANK": "x"}, "RANK is 'x', not a whole number in 0..1 (WORLD_SIZE is 2)"),
+    ({"RANK": "5"}, "RANK is '5', not a whole number in 0..1 (WORLD_SIZE is 2)"),          # waited 30 minutes
+    ({"LOCAL_RANK": "-1"}, "LOCAL_RANK is '-1', not a whole number in 0..1"),
+    ({"MASTER_PORT": "notaport"}, "MASTER_PORT is 'notaport', not a whole number in 1..65535"),
+])
+@pytest.mark.parametrize("check", [False, True])
+def test_torchrun_variables_set_by_hand_wrong_are_one_line_also_for_check(samples, tmp_path, env, said, check):
+    """Walk 38a D2 / D3: int()'s and torch's tracebacks, a rank beyond WORLD_SIZE waiting for its master for
+    torch's 30-minute timeout, and `train --check` saying ok to what the run then refused."""
+    full = {**os.environ, "SEQPE_STATE": str(tmp_path / "s"), "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999", **env}
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "train", "toyset", str(samples), str(tmp_path / "runs"),
+                           "--params", str(params_file(tmp_path)), "--quiet", *(["--check"] if check else [])],
+                          cwd=tmp_path, env=full, capture_output=True, text=True, timeout=120)
+    assert_one_line_error(proc, said, "Fix: start distributed training with torchrun")
+    assert not (tmp_path / "runs").exists()

@@ -346,3 +346,26 @@ def test_a_ctrl_c_while_pipeline_io_is_half_imported_is_still_one_line(monkeypat
         assert cli.Interrupted.signum == signal.SIGINT
     finally:
         cli.Interrupted.seen, cli.Interrupted.signum = False, 0
+
+
+@pytest.mark.parametrize("joined", [False, True])
+def test_a_rank_that_never_joined_its_group_says_its_interrupt(monkeypatch, capsys, joined):
+    """Walk 38a D4: a process of RANK 1 left the line to rank 0; one started by hand and signalled before its
+    master came (no rank 0 anywhere) exited 143 without a word. Once in a group, rank 0 alone says it."""
+    from pipeline.train import distributed
+
+    def interrupted(**_):
+        if joined:
+            distributed.JOINED[0] = True
+        cli.Interrupted.signum = signal.SIGTERM
+        raise cli.Interrupted()
+
+    monkeypatch.setattr(cli, "app", interrupted)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 143 and not distributed.JOINED[0]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [] if joined else (len(lines) == 1 and lines[0].startswith("terminated (SIGTERM): ")), lines

@@ -189,18 +189,40 @@ class Dist:
         return box[0]
 
 
+JOINED = [False]       # this process joined a process group: its rank 0 then says what an interrupt left (cli)
+
+
+def check_env() -> tuple[int, int, int]:
+    """(WORLD_SIZE, RANK, LOCAL_RANK) of torchrun's environment, (1, 0, 0) without one; variables set by hand that
+    torchrun would never set are one line each (`train --check` says so too, walk 38a D2): a missing one, a rank
+    that is no number (int()'s traceback) or not below WORLD_SIZE (it waited 30 minutes for a master), a
+    MASTER_PORT that is no port (torch's traceback)."""
+    world = world_size()
+    if world <= 1:
+        return 1, 0, 0
+    fix = "start distributed training with torchrun (it sets them), or unset WORLD_SIZE"
+    missing = [k for k in ENV if k not in os.environ]
+    if missing:
+        raise ParamsError(f"WORLD_SIZE is {world} but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                          "not set", fix)
+    values = {}
+    for key, top in (("RANK", world - 1), ("LOCAL_RANK", world - 1), ("MASTER_PORT", 65535)):
+        text = os.environ[key]
+        low = 1 if key == "MASTER_PORT" else 0
+        if not (text.strip().isdigit() and low <= int(text) <= top):
+            raise ParamsError(f"{key} is {text!r}, not a whole number in {low}..{top}"
+                              + (f" (WORLD_SIZE is {world})" if key != "MASTER_PORT" else ""), fix)
+        values[key] = int(text)
+    return world, values["RANK"], values["LOCAL_RANK"]
+
+
 def setup(device_name: str):
     """(Dist, torch.device): join torchrun's process group when WORLD_SIZE > 1."""
     import torch
     from .setup import pick_device
-    world = world_size()
+    world, rank, local = check_env()
     if world <= 1:
         return Dist(), pick_device(device_name)
-    missing = [k for k in ENV if k not in os.environ]
-    if missing:
-        raise ParamsError(f"WORLD_SIZE is {world} but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set",
-                          "start distributed training with torchrun (it sets them), or unset WORLD_SIZE")
-    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     base = pick_device(device_name)
     import torch.distributed as td
     if base.type == "cuda":
@@ -216,6 +238,7 @@ def setup(device_name: str):
         with _interruptible(f"the other processes of the job (rank 0 at {os.environ['MASTER_ADDR']}:"
                             f"{os.environ['MASTER_PORT']})"):
             td.init_process_group(backend=backend)
+    JOINED[0] = True
     return Dist(world=world, rank=rank, local_rank=local), device
 
 

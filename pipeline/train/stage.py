@@ -190,7 +190,7 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
         task = make_task(kind, samples_dir, manifest, tp, params, spec, torch.device("cpu"))
         torch.manual_seed(0)
         summary["parameters"] = sum(p.numel() for p in task.build(params).parameters())
-    world = distributed.world_size()
+    world = distributed.check_env()[0]                 # torchrun's variables as the run reads them
     if world > 1 and task is not None:                  # Dist.shard's refusal, said before the hours of queue
         n = sum(1 for _ in task.batches(torch.Generator().manual_seed(0)))
         if n < world:
