@@ -155,11 +155,13 @@ class Constancy:
     def constant(self, part: Samples, dist=None) -> bool:
         """True when no row scored differently while some row's input differs (over every process's rows)."""
         mine = None
-        if self.ref is not None:                                              # this process scored rows
+        if self.ref is not None and self.varies:                              # the usual case: nothing to read
+            mine = (True, True, None)
+        elif self.ref is not None:                                            # this process scored rows alike
             first = self.first
             differ = bool((part.seqs != part.seqs[first]).any()) or (
                 part.context is not None and bool((part.context != part.context[first]).any()))
-            mine = (self.varies, differ, None if self.varies else (part.seqs[first].tobytes(), self.ref.cpu()))
+            mine = (False, differ, (part.seqs[first].tobytes(), self.ref.cpu()))
         every = [m for m in ([mine] if dist is None else dist.gather_objects(mine)) if m is not None]
         if not every or any(m[0] for m in every):
             return False
