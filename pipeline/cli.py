@@ -923,7 +923,7 @@ def main() -> None:
         INTERRUPT.pending, INTERRUPT.wrote = 0, False     # and a next command in the process starts afresh
         Interrupted.seen, Interrupted.signum = False, 0
         if (dist := sys.modules.get(f"{__package__}.train.distributed")) is not None:
-            dist.JOINED[0] = False
+            dist.JOINED = False
         for sig, handler in previous.items():
             if handler is not None:
                 signal.signal(sig, handler)
@@ -1074,7 +1074,7 @@ def _main() -> None:
         # torchrun: every process got the signal; rank 0 of the group says it once. Processes that never joined one
         # (signalled while starting; a rank started by hand whose master never came was silent, walk 38a D4): the
         # first of this machine's
-        joined = getattr(sys.modules.get(f"{__package__}.train.distributed"), "JOINED", [False])[0]
+        joined = getattr(sys.modules.get(f"{__package__}.train.distributed"), "JOINED", False)
         if not (os.environ.get("RANK", "0") == "0" if joined else _first_to_say(f"{what}: {note}")):
             sys.exit(code)
         err_console.print(f"[bold red]{what}[/]: {escape(note)}", highlight=False, soft_wrap=True)

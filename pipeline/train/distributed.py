@@ -127,15 +127,14 @@ class Dist:
         import torch
         import torch.distributed as td
         owner = (torch.arange(n, device=values.device) // block) % self.world       # (n,) the rank of each row
-        size = max(int((owner == r).sum()) for r in range(self.world))               # rows of the largest share
-        pad = torch.zeros((size, *values.shape[1:]), dtype=values.dtype, device=values.device)
+        counts = torch.bincount(owner, minlength=self.world).tolist()                # (W,) rows of each share
+        pad = torch.zeros((max(counts), *values.shape[1:]), dtype=values.dtype, device=values.device)
         pad[: values.shape[0]] = values
         parts = [torch.empty_like(pad) for _ in range(self.world)]
         td.all_gather(parts, pad)
         out = torch.empty((n, *values.shape[1:]), dtype=values.dtype, device=values.device)
-        for r, part in enumerate(parts):
-            mine = owner == r
-            out[mine] = part[: int(mine.sum())]
+        for r, (part, count) in enumerate(zip(parts, counts)):
+            out[owner == r] = part[:count]
         return out
 
     def sync_buffers(self, module) -> None:
@@ -189,7 +188,7 @@ class Dist:
         return box[0]
 
 
-JOINED = [False]       # this process joined a process group: its rank 0 then says what an interrupt left (cli)
+JOINED = False       # this process joined a process group: its rank 0 then says what an interrupt left (cli)
 
 
 def check_env() -> tuple[int, int, int]:
@@ -238,7 +237,8 @@ def setup(device_name: str):
         with _interruptible(f"the other processes of the job (rank 0 at {os.environ['MASTER_ADDR']}:"
                             f"{os.environ['MASTER_PORT']})"):
             td.init_process_group(backend=backend)
-    JOINED[0] = True
+    global JOINED
+    JOINED = True
     return Dist(world=world, rank=rank, local_rank=local), device
 
 

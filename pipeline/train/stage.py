@@ -648,10 +648,11 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
     if task.kind == "ctr":
         _refuse_constant(per_sample["logit"].to_numpy(), test, label, best_epoch)
     elif task.constant and not spec.fitted:                     # POP is input-independent by design
+        k = params.evaluate.ks[-1]                              # the largest cut-off (ks are increasing)
         raise ConstantModel(f"{label}: the model ignores its input, every test session got the same scores for all "
-                            f"{manifest.get('n_items')} items (best epoch {best_epoch}), so its metrics (HR@"
-                            f"{max(params.evaluate.ks)} {100 * test[f'hr@{max(params.evaluate.ks)}']:.2f}) are one "
-                            "fixed item order's, not a result; nothing was written for this seed",
+                            f"{manifest.get('n_items')} items (best epoch {best_epoch}), so its metrics (HR@{k} "
+                            f"{100 * test[f'hr@{k}']:.2f}) are one fixed item order's, not a result; nothing was "
+                            "written for this seed",
                             "if it collapsed, lower train.weight_decay or train.lr; if it barely trained, train more "
                             "epochs or raise train.lr")
     test_s = time.perf_counter() - t0

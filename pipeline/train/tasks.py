@@ -136,7 +136,8 @@ class Constancy:
     (stage.train_one): they are input-independent by design."""
 
     def __init__(self):
-        self.ref, self.first, self.varies = None, None, False
+        self.ref, self.first, self.varies = None, None, False   # the first row's finite scores, its row, ...
+        self.cols, self.tol = None, 0.0                          # the columns it scores finitely, the tolerance
 
     @staticmethod
     def tolerance(ref) -> float:                        # ref: the first row's finite scores
