@@ -32,7 +32,8 @@ def test_apply_sets_torch_threads(monkeypatch):
         assert threads.apply(2) == 2
         monkeypatch.setattr(threads, "auto_threads", lambda: 1)
         assert threads.apply("auto") == 1
-        assert threads.apply(0) == 1                                     # 0: torch's default, left as it is
+        monkeypatch.setattr(threads, "_TORCH_DEFAULT", 3)
+        assert threads.resolve(0) == 3 and threads.apply(0) == 3         # 0: torch's default, not what was set last
     finally:
         torch.set_num_threads(before)
 

@@ -750,6 +750,9 @@ def test_check_refuses_what_the_run_would_and_says_what_it_would_reuse_or_replac
     assert "other settings (train.threads: 1 vs 2)" in capfd.readouterr().err   # in the fingerprint, not report's
     [same] = stage.run("toyset", samples, runs, params(epochs=1, threads=1), progress=False, check=True)
     assert same["reused"] == [1]                         # auto is recorded as the 1 it picks: one run, not two
+    monkeypatch.setattr(threads, "_TORCH_DEFAULT", 1)                # 0: torch's count, recorded as such (38a D7)
+    [zero] = stage.run("toyset", samples, runs, params(epochs=1, threads=0), progress=False, check=True)
+    assert zero["reused"] == [1]
     other = params(epochs=1)
     other = dataclasses.replace(other, evaluate=dataclasses.replace(other.evaluate, batch_size=128))
     stage.run("toyset", samples, runs, other, progress=False, check=True)            # was "the same settings, ..."

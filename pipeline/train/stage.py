@@ -67,8 +67,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
                           f"'{spec.name}' splits it into", "change train.dim or train.heads")
     if kind != "ctr":
         tp = _resolve_auto(tp)
-    if tp.threads == "auto":      # the count it picks on this machine, in run.json and the fingerprint as train.device
-        tp = dataclasses.replace(tp, threads=threads.auto_threads())    # (walk 37b D3: other bits, one record)
+    if tp.threads == "auto" or tp.threads == 0:     # the count auto / torch's default picks here, in run.json and
+        tp = dataclasses.replace(tp, threads=threads.resolve(tp.threads))   # the fingerprint (walk 37b D3, 38a D7)
     if tp.objective == "sequence" and not spec.causal:
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",

@@ -19,7 +19,8 @@ up to 6e-5 after two epochs). A count read from the momentary load would make tw
 command on the same machine differ; `auto` depends only on the machine (its CPUs and cores), so
 the same machine always gives the same bytes. A run records the count `auto` picked (run.json and
 its fingerprint, pipeline/train/stage.py), so a resume file written where auto picked 2 is not
-continued where it picks 1 (walk 37b D3). Set a number (e.g. 1) where runs on different machines
+continued where it picks 1 (walk 37b D3). `0` is recorded the same way, as the count torch's default
+gives this process (read before seqpe sets any, so a second run in one process reads the same). Set a number (e.g. 1) where runs on different machines
 must give the same bytes.
 
 Reading the machine: the CPUs this process may run on (sched_getaffinity: taskset, cpusets),
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Optional
 
 MAX_AUTO = 8
+_TORCH_DEFAULT: Optional[int] = None
 
 
 def usable_cpus() -> int:
@@ -88,17 +90,28 @@ def auto_threads() -> int:
     return max(1, min(physical_cores() // 2, MAX_AUTO))
 
 
-def resolve(threads) -> Optional[int]:
-    """The thread count for a train.threads value: auto -> auto_threads(), N -> N, 0 -> None (torch's default)."""
+def torch_default() -> int:
+    """The intra-op thread count torch starts this process with (OMP_NUM_THREADS, else its cores).
+
+    Read once, before `apply` first sets a count, so `0` means the same in every run of a process."""
+    global _TORCH_DEFAULT
+    if _TORCH_DEFAULT is None:
+        import torch
+        _TORCH_DEFAULT = torch.get_num_threads()
+    return _TORCH_DEFAULT
+
+
+def resolve(threads) -> int:
+    """The thread count for a train.threads value: auto -> auto_threads(), N -> N, 0 -> torch_default()."""
     if threads == "auto":
         return auto_threads()
-    return int(threads) if int(threads) > 0 else None
+    return int(threads) if int(threads) > 0 else torch_default()
 
 
 def apply(threads) -> int:
     """Set torch's intra-op threads for a train.threads value; returns the count torch now uses."""
     import torch
+    torch_default()                                    # read before the first set
     n = resolve(threads)
-    if n is not None:
-        torch.set_num_threads(n)
+    torch.set_num_threads(n)
     return torch.get_num_threads()
