@@ -3,7 +3,8 @@
 Every run was scored once on test, with its best-on-valid weights, by the train stage (run.json and
 test_samples.parquet). This stage only aggregates, so it is cheap and deterministic. For a dataset
 of the study grid it reports exactly the grid's configurations (every model x encoding, then the
-baselines) over `study.seeds`, in grid order, and refuses a grid with runs missing; hand runs of
+baselines) over `study.seeds`, in grid order, and refuses a grid with runs missing or trained with other
+settings than the params give the grid now (a params.yaml edited without `dvc repro`); hand runs of
 other configurations in the same runs folder are left out (`seqpe report` shows everything, and
 `--all` here too). The per-configuration DVC metrics files are written by the train stage.
 
@@ -40,6 +41,40 @@ def study_configs(params: Params, dataset: str) -> Optional[tuple[str, list[str]
         if dataset in grid.datasets:
             return task, grid.configs()
     return None
+
+
+def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, task: str, runs_dir: Path) -> None:
+    """Refuse grid runs trained with other settings than `params` gives the grid now (walk 38c #4): a params.yaml
+    edited without `dvc repro`, or a grid configuration trained by hand with --set, reported under the grid's
+    name as if it were the grid's. Settings as `seqpe train` resolves them (train.stage.resolve_config), compared
+    as `seqpe report` pools seeds (report.settings_change); what a setting picks on the machine (`auto`) and
+    evaluate.ks (a note below: the cut-offs a run lacks are left out) are taken as the run recorded them."""
+    from .params import to_dict
+    from .report import settings_change
+    from .train.stage import resolve_config
+    manifest = {"protocol": "ctr"} if task == "ctr" else {}     # all resolve_config reads of it without a preset
+    wanted: dict[str, tuple] = {}
+    for rec in sorted(records, key=lambda r: (r["name"], r["seed"])):
+        train = rec.get("train")
+        if not train:                  # a record without its settings (written by hand): nothing to compare
+            continue
+        if rec["name"] not in wanted:
+            _, p, spec, _, tp, applied, _ = resolve_config(dataset, manifest, params, train.get("model"),
+                                                           train.get("encoding"), machine=False)
+            wanted[rec["name"]] = (to_dict(tp), to_dict(p.evaluate), p.models.get(tp.model, {}),
+                                   p.encodings.get(tp.encoding, {}) if spec.uses_encoding else {}, applied.record())
+        want_train, want_eval, options, encoding_options, preset = wanted[rec["name"]]
+        want = {**rec, "options": options, "encoding_options": encoding_options, "preset": preset,
+                "train": {k: train.get(k) if v == "auto" and k in ("ce_impl", "precision") else v
+                          for k, v in want_train.items()},
+                "evaluate": {**want_eval, "ks": (rec.get("evaluate") or {}).get("ks", want_eval.get("ks"))}}
+        why = settings_change(rec, want)
+        if why:
+            raise DataError(f"{rec['name']} seed {rec['seed']} under {runs_dir} was trained with other settings than "
+                            f"the params give the study grid of '{dataset}' now ({why}), so the report would show it "
+                            f"as the grid's", "run `dvc repro` to retrain the grid as the params say (or `seqpe train "
+                            f"{dataset} --model {train.get('model')} --encoding {train.get('encoding')}`), or add "
+                            "--all to report the runs as they were trained")
 
 
 def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_runs: bool = False,
@@ -81,6 +116,7 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
                             + (f" and {len(missing) - 4} more" if len(missing) > 4 else ""),
                             f"run `dvc repro` (or `seqpe train {dataset} --model M --encoding E`) first"
                             + f", or add --all to report the runs {runs_dir} holds")
+        _check_trained_as_grid(dataset, records, params, task, runs_dir)
     else:
         task = "ctr" if any(r.get("task") == "ctr" or r.get("protocol") == "ctr" for r in records) else "next_item"
     ks = {str(k) for k in params.evaluate.ks}

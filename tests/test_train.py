@@ -731,6 +731,29 @@ def test_plateau_schedule_decays_after_lr_step_epochs_without_improvement(tmp_pa
     assert record["best_epoch"] == 5
 
 
+def test_evaluate_refuses_grid_runs_trained_with_other_settings_than_the_params_give(tmp_path, toy_registry):
+    """Walk 38c #4: params.yaml edited without `dvc repro` (or a grid configuration trained by hand with --set)
+    was reported under the grid's name as if it were the grid's."""
+    from pipeline import evaluate
+    samples = make_samples(tmp_path / "samples")
+    runs = tmp_path / "runs"
+
+    def grid(**train):
+        p = params(epochs=2, **train)
+        return dataclasses.replace(p, study=dataclasses.replace(p.study, next_item=dataclasses.replace(
+            p.study.next_item, datasets=["toyset"])))
+    stage.run("toyset", samples, runs, grid(), progress=False)
+    assert evaluate.run("toyset", runs, tmp_path / "ok", grid())["configs"][0]["name"] == "toy-toy_lpe"
+    assert evaluate.run("toyset", runs, tmp_path / "ok", grid(threads=2, device="auto"))   # machine keys: the same
+    with pytest.raises(DataError, match=r"toy-toy_lpe seed 1 under .* was trained with other settings than the "
+                                        r"params give the study grid of 'toyset' now \(train.lr: 0.02 vs 0.05\).*"
+                                        r"add --all"):
+        evaluate.run("toyset", runs, tmp_path / "bad", grid(lr=0.05))
+    assert not (tmp_path / "bad").exists()
+    every = evaluate.run("toyset", runs, tmp_path / "all", grid(lr=0.05), all_runs=True)   # the runs as trained
+    assert every["configs"][0]["name"] == "toy-toy_lpe"
+
+
 def test_check_refuses_what_the_run_would_and_says_what_it_would_reuse_or_replace(tmp_path, toy_registry,
                                                                                  monkeypatch, capfd):
     import dataclasses

@@ -31,6 +31,38 @@ def samples_manifest(dataset: str, samples_dir: Path) -> dict:
     return manifest
 
 
+def resolve_config(dataset: str, manifest: dict, params: Params, model: Optional[str], encoding: Optional[str],
+                   preset: Optional[str] = None, overrides: Optional[list[str]] = None, machine: bool = True):
+    """What `seqpe train DATASET --model M --encoding E` trains with on samples of `manifest`: (task, params with
+    the run's options, model spec, encoding name, TrainParams as run.json records them, the preset applied, the
+    preset resolved). `seqpe evaluate` calls it too, to check that a grid's runs were trained as params.yaml
+    says now, with `machine` False: ce_impl / precision / threads `auto` are left as `auto`, not what they
+    pick on this machine."""
+    from models import MODELS
+
+    kind = setup.task_of(manifest)
+    explicit = presets.explicit_train_keys(overrides)
+    params = dataclasses.replace(params, train=params.train_for(kind, tuple(explicit)))   # study.<task>.train
+    spec = setup.pick_model(model, kind, params, MODELS)
+    setup.check_option_names(params, MODELS)
+    twin = _layout_twin(manifest) if kind == "ctr" else None
+    res = presets.resolve(spec.presets, preset, spec.name, dataset, twin)
+    enc_name = setup.pick_encoding(spec, encoding, kind, params, res.train.get("encoding"))
+    tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset, explicit, twin)
+    if kind == "ctr":
+        params = _ctr_settings(params, tp, spec, explicit, overrides)
+    tp = _drop_ignored(tp, spec, params, overrides)
+    params = _drop_unread_options(params, spec, overrides)
+    if kind != "ctr" and tp.heads and tp.dim is not None and tp.dim % tp.heads:   # CTR: models.ctr.layers (fields x dim)
+        raise ParamsError(f"train.dim ({tp.dim}) must be divisible by train.heads ({tp.heads}), which "
+                          f"'{spec.name}' splits it into", "change train.dim or train.heads")
+    if kind != "ctr" and machine:
+        tp = _resolve_auto(tp)
+    if machine and (tp.threads == "auto" or tp.threads == 0):     # the count auto / torch's default picks here, in run.json and
+        tp = dataclasses.replace(tp, threads=threads.resolve(tp.threads))   # the fingerprint (walk 37b D3, 38a D7)
+    return kind, params, spec, enc_name, tp, applied, res
+
+
 def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, model: Optional[str] = None,
         encoding: Optional[str] = None, seeds: Optional[list[int]] = None, preset: Optional[str] = None,
         progress: bool = True, overrides: Optional[list[str]] = None, tag: Optional[str] = None,
@@ -49,26 +81,9 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
 
     setup.check_tag(tag)
     manifest = samples_manifest(dataset, Path(samples_dir))
-    kind = setup.task_of(manifest)
+    kind, params, spec, enc_name, tp, applied, res = resolve_config(dataset, manifest, params, model, encoding,
+                                                                    preset, overrides)
     explicit = presets.explicit_train_keys(overrides)
-    params = dataclasses.replace(params, train=params.train_for(kind, tuple(explicit)))   # study.<task>.train
-    spec = setup.pick_model(model, kind, params, MODELS)
-    setup.check_option_names(params, MODELS)
-    twin = _layout_twin(manifest) if kind == "ctr" else None
-    res = presets.resolve(spec.presets, preset, spec.name, dataset, twin)
-    enc_name = setup.pick_encoding(spec, encoding, kind, params, res.train.get("encoding"))
-    tp, params, applied = setup.resolve_run(params, spec, preset, spec.name, enc_name, dataset, explicit, twin)
-    if kind == "ctr":
-        params = _ctr_settings(params, tp, spec, explicit, overrides)
-    tp = _drop_ignored(tp, spec, params, overrides)
-    params = _drop_unread_options(params, spec, overrides)
-    if kind != "ctr" and tp.heads and tp.dim is not None and tp.dim % tp.heads:   # CTR: models.ctr.layers (fields x dim)
-        raise ParamsError(f"train.dim ({tp.dim}) must be divisible by train.heads ({tp.heads}), which "
-                          f"'{spec.name}' splits it into", "change train.dim or train.heads")
-    if kind != "ctr":
-        tp = _resolve_auto(tp)
-    if tp.threads == "auto" or tp.threads == 0:     # the count auto / torch's default picks here, in run.json and
-        tp = dataclasses.replace(tp, threads=threads.resolve(tp.threads))   # the fingerprint (walk 37b D3, 38a D7)
     if tp.objective == "sequence" and not spec.causal:
         causal = sorted(n for n, sp in MODELS.items() if sp.causal)
         raise ParamsError(f"train.objective sequence needs a causal backbone, and '{spec.name}' is not one",
