@@ -291,3 +291,18 @@ def test_a_ctr_import_under_its_own_name_gets_its_layouts_preset_variant():
     assert _layout_twin({"params": {"preprocess": {"options": OPTIONS["amazon_electronics"]}}}) == "amazon_electronics"
     assert _layout_twin({"params": {"preprocess": {"options": {"valid": "tail"}}}}) is None
     assert _layout_twin({}) is None
+
+
+def test_the_paper_preset_gives_cape_the_width_001_found_best_for_each_backbone():
+    """001 §5.4.2: CAPE's position width is 16 with DIN and 64 with SASRec (walk 39b #1: sasrec_ctr ran at 16)."""
+    from pipeline.params import Params
+    from pipeline.train.stage import resolve_config
+    manifest = {"protocol": "ctr"}
+    widths = {}
+    for model in ("din", "sasrec_ctr"):
+        _, p, _, _, tp, applied, _ = resolve_config("amazon_electronics", manifest, Params(), model, "cape", "paper")
+        widths[model] = p.encodings.get("cape", {}).get("pos_dim", 16)
+        assert applied.name == "paper" and tp.dim == 64
+    assert widths == {"din": 16, "sasrec_ctr": 64}
+    _, p, _, _, tp, _, _ = resolve_config("amazon_electronics", manifest, Params(), "sasrec_ctr", "rope", "paper")
+    assert tp.encoding == "rope" and p.encodings.get("rope") == {}      # what a rope run records: no cape width

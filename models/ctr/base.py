@@ -115,12 +115,15 @@ def encoding_choice(encoding: Union[EncodingChoice, str, None]) -> EncodingChoic
                     f"not {type(encoding).__name__}")
 
 
-def paper_preset(train: Optional[dict] = None, models: Optional[dict] = None) -> dict:
+def paper_preset(train: Optional[dict] = None, models: Optional[dict] = None,
+                 encodings: Optional[dict] = None) -> dict:
     """CAPE's settings (001 §5.1.5) as a `presets["paper"]` entry (pipeline/presets.py format):
     64-wide field embeddings, context 100, Adam (the trainer's optimiser), early stopping with
     patience 3 on AUC (001 reports "the result with best AUC"); lr 5e-4 / batch 1024 on
     AmazonElectronics, lr 1e-3 / batch 4096 on KuaiVideo. 001 gives no epoch budget: 100, as
-    the BARS configs, with early stopping ending the run. `train` / `models` add a backbone's own."""
+    the BARS configs, with early stopping ending the run. `train` / `models` / `encodings` add a
+    backbone's own (CAPE's position width: 001 §5.4.2 names the best of its grid, 16 with DIN and 64
+    with SASRec; the other backbones keep the default 16, 001 naming none for them)."""
     base = {"dim": 64, "max_len": 100, "patience": 3, "epochs": 100, "select_metric": "auc",
             "lr": 5e-4, "batch_size": 1024, **(train or {})}
     preset: dict[str, Any] = {"train": base,
@@ -129,6 +132,8 @@ def paper_preset(train: Optional[dict] = None, models: Optional[dict] = None) ->
                                            "kuaivideo": {"train": {"lr": 1e-3, "batch_size": 4096}}}}
     if models:
         preset["models"] = models
+    if encodings:
+        preset["encodings"] = encodings
     return preset
 
 

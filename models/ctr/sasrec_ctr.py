@@ -88,7 +88,8 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
                      dropout=train.dropout, cfg=cfg, encoding=encoding_choice(encoding))
 
 
-# 001 §5.1.5; two blocks (SASRec's default).
+# 001 §5.1.5; two blocks (SASRec's default); CAPE 64 wide, the best of 001's grid with SASRec (§5.4.2).
 register_model(ModelSpec(name="sasrec_ctr", build=build, task="ctr", paper="Kang & McAuley, ICDM 2018 (SASRec)",
                          description="causal self-attention blocks, then target attention; CTR head",
-                         presets={"paper": paper_preset(train={"layers": 2})}), options=SASRecCTRConfig)
+                         presets={"paper": paper_preset(train={"layers": 2}, encodings={"cape": {"pos_dim": 64}})}),
+               options=SASRecCTRConfig)
