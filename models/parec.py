@@ -98,11 +98,12 @@ def _builder(name: str, default_encoding: str):
 # 003 §4.2: 2 blocks, Adam, cross-entropy over all items, FPARec rank k = 40 (pipeline/REFERENCE.md §6),
 # each user's sequence read once with a prediction at every position (Eq. 11: objective sequence,
 # leave-one-out data). max_len 50 is the Amazon (Beauty, Sports, Toys) setting, from 003's range {50, 100,
-# 200}; on ML-1m 003 searched {50, 200, 500} and quotes its ML-1m results at 200 (§4.5: FPARec HR@10
-# 0.2351, PARec 0.2243; Fig. 3), the ML-1m variant below (as SASRec's preset).
+# 200}; on ML-1m 003 searched {50, 200, 500}, and its Table 3 row (FPARec HR@10 0.2419, NDCG@10 0.1232) is
+# Table 5's k = 40 row, "fixed at 500", and Table 6's 2-block row: the ML-1m variant below is 500. At 200
+# 003 quotes FPARec 0.2351 and PARec 0.2243 (§4.7, Fig. 3): `--set train.max_len=200` for those.
 _PAPER = {"epochs": 200, "layers": 2, "heads": 1, "dim": 64, "lr": 1e-3, "dropout": 0.2, "max_len": 50,
           "loss": "ce", "patience": 10, "objective": "sequence"}
-_VARIANTS = {"ml_1m": {"train": {"max_len": 200}}, "movielens": {"train": {"max_len": 200}}}
+_VARIANTS = {"ml_1m": {"train": {"max_len": 500}}, "movielens": {"train": {"max_len": 500}}}
 
 register_model(ModelSpec("parec", _builder("parec", "parec"), "PARec: learned positional attention (values only)",
                          "003 Eq. 6", uses_encoding=True, causal=True, encoding="parec",

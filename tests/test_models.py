@@ -324,6 +324,9 @@ def test_paper_presets_carry_the_papers_model_and_encoding_options():
     sas = {ds: resolve(MODELS["sasrec"].presets, "paper", "sasrec", ds).train for ds in ("beauty", "ml_1m")}
     assert sas["beauty"]["dropout"] == 0.5 and sas["beauty"]["max_len"] == 50 and sas["beauty"]["dim"] == 50
     assert sas["ml_1m"]["dropout"] == 0.2 and sas["ml_1m"]["max_len"] == 200 and sas["ml_1m"]["encoding"] == "lrpe"
+    for name in ("parec", "fparec"):     # 003 Table 3's ML-1m row is Table 5's "fixed at 500" (walk 39b #2)
+        assert resolve(MODELS[name].presets, "paper", name, "ml_1m").train["max_len"] == 500
+        assert resolve(MODELS[name].presets, "paper", name, "beauty").train["max_len"] == 50
 
 
 def test_positional_attention_layer_has_table_1_parameter_count():
