@@ -25,7 +25,8 @@
 #   carca   the preset: d 90, 3 blocks, 1 head, batch 128, max_len 75, every prefix a sample, l2 1e-4 on
 #           the id table, residual cross-attention. cpu: lr 1e-3, dropout 0.2, 3 epochs, no early
 #           stopping (~70 min as two queues; not converged). gpu: the preset's lr 1e-4, dropout 0.5 and
-#           1,801 epochs (CARCA's Beauty schedule: long; add e.g. EXTRA="--set train.patience=20").
+#           1,801 epochs (CARCA's Beauty schedule: long; add e.g. EXTRA="--set train.patience=20"), with
+#           `--preset study`: 004's reading of CARCA's l2 1e-4 as a 1e-4 bound on the id rows' norm (nmax).
 # Variables: DATA (required: the folder holding amazon-s3rec/Beauty.txt; not read once OUT has the
 # imported samples), OUT (default /tmp/stability; never inside the repo; absent, or made by an earlier run
 # of this script, which marks it with OUT/.bench_stability: any other existing folder is refused; a
@@ -55,7 +56,9 @@ if [ "$PROFILE" = cpu ]; then           # what ran on CPU: the +Con variants did
 else                                     # every study encoding of 004 Table 6 (and None)
   words ENCODINGS "none abs abs_con learnt learnt_con rotatory rotatory_con rope rope_one rmha"
 fi
-args=(--model "$MODEL" --preset paper --set train.loss=bce --set train.threads=1
+PRESET=paper
+[ "$PROFILE/$MODEL" = gpu/carca ] && PRESET=study     # 004's port: nmax 1e-4 for the L2 term (models/carca.py)
+args=(--model "$MODEL" --preset "$PRESET" --set train.loss=bce --set train.threads=1
       --set evaluate.candidates=100 --set evaluate.mask_history=true --params "$PWD/params.yaml" --quiet)
 case $PROFILE/$MODEL in
   cpu/sasrec) args+=(--set train.lr=0.005 --set train.dropout=0.2 --set train.epochs=5 --set train.patience=0) ;;

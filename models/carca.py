@@ -319,20 +319,26 @@ def build(*, n_items: int, max_len: int, train, options: Optional[dict] = None,
 # excluded): that protocol is evaluate.candidates with evaluate.mask_history: true, never a preset's.
 _BASE = {"encoding": "none", "layers": 3, "dim": 90, "heads": 1, "dropout": 0.5, "lr": 1e-4, "batch_size": 128,
          "max_len": 75, "epochs": 1801, "patience": 0, "objective": "prefixes"}
-_PRESETS = {"paper": {
-    "train": _BASE,
-    "models": {"carca": {"residual": True, "l2_emb": 1e-4}},
-    "datasets": {
-        "beauty": {},
-        # Games: seqpe's carca_games, Amazon's Video_Games; not a bare "games" (S3-Rec's Toys_and_Games)
-        **{name: {"train": {"heads": 3, "max_len": 50, "epochs": 801}, "models": {"carca": {"l2_emb": 0.0}}}
-           for name in ("carca_games", "video_games")},
-        "men": {"train": {"heads": 3, "dim": 390, "dropout": 0.3, "lr": 6e-6, "max_len": 35, "epochs": 801},
+_DATASETS = {
+    "beauty": {},
+    # Games: seqpe's carca_games, Amazon's Video_Games; not a bare "games" (S3-Rec's Toys_and_Games)
+    **{name: {"train": {"heads": 3, "max_len": 50, "epochs": 801}, "models": {"carca": {"l2_emb": 0.0}}}
+       for name in ("carca_games", "video_games")},
+    "men": {"train": {"heads": 3, "dim": 390, "dropout": 0.3, "lr": 6e-6, "max_len": 35, "epochs": 801},
+            "models": {"carca": {"residual": False}}},
+    "fashion": {"train": {"heads": 3, "dim": 390, "dropout": 0.3, "lr": 1e-5, "max_len": 35, "epochs": 801,
+                          "batch_size": 100},
                 "models": {"carca": {"residual": False}}},
-        "fashion": {"train": {"heads": 3, "dim": 390, "dropout": 0.3, "lr": 1e-5, "max_len": 35, "epochs": 801,
-                              "batch_size": 100},
-                    "models": {"carca": {"residual": False}}},
-    }}}
+}
+# `study`: 004's port of the same settings, which reads CARCA's "L2 reg. weight" as an upper bound on the
+# embedding rows' norm (Table 11's note; nmax 1e-4, none on Games: "the default values" of its main tables,
+# A.4 and §5) instead of an L2 term in the loss.
+_STUDY_DATASETS = {name: {**variant, "models": {"carca": {**variant.get("models", {}).get("carca", {}),
+                                                          **({"max_norm": 0.0} if "games" in name else {})}}}
+                   for name, variant in _DATASETS.items()}
+_PRESETS = {"paper": {"train": _BASE, "models": {"carca": {"residual": True, "l2_emb": 1e-4}}, "datasets": _DATASETS},
+            "study": {"train": _BASE, "models": {"carca": {"residual": True, "l2_emb": 0.0, "max_norm": 1e-4}},
+                      "datasets": _STUDY_DATASETS}}
 
 register_model(ModelSpec(name="carca", build=build, paper="Rashed, Elsayed & Schmidt-Thieme, RecSys 2022 (004 §4.2)",
                          description="context- and attribute-aware self-attention + cross-attention scoring; "
