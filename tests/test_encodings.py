@@ -541,3 +541,16 @@ def test_inspect_refuses_a_ctr_run_and_an_out_folder_inside_a_stages_folder(tmp_
     with pytest.raises(DataError, match="fig is inside .*samples, which holds mine's samples"):
         inspect("spe", [3], samples / "fig", dim=8)
     assert not (samples / "fig").exists() and not (tmp_path / "fig").exists()
+
+
+def test_rotary_rotates_a_float64_input_by_exact_angles():
+    """Walk 39b #5: the angles were rounded to float32 whatever the input, 2.7e-6 off at position 199."""
+    from models.encodings.rotary import apply_rotary, rotary_angles
+    pos = torch.arange(200.)[None]
+    x = torch.randn(1, 200, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    ang = pos.double()[..., None] * 10000 ** (-2 * torch.arange(32, dtype=torch.float64) / 64)
+    a, b = x[..., 0::2], x[..., 1::2]
+    exact = torch.stack((a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()), -1).flatten(-2)
+    assert torch.allclose(apply_rotary(x, rotary_angles(pos, 64)), exact, rtol=0, atol=1e-12)
+    x32 = x.float()                                            # float32 as before: angles rounded to float32
+    assert apply_rotary(x32, rotary_angles(pos, 64)).dtype == torch.float32

@@ -19,7 +19,8 @@ def sinusoid(positions: torch.Tensor, n: int, d_ref: int, base: float = 10000.0)
     """000 Eq. 1: P[2i] = sin(pos / base^(2i/d_ref)), P[2i+1] = cos(...); (...) -> (..., n).
 
     `d_ref` is the d of the frequency f(i) (000 Eq. 5 keeps the full d for each half;
-    Eq. 24 uses 10000^(4i/d), i.e. d_ref = d/2). An odd n drops the last cosine.
+    Eq. 24 uses 10000^(4i/d), i.e. d_ref = d/2). An odd n drops the last cosine. Computed in float64, returned
+    in float32 (the encodings' `table`s are float32, which a float64 model adds as such: within ~1e-7).
     """
     pairs = (n + 1) // 2
     i = torch.arange(pairs, device=positions.device, dtype=torch.float64)

@@ -17,10 +17,11 @@ from .base import PositionalEncoding, Positions, query_positions
 
 
 def rotary_angles(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
-    """(...) positions -> (..., dim // 2) angles pos * base^(-2i/dim)."""
+    """(...) positions -> (..., dim // 2) angles pos * base^(-2i/dim), in float64 (apply_rotary rounds them to
+    the wider of float32 and its input's dtype: a float64 model rotates by exact angles, walk 39b #5)."""
     i = torch.arange(dim // 2, device=positions.device, dtype=torch.float64)
     inv_freq = base ** (-2.0 * i / dim)                                      # (dim/2,)
-    return (positions.to(torch.float64)[..., None] * inv_freq).to(torch.float32)  # (..., dim/2)
+    return positions.to(torch.float64)[..., None] * inv_freq                # (..., dim/2)
 
 
 def apply_rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
@@ -31,6 +32,7 @@ def apply_rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
     n = 2 * angles.size(-1)
     pairs = x[..., :n].unflatten(-1, (-1, 2))                               # (..., dim/2, 2)
     a, b = pairs[..., 0], pairs[..., 1]                                     # (..., dim/2)
+    angles = angles.to(torch.promote_types(x.dtype, torch.float32))       # float32, float64 for a float64 x
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     rotated = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)  # (..., n)
     return torch.cat((rotated, x[..., n:]), dim=-1)
