@@ -38,7 +38,11 @@ self-attention query i plays the target, 001: "can be easily extended to self-at
 With every gate 1, p_j = (keys from j to the target): plain relative positions (001, remark after
 Eq. 2), so neither forward- nor backward-aware (000 Cor. 3.5). CoPE is the same machinery with
 similarity gates g = sigmoid(q.k / sqrt(E)) and z[p] = q . e[p] per head (its positions share the
-head size, 001 §5.1.1: "the dimension of position embedding is same as item embedding").
+head size, 001 §5.1.1: "the dimension of position embedding is same as item embedding"). The gates
+divide by sqrt(E) as CoPE's published code does (facebookresearch/RAM, projects/cope: sigmoid of the
+gate logits over sqrt(head_dim)), though its paper writes sigmoid(q.k) (walk 39b #4 checked). z is added
+to the already scaled logits, the code's `--cope-nodiv`; its default divides q.k + z by sqrt(E)
+together, which differs only by the scale of the learnt e (a reparametrisation).
 """
 from __future__ import annotations
 
