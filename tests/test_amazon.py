@@ -156,6 +156,17 @@ def test_csv_wrong_columns_and_non_numeric(tmp_path):
         "`amazon_electronics`" in error_of("beauty", tmp_path / "e")
     write_csv(tmp_path / "f" / "ratings_Beauty.csv", "A1,B1,five,100\n")
     assert "line 1: rating 'five' is not a number" in error_of("beauty", tmp_path / "f")   # a value, not a header
+    write_csv(tmp_path / "g" / "ratings_Beauty.csv", "A1,B1,5.0,100\r\n\r\nA1,B2,4.0,x\r\n\r\n")
+    assert "line 3: timestamp 'x' is not a number" in error_of("beauty", tmp_path / "g")    # numbered as in the file
+
+
+def test_blank_lines_in_the_ratings_csv_are_skipped(tmp_path):
+    """Walk 39a #2: a trailing blank line (CRLF or LF) was "rating None is not a number ... no header line"."""
+    from pipeline.datasets.amazon import read_ratings_csv
+    write_csv(tmp_path / "a" / "ratings_Beauty.csv", "A1,B1,5.0,100\r\nA1,B2,4.0,101\r\n\r\n")
+    write_csv(tmp_path / "b" / "ratings_Beauty.csv", "A1,B1,5.0,100\n\nA1,B2,4.0,101\n\n")
+    a, b = (read_ratings_csv(tmp_path / d / "ratings_Beauty.csv") for d in "ab")
+    assert a.equals(b) and a["item"].to_list() == ["B1", "B2"] and a["timestamp"].to_list() == [100, 101]
 
 
 def test_missing_file(tmp_path):

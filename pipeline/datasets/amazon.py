@@ -103,7 +103,7 @@ def read_reviews_json(path: Path) -> pl.DataFrame:
 
 
 def read_ratings_csv(path: Path) -> pl.DataFrame:
-    """`user,item,rating,timestamp` CSV without header -> the same columns, file order."""
+    """`user,item,rating,timestamp` CSV without header -> the same columns, file order; blank lines skipped."""
     sniff.require_text(path)
     try:
         raw = pl.read_csv(path, has_header=False, infer_schema=False, quote_char='"', raise_if_empty=False)
@@ -115,6 +115,8 @@ def read_ratings_csv(path: Path) -> pl.DataFrame:
                         f"({','.join(CSV_COLUMNS)}, no header)",
                         f"use the ratings-only file `ratings_<Category>.csv`; {FIX_DOWNLOAD}")
     df = raw.rename(dict(zip(raw.columns, CSV_COLUMNS))).with_row_index("lineno", offset=1)
+    blank = pl.all_horizontal(pl.col(c).is_null() | (pl.col(c).str.strip_chars() == "") for c in CSV_COLUMNS)
+    df = df.filter(~blank)             # a blank line (a trailing "\r\n\r\n") was "rating None is not a number"
     for col, dtype in (("rating", pl.Float64), ("timestamp", pl.Int64)):
         parsed = pl.col(col).str.strip_chars().cast(dtype, strict=False)
         bad = df.filter(parsed.is_null())
