@@ -266,7 +266,8 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
         layout = ctr_vocab.Layout.from_manifest(sessions_manifest, dataset)
         counted = ctr_vocab.COUNTED_ON[params.augment.ctr_vocab]
         files = [f for split in counted for f in _split_files(src, sessions_manifest, split)]
-        ctr = (layout, ctr_vocab.fit(files, layout), {s: ctr_vocab.Tally() for s in io.SPLITS}, counted)
+        cut = ctr_vocab.overflow_counts(src, sessions_manifest, counted)
+        ctr = (layout, ctr_vocab.fit(files, layout, cut), {s: ctr_vocab.Tally() for s in io.SPLITS}, counted)
     with io.atomic_dir(dst) as tmp:
         for split in io.SPLITS:
             mode = modes.get(split)

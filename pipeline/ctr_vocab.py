@@ -6,7 +6,10 @@ KuaiVideo_x1). seqpe applies the same rule, exactly:
 
 1. Each column is counted on its own, over the rows of the published train.csv (test never
    counts): a scalar column counts each row's id, a sequence column counts every token of every
-   row (as preprocess stored it: the most recent `max_history` ids). Which rows is
+   row, the whole raw history as FuxiCTR's `count_tokens` does (it cuts to max_len only when it
+   encodes a row): the most recent `max_history` ids preprocess stored plus the older ones it cut,
+   counted in the sessions' history_overflow.parquet (walk 39a #1; sessions preprocessed before it
+   existed count the stored ids only). Which rows is
    `augment.ctr_vocab`:
    - "train_file" (default): train + valid, i.e. the whole train.csv, since seqpe's valid is
      carved out of it (pipeline.protocols.ctr). BARS fits its vocabularies on the whole train.csv
@@ -156,13 +159,29 @@ def _counts(files: list[Path], column: str) -> pl.DataFrame:
     return pl.concat(frames).group_by("key").agg(pl.col("count").sum()).sort("key")
 
 
-def fit(files: list[Path], layout: Layout) -> dict[str, Vocab]:
-    """The vocabularies of every table, counted on `files` (the shards of the splits counted) by the module's rule."""
+def overflow_counts(src: Path, sessions_manifest: dict, counted: tuple[str, ...]) -> pl.DataFrame | None:
+    """(column, key, count) of the history tokens preprocess cut off the rows of the `counted` splits, from the
+    sessions folder's history_overflow.parquet; None where the sessions have none (older than the file)."""
+    from .protocols.ctr import OVERFLOW_FILE
+    if not any(e.get("path") == OVERFLOW_FILE for e in sessions_manifest.get("shards", [])):
+        return None
+    return (pl.read_parquet(Path(src) / OVERFLOW_FILE).filter(pl.col("split").is_in(list(counted)))
+              .group_by("column", "key").agg(pl.col("count").sum()))
+
+
+def fit(files: list[Path], layout: Layout, cut: pl.DataFrame | None = None) -> dict[str, Vocab]:
+    """The vocabularies of every table, counted on `files` (the shards of the splits counted) by the module's
+    rule, plus `cut` (overflow_counts: the history tokens preprocess cut off those rows)."""
     vocabs = {}
     for table, columns in layout.tables().items():
         merged = None
         for col in columns:
-            c = _counts(files, col).rename({"count": f"count_{col}"})
+            c = _counts(files, col)
+            if cut is not None:
+                extra = cut.filter(pl.col("column") == col).select("key", "count")
+                if extra.height:
+                    c = pl.concat([c, extra]).group_by("key").agg(pl.col("count").sum()).sort("key")
+            c = c.rename({"count": f"count_{col}"})
             merged = c if merged is None else merged.join(c, on="key", how="full", coalesce=True)
         merged = merged.with_columns(pl.exclude("key").fill_null(0))
         kept = (merged.filter(pl.any_horizontal(pl.exclude("key") >= layout.min_count)).sort("key")

@@ -3,13 +3,16 @@ BARS benchmark's layout get the very samples `seqpe preprocess` + `seqpe augment
 files (same protocol, options and vocabulary), under their own name, and train and evaluate."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 import yaml
 
@@ -216,3 +219,41 @@ def test_ones_own_compressed_or_empty_csvs_and_a_valid_split_of_nothing_get_fixe
         formats.import_dataset("mine", raw, "auto", *out, load_params(ROOT / "params.yaml",
                                                                       ["preprocess.valid_fraction=0.000001"]))
     assert not any(path.exists() for path in out)
+
+
+def test_the_vocabularies_count_the_history_tokens_max_history_cuts_as_bars_does(tmp_path):
+    """Walk 39a #1: FuxiCTR counts every token of a raw history and cuts to max_len only when encoding, so an
+    item seen 6 times in the cut part and 5 in the kept part passes KuaiVideo's min count 10. seqpe counted the
+    kept part only and sent it to OOV. The vocabularies must not depend on where preprocess cuts."""
+    rng = random.Random(4)
+    raw = tmp_path / "kv"
+    raw.mkdir()
+    header = "timestamp,user_id,item_id,is_click,is_like,is_follow,pos_items,neg_items\n"
+    common = list(range(100, 112))
+    train = []
+    for r in range(60):
+        hist = [rng.choice(common) for _ in range(12)]
+        if r < 6:
+            hist[2] = 7                  # in the part max_history 5 cuts off
+        elif r < 11:
+            hist[-1] = 7                 # in the kept part
+        neg = [rng.choice(common) for _ in range(3)]
+        train.append(f"{1000 + r},{r % 7},{rng.choice(common)},{r % 2},0,0,{'^'.join(map(str, hist))},"
+                     f"{'^'.join(map(str, neg))}\n")
+    test = [f"{2000 + r},{r % 7},{rng.choice(common + [7])},{r % 2},0,0,7^{common[r % 12]},\n" for r in range(10)]
+    (raw / "train.csv").write_text(header + "".join(train))
+    (raw / "test.csv").write_text(header + "".join(test))
+    vocab = {}
+    for cut in (5, 0, 12):
+        p = Params()
+        p = dataclasses.replace(p, preprocess=dataclasses.replace(p.preprocess, max_history=cut),
+                                augment=dataclasses.replace(p.augment, ctr_vocab="train_file"))
+        formats.import_dataset("mykv", raw, "kuaivideo_x1", tmp_path / f"s{cut}", tmp_path / f"a{cut}", p)
+        vocab[cut] = pl.read_parquet(tmp_path / f"a{cut}" / "vocab" / "item.parquet")
+    assert vocab[5].filter(pl.col("raw_id") == 7)["count_hist_items"].to_list() == [11]     # 6 cut + 5 kept
+    assert vocab[5].equals(vocab[0]) and vocab[0].equals(vocab[12])          # the same whatever the cut
+    overflow = pl.read_parquet(tmp_path / "s5" / "history_overflow.parquet")
+    assert overflow.filter((pl.col("key") == 8) & (pl.col("column") == "hist_items"))["count"].sum() == 6
+    assert pl.read_parquet(tmp_path / "s0" / "history_overflow.parquet").height == 0        # nothing cut
+    kept = pl.read_parquet(tmp_path / "a5" / "test" / "part-00000.parquet")["hist_items"].list.first()
+    assert kept.ne(1).all()              # item 7 (sessions id 8) has its own row in test, not OOV

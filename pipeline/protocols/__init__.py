@@ -14,7 +14,7 @@ import contextlib
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import polars as pl
 
@@ -43,6 +43,9 @@ class ProtocolResult:
              (item_id Int32, features Array(Float32, A)) written next to items.parquet, and "context"
              (the names of the C per-interaction features; every split then has a `context` column
              List(Array(Float32, C)) aligned with `items`).
+    overflow CTR only: the history tokens that preprocess.max_history cut off the train and valid rows,
+             counted (split String, column String, key Int64 (sessions id), count Int64), for the
+             vocabularies, which BARS fits on whole histories (pipeline/ctr_vocab.py); None elsewhere.
     """
     splits: dict[str, pl.DataFrame]
     items: pl.DataFrame
@@ -51,6 +54,7 @@ class ProtocolResult:
     augment: dict[str, str]
     extra: dict[str, Any] = field(default_factory=dict)
     side: dict[str, Any] = field(default_factory=dict)
+    overflow: Optional[pl.DataFrame] = None
 
 
 def step(name: str, sessions: int | None, clicks: int | None, items: int | None, rows: int | None = None) -> dict:

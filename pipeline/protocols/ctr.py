@@ -26,6 +26,9 @@ embeddings), so new id = raw id + 1 and 0 stays padding. hist_cates shares the c
 every other hist_* shares the item ids. Splits are LazyFrames: `pipeline.preprocess` streams
 them into shards, so KuaiVideo's 13.7M rows never sit in memory at once.
 
+The tokens the cut drops from train.csv's rows (train and valid) are counted into
+`history_overflow.parquet` (`overflow`): BARS fits its vocabularies on whole histories.
+
 These sessions ids are not yet embedding rows: the augment stage counts the train split and maps
 every id through the dataset's BARS vocabularies (min count, 0 padding, 1 out-of-vocabulary;
 `pipeline.ctr_vocab`, layout in `pipeline.datasets.ctr.OPTIONS`, recorded here in the sessions
@@ -92,6 +95,34 @@ def samples(lf: pl.LazyFrame, max_history: int) -> pl.LazyFrame:
     return lf.select(cols)
 
 
+OVERFLOW_FILE = "history_overflow.parquet"     # in the sessions folder (pipeline/preprocess.py)
+
+
+def overflow(splits: dict[str, pl.LazyFrame], max_history: int) -> pl.DataFrame:
+    """The history tokens `parse_history` cuts off (all but the most recent `max_history`) in the rows of
+    `splits`, counted per (split, column, key): key is the sessions id (raw + 1). The vocabularies count them
+    (pipeline/ctr_vocab.py), as FuxiCTR's Tokenizer counts every token of the raw column and cuts each
+    sequence to its max_len only when encoding it (walk 39a #1: a KuaiVideo item seen 6 times in the cut
+    part and 5 times in the kept 100 missed min count 10). Only rows longer than max_history are parsed."""
+    frames = []
+    for split, lf in splits.items():
+        for col in hist_columns(lf.collect_schema()):
+            n = pl.col(col).str.count_matches("^", literal=True) + 1
+            cut = (lf.filter((pl.col(col) != "") & (n > max_history))
+                     .select(_id_lists(col, pl.Int64).alias("ids"))
+                     .select(pl.col("ids").list.head(pl.col("ids").list.len() - max_history))
+                     .explode("ids").drop_nulls()
+                     .group_by("ids").agg(pl.len().cast(pl.Int64).alias("count"))
+                     .select(pl.lit(split).alias("split"), pl.lit(col).alias("column"),
+                             (pl.col("ids") + 1).alias("key"), "count"))
+            frames.append(cut)
+    schema = {"split": pl.String, "column": pl.String, "key": pl.Int64, "count": pl.Int64}
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    out = pl.concat(pl.collect_all(frames, engine="streaming"))
+    return out.cast(schema).sort("split", "column", "key")
+
+
 _REQUIRED = ("label", "user", "item")
 
 
@@ -141,6 +172,9 @@ def _stats(lf: pl.LazyFrame, name: str, columns: Optional[dict] = None) -> dict:
     def length(c: str) -> pl.Expr:  # tokens in a '^' list; null or "" (no history, a missing field) 0
         return (pl.when(pl.col(c).is_null() | (pl.col(c) == "")).then(0)
                 .otherwise(pl.col(c).str.count_matches("^", literal=True) + 1))
+    if hists:                       # longer train.csv histories than max_history: their cut tokens count (build)
+        aggs.append(pl.max_horizontal([length(c).filter(train & ~blank).max() for c in hists])
+                    .alias("longest_train_history"))
     if item_lists and cate_lists:   # each history item's category at the same place: one list as long as the other
         apart = pl.any_horizontal([length(c) != length(item_lists[0]) for c in cate_lists]) & ~blank
         aggs.append(apart.sum().alias("hist_apart"))
@@ -249,6 +283,8 @@ def build(spec, raw_dir: Path, params, own_files: bool = False) -> ProtocolResul
     test_raw = lf.filter(pl.col("split") == "test")
     splits = {"train": samples(train_raw, max_history), "valid": samples(valid_raw, max_history),
               "test": samples(test_raw, max_history)}
+    longer = max_history > 0 and (stats.get("longest_train_history") or 0) > max_history
+    cut = overflow({"train": train_raw, "valid": valid_raw}, max_history) if longer else overflow({}, max_history)
     n_items = int(stats["max_item"]) + 1
     try:
         items = (lf.group_by("item").agg(pl.len().cast(pl.Int64).alias("count"))
@@ -262,7 +298,8 @@ def build(spec, raw_dir: Path, params, own_files: bool = False) -> ProtocolResul
         "n_cates": int(stats["max_cate"]) + 1 if "max_cate" in stats else 0,
         "columns": list(splits["train"].collect_schema()),
         "ids": "raw BARS id + 1 (0 = padding); user ids are raw",
-        "history_order": "oldest first, truncated to the most recent max_history",
+        "history_order": "oldest first, truncated to the most recent max_history (the tokens cut off train.csv's "
+                         "rows are counted in history_overflow.parquet, for the vocabularies)",
         "items_table": "target items with their target counts over all splits",
         "bars_rows": {"train": n_train, "test": n_test},
         **({"blank_lines_dropped": int(stats["blank"])} if stats["blank"] else {}),
@@ -277,4 +314,5 @@ def build(spec, raw_dir: Path, params, own_files: bool = False) -> ProtocolResul
         n_items=n_items,
         augment={"train": "rows", "valid": "rows", "test": "rows"},
         extra=extra,
+        overflow=cut,
     )
