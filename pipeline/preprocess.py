@@ -5,6 +5,7 @@ Writes, atomically (all or nothing), into `dst`:
     {train,valid,test}/part-NNNNN.parquet   sessions in protocol order (see the protocol module)
     items.parquet                           item_id Int32 (new id), raw_id String, count Int64
     item_features.parquet                   only for datasets with side information (pipeline/side.py)
+    users.parquet                           leave-one-out only: session_id Int64 (new user id), raw_id String
     history_overflow.parquet                CTR only: history tokens max_history cut off train.csv's rows,
                                             counted (pipeline/protocols/ctr.py `overflow`)
     manifest.json                           protocol, params, source hashes, step counts, shards
@@ -171,6 +172,9 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
             manifest["shards"] += io.write_split(tmp, split, df, rows_per_shard)
         io.write_parquet(tmp / "items.parquet", result.items)
         manifest["shards"].append(io.shard_entry(tmp, "items.parquet"))
+        if result.users is not None:      # leave-one-out: new user ids -> raw user ids
+            io.write_parquet(tmp / "users.parquet", result.users)
+            manifest["shards"].append(io.shard_entry(tmp, "users.parquet"))
         if result.overflow is not None:   # CTR: history tokens cut by max_history, for the vocabularies
             from .protocols.ctr import OVERFLOW_FILE
             io.write_parquet(tmp / OVERFLOW_FILE, result.overflow)

@@ -54,6 +54,7 @@ def test_k_core_rounds_reindex_and_splits():
     assert lists(result.splits["test"]) == [(1, [1, 2, 3]), (2, [1, 3, 2]), (3, [3, 1, 2])]
     assert lists(result.splits["valid"]) == [(1, [1, 2]), (2, [1, 3]), (3, [3, 1])]
     assert lists(result.splits["train"]) == [(1, [1]), (2, [1]), (3, [3])]
+    assert result.users.rows() == [(1, "alice"), (2, "bob"), (3, "carol")]     # users.parquet (walk 39a #4)
     assert result.augment == {"train": "shifted", "valid": "last", "test": "last"}
     assert result.extra["k_core_rounds"] == 4
     schema = result.splits["train"].schema
@@ -68,6 +69,7 @@ def test_numeric_ids_sort_numerically_and_small_k_drops_short_users():
     # user 9 -> 1, user 10 -> 2 (numeric order, not "10" < "9"); user 9: 7, 8 (tie @2: file order), 5
     assert lists(result.splits["test"]) == [(1, [1, 2, 3]), (2, [2, 1, 3])]
     assert result.items["raw_id"].to_list() == ["7", "8", "5"]
+    assert result.users.rows() == [(1, "9"), (2, "10")] and result.users.schema["raw_id"] == pl.String
 
 
 def test_k_core_that_empties_everything_is_a_data_error():

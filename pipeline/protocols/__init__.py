@@ -43,6 +43,8 @@ class ProtocolResult:
              (item_id Int32, features Array(Float32, A)) written next to items.parquet, and "context"
              (the names of the C per-interaction features; every split then has a `context` column
              List(Array(Float32, C)) aligned with `items`).
+    users    leave-one-out only: session_id Int64 (the new user id), raw_id String (the user's raw id),
+             sorted by session_id, written as users.parquet; None where session ids are the raw ones.
     overflow CTR only: the history tokens that preprocess.max_history cut off the train and valid rows,
              counted (split String, column String, key Int64 (sessions id), count Int64), for the
              vocabularies, which BARS fits on whole histories (pipeline/ctr_vocab.py); None elsewhere.
@@ -55,6 +57,7 @@ class ProtocolResult:
     extra: dict[str, Any] = field(default_factory=dict)
     side: dict[str, Any] = field(default_factory=dict)
     overflow: Optional[pl.DataFrame] = None
+    users: Optional[pl.DataFrame] = None
 
 
 def step(name: str, sessions: int | None, clicks: int | None, items: int | None, rows: int | None = None) -> dict:

@@ -22,6 +22,7 @@ Steps, in this order:
 4. Re-index. Users: 1..U in ascending raw-id order (numeric for ML-1m, lexicographic
    for Amazon). Items: 1..N in order of first appearance walking the users in new-id
    order, each user's interactions ordered by (timestamp, file order). 0 is padding.
+   users.parquet maps each new user id (session_id) back to its raw id, as items.parquet does items.
 5. Split per user (session_id = new user id, rows ordered by it): test = the full
    sequence, valid = sequence[:-1], train = sequence[:-2]. `augment` turns them into
    samples: train "shifted" (every next item, shifted targets), valid and test "last".
@@ -81,9 +82,11 @@ def sequences(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Re-index users and items (rules in the module docstring) and build per-user sequences.
 
     `df` has user and item (raw ids), i (item code), timestamp and row. Returns
-    (sequences: session_id Int64, items List(Int32); the items table).
+    (sequences: session_id Int64, items List(Int32); the items table; the users table: session_id Int64,
+    raw_id String, the raw user id of each new one, written as users.parquet).
     """
     users = df.select(pl.col("user").unique()).sort("user").with_row_index("session_id", offset=1)
+    user_table = users.select(pl.col("session_id").cast(pl.Int64), pl.col("user").cast(pl.String).alias("raw_id"))
     df = (df.join(users.with_columns(pl.col("session_id").cast(pl.Int64)), on="user", how="left")
             .sort(["session_id", "timestamp", "row"])
             .with_row_index("pos"))
@@ -93,7 +96,7 @@ def sequences(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                .sort("item_id"))
     seqs = (df.group_by("session_id", maintain_order=True)
               .agg(pl.col("item_id").alias("items")))
-    return seqs, items
+    return seqs, items, user_table
 
 
 def split(seqs: pl.DataFrame) -> dict[str, pl.DataFrame]:
@@ -126,10 +129,11 @@ def build(spec, raw_dir: Path, params) -> ProtocolResult:
             f"{spec.name}: the {k}-core filter left no interactions ({raw.height:,} read, "
             f"{len(rounds)} round(s))",
             "lower preprocess.k_core or check that the raw file is the full dataset")
-    seqs, items = sequences(df)
+    seqs, items, users = sequences(df)
     return ProtocolResult(
         splits=split(seqs),
         items=items,
+        users=users,
         steps=steps,
         n_items=items.height,
         augment={"train": "shifted", "valid": "last", "test": "last"},
