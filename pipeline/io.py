@@ -479,6 +479,11 @@ KINDS = ("raw", "sessions", "samples", "run", "report")
 _WHAT = {"raw": "raw data (source.json)", "sessions": "sessions (manifest.json)",
          "samples": "samples (manifest.json)", "run": "training run (run.json)",
          "report": "evaluation report (summary.json)"}
+def _a_what(kind: str) -> str:
+    """_WHAT[kind] with its article: "a training run (run.json)", "sessions (manifest.json)"."""
+    return {"run": "a ", "report": "an "}.get(kind, "") + _WHAT[kind]
+
+
 _MAKER = {"raw": "download", "sessions": "preprocess", "samples": "augment", "run": "train", "report": "evaluate"}
 
 
@@ -631,7 +636,7 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
         extra = _unlisted(dst, kind, allow)
         if extra:
             shown = ", ".join(extra[:3]) + (", ..." if len(extra) > 3 else "")
-            raise DataError(f"{dst} holds {_WHAT[kind]} and files seqpe did not write ({shown}); `seqpe "
+            raise DataError(f"{dst} holds {_a_what(kind)} and files seqpe did not write ({shown}); `seqpe "
                             f"{command or _MAKER[kind]}` replaces that folder whole, which would delete them",
                             f"move {shown} out of {dst}, then run the command again")
         return
@@ -674,8 +679,9 @@ def _unlisted(folder: Path, kind: str, allow: tuple[str, ...] = ()) -> list[str]
     elif kind == "run":
         from .train.runs import FILES
         listed = set(FILES)
-    else:                                                # a report's files are written one by one, never swept
-        return []
+    else:                   # a report folder: evaluate swaps it in whole (walk 39c #3: a user's notes.txt went)
+        from .evaluate import REPORT_FILES
+        listed = set(REPORT_FILES)
     return sorted(rel for path in folder.rglob("*") if not path.is_dir()
                   if (rel := path.relative_to(folder).as_posix()) not in listed and rel.split("/")[0] not in allow)
 
@@ -972,7 +978,7 @@ def _held(folder: Path) -> Optional[str]:
         return None
     kind, _ = _owner(folder)
     if kind is not None:
-        return ("a " if kind in ("run", "report") else "") + _WHAT[kind]
+        return _a_what(kind)
     if any(folder.glob("*/seed-*/run.json")):
         return "training runs (MODEL-ENCODING/seed-N/run.json)"
     return None

@@ -89,6 +89,28 @@ def test_output_is_deterministic(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
+def test_a_report_folder_holding_the_users_files_is_refused_not_swept(tmp_path):
+    """Walk 39c #3: evaluate swaps its folder in whole, and a user's notes.txt beside a report it had written
+    before went with the old folder, without a word."""
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        write_run(runs, "sasrec", "rope", seed, {"hr@10": 0.1 * seed})
+    rep = tmp_path / "rep"
+    stage.run("toyset", runs, rep, params())
+    (rep / "notes.txt").write_text("mine")
+    (rep / "mine").mkdir()
+    (rep / "mine" / "a.txt").write_text("x")
+    before = sorted(p.relative_to(rep).as_posix() for p in rep.rglob("*"))
+    with pytest.raises(DataError, match=r"holds an evaluation report \(summary.json\) and files seqpe did not write "
+                                        r"\(mine/a.txt, notes.txt\).*Fix: move mine/a.txt, notes.txt out of"):
+        stage.run("toyset", runs, rep, params())
+    assert sorted(p.relative_to(rep).as_posix() for p in rep.rglob("*")) == before
+    (rep / "notes.txt").unlink()
+    (rep / "mine" / "a.txt").unlink()
+    (rep / "mine").rmdir()
+    stage.run("toyset", runs, rep, params())                     # its own files alone: replaced as before
+
+
 def test_learning_curves_overlay_every_configuration(tmp_path):
     """curves.png: dvclive's files give one chart per seed and metric; evaluate overlays the configurations,
     the mean over the epochs every seed reached (early stopping ends seeds apart), a fitted baseline's level."""
