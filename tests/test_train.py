@@ -731,6 +731,30 @@ def test_plateau_schedule_decays_after_lr_step_epochs_without_improvement(tmp_pa
     assert record["best_epoch"] == 5
 
 
+def test_a_finished_seed_with_a_damaged_file_is_trained_again_not_reused(tmp_path, toy_registry, capfd):
+    """Walk 39c #1: a truncated checkpoint.pt (or test_samples.parquet of random bytes) was reused as finished, so
+    the fix every reader gave ("re-run `seqpe train`") looped back to the same broken file."""
+    samples = make_samples(tmp_path / "samples")
+    runs = tmp_path / "runs"
+    stage.run("toyset", samples, runs, params(epochs=2), progress=False)
+    run_dir = runs / "toy-toy_lpe" / "seed-1"
+    first = {name: (run_dir / name).read_bytes() for name in ("checkpoint.pt", "run.json", "test_samples.parquet")}
+    assert set(json.loads(first["run.json"])["sha256"]) == {"checkpoint.pt", "test_samples.parquet"}
+    for name, damage in (("checkpoint.pt", first["checkpoint.pt"][:1000]), ("test_samples.parquet", b"x" * 300)):
+        with open(run_dir / name, "r+b") as f:          # in place: the state root's hard link is damaged too
+            f.truncate(0)
+            f.write(damage)
+        capfd.readouterr()
+        [ok] = stage.run("toyset", samples, runs, params(epochs=2), progress=False, check=True)
+        assert ok["reused"] == [] and f"{run_dir / name} is damaged (not the bytes its run.json recorded): the " \
+            "seed would be trained again" in capfd.readouterr().err
+        stage.run("toyset", samples, runs, params(epochs=2), progress=False)
+        assert "the seed is trained again" in capfd.readouterr().err
+        assert {n: (run_dir / n).read_bytes() for n in first} == first          # the same bytes as the first time
+    [again] = stage.run("toyset", samples, runs, params(epochs=2), progress=False, check=True)
+    assert again["reused"] == [1]
+
+
 def test_evaluate_refuses_grid_runs_trained_with_other_settings_than_the_params_give(tmp_path, toy_registry):
     """Walk 38c #4: params.yaml edited without `dvc repro` (or a grid configuration trained by hand with --set)
     was reported under the grid's name as if it were the grid's."""

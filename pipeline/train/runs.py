@@ -33,12 +33,13 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Optional
 
 from ..errors import DataError
-from ..io import (atomic_dir, dumps_json, machine_locks, read_json, spelt_like, sweep_leftovers, unlink_unheld,
-                  write_bytes, write_json)
+from ..io import (atomic_dir, dumps_json, machine_locks, read_json, sha256_file, spelt_like, sweep_leftovers,
+                  unlink_unheld, write_bytes, write_json)
 from ..params import Params, TrainParams, to_dict
 from ..versions import code_versions
 
@@ -163,8 +164,9 @@ def save_run(run_dir: Path, net, record: dict, timing: dict, per_sample) -> None
     torch.save({"model": net.state_dict(), "config": config, "epoch": record["best_epoch"]}, buf)
     with atomic_dir(run_dir) as tmp:
         write_bytes(tmp / "checkpoint.pt", buf.getvalue())
-        write_bytes(tmp / "run.json", dumps_json(record).encode("utf-8"))
         write_parquet(tmp / "test_samples.parquet", per_sample)
+        sums = {name: sha256_file(tmp / name) for name in CHECKED}     # `finished` reuses only these bytes
+        write_bytes(tmp / "run.json", dumps_json({**record, "sha256": sums}).encode("utf-8"))
         write_json(tmp / "timing.json", timing)
     _copy_tree(run_dir, done_path(record["fingerprint"]))
     write_json(done_path(record["fingerprint"]) / CODE_JSON, code_versions())   # `seqpe state`: which code wrote it
@@ -174,16 +176,49 @@ def finished(run_dir: Path, fp: str, restore: bool = True) -> Optional[dict]:
     """The record of seed `fp` if it is already finished: in `run_dir` (a hand re-run, or a DVC output
     left in place), or in the state root (DVC deleted the output after a crash in a later seed), which
     is then put back in `run_dir` (unless `restore` is false: `train --check`). A run stopped by
-    train.time_limit is not finished."""
+    train.time_limit is not finished, nor one whose checkpoint.pt or test_samples.parquet is not the bytes its
+    run.json recorded (walk 39c #1: a damaged file was reused as finished, and every fix looped back to it)."""
+    damaged = None
     for where in (run_dir, done_path(fp)):
         rec = _record(where)
         if rec is not None and rec.get("fingerprint") == fp and rec.get("stopped") != "time_limit" \
                 and all((where / f).is_file() for f in FILES[:3]):
+            if (bad := _damaged(where, rec)) is not None:
+                damaged = damaged or where / bad
+                continue
             if where != run_dir and restore:
                 _copy_tree(where, run_dir, atomic=True)
             elif restore:                        # reused as it is: what a killed rerun left beside it goes too
                 sweep_leftovers(run_dir)         # (it stayed until the next write; walk 35c)
+            if damaged is not None:
+                _say_damaged(damaged, f"the run {'is' if restore else 'would be'} put back from its finished copy "
+                                      "in the state root")
             return rec
+    if damaged is not None:
+        _say_damaged(damaged, f"the seed {'is' if restore else 'would be'} trained again")
+    return None
+
+
+def _say_damaged(path: Path, then: str) -> None:
+    sys.stderr.write(f"note: {path} is damaged (not the bytes its run.json recorded): {then}\n")
+
+
+CHECKED = ("checkpoint.pt", "test_samples.parquet")    # run.json's "sha256": what `seqpe train` reuses and
+                                                        # evaluate / recommend read
+
+
+def _damaged(folder: Path, rec: dict) -> Optional[str]:
+    """The first of CHECKED in `folder` whose sha256 is not the one `rec` (its run.json) recorded, or None (also for
+    a run written before run.json kept them)."""
+    sums = rec.get("sha256")
+    if not isinstance(sums, dict):
+        return None
+    for name in CHECKED:
+        try:
+            if sha256_file(folder / name) != sums.get(name):
+                return name
+        except OSError:
+            return name
     return None
 
 
