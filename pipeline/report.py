@@ -85,7 +85,8 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
         for path in sorted(root.rglob("checkpoint.pt")):   # a run whose record was lost is not left out quietly
             if not (path.parent / "run.json").exists() and not hidden(path):
                 raise DataError(f"{path.parent} has a checkpoint but no run.json, so its seed cannot be reported",
-                                f"re-run `seqpe train` for that run, or remove {path.parent}")
+                                f"remove {path.parent} (then `seqpe train` trains that seed again: it does not "
+                                "replace a folder without its record)")
     return records
 
 

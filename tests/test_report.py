@@ -524,7 +524,8 @@ def test_a_run_whose_record_was_lost_is_an_error_not_a_missing_seed(tmp_path):
         write_run(tmp_path, "sasrec", "none", seed, {"hr@10": 0.5})
         (tmp_path / "sasrec-none" / f"seed-{seed}" / "checkpoint.pt").write_bytes(b"x")
     (tmp_path / "sasrec-none" / "seed-2" / "run.json").unlink()
-    with pytest.raises(DataError, match=r"seed-2 has a checkpoint but no run.json.*re-run `seqpe train`"):
+    with pytest.raises(DataError, match=r"seed-2 has a checkpoint but no run.json.*Fix: remove .*seed-2 \(then "
+                                        r"`seqpe train` trains that seed again"):
         report.find_runs([tmp_path])
     hidden = tmp_path / "sasrec-none" / ".tmp-seed-2"          # a run being written is not a lost one
     (tmp_path / "sasrec-none" / "seed-2").rename(hidden)
