@@ -436,6 +436,34 @@ def test_state_shows_a_damaged_resume_file_and_train_says_it_starts_afresh(tmp_p
     assert "starts afresh from epoch 1" in err
 
 
+@pytest.mark.parametrize("tamper, why", [
+    (lambda s: {}, "it has no model, optimizer, torch_rng, generator, loop, history, timing"),
+    (lambda s: {**s, "loop": {**s["loop"], "epoch": 7}}, "it is at epoch 7, and this run trains epochs 1 to 3"),
+    (lambda s: {**s, "model": {**s["model"], next(iter(s["model"])): torch.zeros(3, 3)}},
+     "its weights are not this model's"),
+    (lambda s: {k: v for k, v in s.items() if k != "optimizer"}, "it has no optimizer"),
+    (lambda s: {**s, "history": "abc"}, "its history is not one record per epoch"),
+    (lambda s: {**s, "generator": torch.zeros(3, dtype=torch.uint8)}, "RuntimeError restoring it"),
+])
+def test_a_resume_file_torch_reads_but_that_does_not_fit_the_run_starts_the_seed_afresh(tmp_path, toy_registry,
+                                                                                        capfd, tamper, why):
+    """Walk 39c #2: such a file was a traceback at every rerun (KeyError 'model', a size mismatch), wasted an
+    epoch (history a string), or was trained on as "epoch 7 of 2"; `seqpe state` kept listing it."""
+    samples = make_samples(tmp_path / "samples")
+    whole = stage.run("toyset", samples, tmp_path / "whole", params(seeds=(1,), epochs=3, patience=0),
+                      progress=False)
+    stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1,), epochs=3, patience=0, time_limit=1e-9),
+              progress=False)
+    [name] = state_files("resume")
+    path = run_files.state_root() / "resume" / name
+    torch.save(tamper(torch.load(path, weights_only=True)), path)
+    capfd.readouterr()
+    [res] = stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1,), epochs=3, patience=0), progress=False)
+    err = capfd.readouterr().err
+    assert f"its resume file {path} does not fit this run ({why}" in err and "starts afresh from epoch 1" in err
+    assert res["test"] == whole[0]["test"] and not path.exists()     # the uninterrupted run's result
+
+
 def test_state_skips_an_entry_that_goes_while_it_is_listed(tmp_path, toy_registry, monkeypatch):
     """A seed that finishes while `seqpe state` lists drops its resume file between the listing and the read:
     the entry is skipped (it used to end the command with "No such file or directory")."""

@@ -182,15 +182,15 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
     LAST_SAVED.clear()                                  # this seed's own, from its resume file or its epochs
     saved = _load_resume(resume_path, label if dist.main else None)
     if saved is not None:
-        net.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["optimizer"])
-        if sched is not None:
-            sched.load_state_dict(saved["scheduler"])
-        rng = saved["torch_rng"]
-        torch.set_rng_state(rng[dist.rank] if isinstance(rng, list) else rng)
-        generator.set_state(saved["generator"])
-        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+        try:
+            _restore(saved, net, opt, sched, generator, dist, tp)
+        except ValueError as e:          # a file torch reads that is not this run's state (walk 39c #2): it was a
+            resume_path.unlink(missing_ok=True)            # traceback at every rerun, or "epoch 7 of 2"
+            if dist.main:
+                sys.stderr.write(f"note: {label}: its resume file {resume_path} does not fit this run ({e}) and is "
+                                 "deleted; the seed starts afresh from epoch 1\n")
+            saved = None
+    if saved is not None:
         loop.update(saved["loop"])
         resumed = loop["epoch"]
         LAST_SAVED[:] = [label, resumed]
@@ -293,6 +293,68 @@ def _load_resume(path: Optional[Path], label: Optional[str] = None) -> Optional[
             sys.stderr.write(f"note: {label}: its resume file {path} was damaged (unreadable) and is deleted; the "
                              "seed starts afresh from epoch 1\n")
         return None
+
+
+_LOOP_KEYS = ("epoch", "best_epoch", "best_value", "best_state", "stale", "start_loss")
+
+
+def _restore(saved, net, opt, sched, generator, dist: Dist, tp: TrainParams) -> None:
+    """Put a resume file's weights, optimizer, scheduler and random streams into place, or raise ValueError saying
+    what does not fit, with nothing changed: the weights and optimizer slots are checked against the model's
+    shapes, the loop state against train.epochs, and what is applied anyway is put back on a failure."""
+    import copy
+    import torch
+    if not isinstance(saved, dict):
+        raise ValueError("it holds no training state")
+    missing = [k for k in ("model", "optimizer", "torch_rng", "generator", "loop", "history", "timing")
+               if k not in saved]
+    if missing:
+        raise ValueError(f"it has no {', '.join(missing)}")
+    loop = saved["loop"]
+    if not isinstance(loop, dict) or any(k not in loop for k in _LOOP_KEYS):
+        raise ValueError("its loop state is incomplete")
+    epoch = loop["epoch"]
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or not 1 <= epoch <= tp.epochs:
+        raise ValueError(f"it is at epoch {epoch!r}, and this run trains epochs 1 to {tp.epochs}")
+    for key in ("history", "timing"):
+        if not isinstance(saved[key], list) or len(saved[key]) != epoch or \
+                not all(isinstance(x, dict) for x in saved[key]):
+            raise ValueError(f"its {key} is not one record per epoch")
+    shapes = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    for what, state in (("weights", saved["model"]), ("best weights", loop["best_state"])):
+        if not isinstance(state, dict) or \
+                {k: tuple(getattr(v, "shape", (None,))) for k, v in state.items()} != shapes:
+            raise ValueError(f"its {what} are not this model's (names or shapes differ)")
+    params = [p for group in opt.param_groups for p in group["params"]]
+    kept = saved["optimizer"]
+    slots = kept.get("state") if isinstance(kept, dict) else None
+    if not isinstance(slots, dict) or any(
+            not isinstance(i, int) or not 0 <= i < len(params) or not isinstance(slot, dict)
+            or any(torch.is_tensor(v) and v.dim() > 0 and tuple(v.shape) != tuple(params[i].shape)
+                   for v in slot.values()) for i, slot in slots.items()):
+        raise ValueError("its optimizer state is not this model's")
+    if sched is not None and not isinstance(saved.get("scheduler"), dict):
+        raise ValueError("it has no learning-rate schedule state")
+    before = (copy.deepcopy(net.state_dict()), copy.deepcopy(opt.state_dict()),
+              sched.state_dict() if sched is not None else None, torch.get_rng_state(), generator.get_state())
+    try:
+        net.load_state_dict(saved["model"])
+        opt.load_state_dict(kept)
+        if sched is not None:
+            sched.load_state_dict(saved["scheduler"])
+        rng = saved["torch_rng"]
+        torch.set_rng_state(rng[dist.rank] if isinstance(rng, list) else rng)
+        generator.set_state(saved["generator"])
+        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+    except (RuntimeError, TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        net.load_state_dict(before[0])
+        opt.load_state_dict(before[1])
+        if sched is not None:
+            sched.load_state_dict(before[2])
+        torch.set_rng_state(before[3])
+        generator.set_state(before[4])
+        raise ValueError(f"{type(e).__name__} restoring it") from None
 
 
 LAST_SAVED: list = []      # [label, epoch] of the last resume file this process wrote (the Ctrl-C note names it)
