@@ -906,26 +906,37 @@ def _usage_line(e) -> str:
     return f"{message} Fix: see `{' '.join(['seqpe', *names])} --help`"
 
 
-def main() -> None:
+def main(process: bool = False) -> None:
     """Entry point: usage errors (an unknown option, `--seed abc`) become one line on stderr and exit code 2,
     as click's convention; domain errors one line and exit code 1; Ctrl-C one line and exit code 130, SIGTERM
-    one line and 143 (Interrupted)."""
+    one line and 143 (Interrupted). `process`: the `seqpe` console script (pipeline/entry.py), which exits when
+    this returns: a Ctrl-C or SIGTERM after the command's end is then ignored, where restoring Python's own
+    handler made one landing in the exit exit 130 without a line, the output complete (walk 39c #4)."""
     import signal
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    installed = []
     if previous[signal.SIGINT] is signal.default_int_handler:    # not when SIGINT is ignored
         signal.signal(signal.SIGINT, _on_signal)
+        installed.append(signal.SIGINT)
     if previous[signal.SIGTERM] == signal.SIG_DFL:                # not when ignored or handled by a caller
         signal.signal(signal.SIGTERM, _on_signal)
+        installed.append(signal.SIGTERM)
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = lambda info: None if isinstance(info.exc_value, (Interrupted, KeyboardInterrupt)) \
+        else unraisable(info)   # a raise Python drops (a weakref callback's) printed its traceback: _main says it
     try:
-        _main()
+        _main(installed if process else [])
     finally:                                    # called in-process (tests, a notebook): leave the handlers as found
         from .io import INTERRUPT
         INTERRUPT.pending, INTERRUPT.wrote = 0, False     # and a next command in the process starts afresh
         Interrupted.seen, Interrupted.signum = False, 0
         if (dist := sys.modules.get(f"{__package__}.train.distributed")) is not None:
             dist.JOINED = False
+        sys.unraisablehook = unraisable
         for sig, handler in previous.items():
-            if handler is not None:
+            if process and sig in installed:      # the console script exits now: the command said what it did
+                signal.signal(sig, signal.SIG_IGN)
+            elif handler is not None:
                 signal.signal(sig, handler)
 
 
@@ -1012,7 +1023,11 @@ def _first_to_say(line: str) -> bool:
     return True
 
 
-def _main() -> None:
+def _main(quiet_after: list = ()) -> None:
+    """The command, its errors said in one line. `quiet_after`: the signals whose handler this process installed
+    and ignores once the command is done (main's `process`)."""
+    import signal
+
     from rich.markup import escape
 
     from .errors import printable
@@ -1023,6 +1038,8 @@ def _main() -> None:
     try:
         try:
             code = app(standalone_mode=False)         # usage errors come here, to be said in one line below
+            for sig in quiet_after:                   # done: a signal from here on changes nothing (main)
+                signal.signal(sig, signal.SIG_IGN)
             if Interrupted.seen:      # the handler's raise landed in a callback Python ignores (a weakref's, the
                 from .io import INTERRUPT            # garbage collector's): the command ran on to its end
                 INTERRUPT.wrote = "ran on"          # (walk 35b), so the output is the new one: say so, exit 130

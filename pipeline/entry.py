@@ -12,7 +12,7 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted: seqpe was starting, nothing was done\n")
         sys.exit(130)
-    cli_main()
+    cli_main(process=True)
 
 
 if __name__ == "__main__":      # `python -m pipeline.entry ...` ran nothing and exited 0 before

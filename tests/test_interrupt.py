@@ -310,6 +310,43 @@ def test_main_leaves_the_signal_handlers_as_it_found_them(capsys):
     assert code == 0 and (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
+def test_the_console_script_ignores_a_signal_once_its_command_is_done_and_drops_no_traceback():
+    """Walk 39c #4: a Ctrl-C landing after evaluate had written its report exited 130 without a line (Python's own
+    handler was back while the process exited), and one inside a weakref callback printed Python's 9-line
+    "Exception ignored" block above seqpe's line."""
+    code = textwrap.dedent("""
+        import os, signal, sys, weakref
+        from pipeline import cli
+        sys.argv = ["seqpe", "--version"]
+        try:
+            cli.main(process=True)
+        except SystemExit as e:
+            done = e.code
+        os.kill(os.getpid(), signal.SIGINT)           # after the command: ignored, the exit code stays its own
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("ignored", done, signal.getsignal(signal.SIGINT) is signal.SIG_IGN, flush=True)
+        sys.argv = ["seqpe", "--version"]
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        class Obj: pass
+        box = []
+        def hit(ref):
+            os.kill(os.getpid(), signal.SIGINT)        # lands in the callback, where Python drops the raise
+            box.append(1)
+        import pipeline.cli as c
+        real = c.app
+        def app(**kw):
+            o = Obj(); r = weakref.ref(o, hit); del o  # noqa
+            return real(**kw)
+        c.app = app
+        cli.main(process=True)
+    """)
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert "ignored 0 True" in proc.stdout.splitlines(), proc.stdout + proc.stderr
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "the command ran on to its end" in proc.stderr, proc.stderr
+
+
 def test_a_ctrl_c_while_the_console_script_imports_the_cli_is_one_line():
     """The CLI installs its Ctrl-C handler once imported (typer, rich: about 0.15 s): a Ctrl-C before that printed
     KeyboardInterrupt's traceback. The console script (pipeline.entry) guards that import; here the import itself
