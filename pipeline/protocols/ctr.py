@@ -172,9 +172,9 @@ def _stats(lf: pl.LazyFrame, name: str, columns: Optional[dict] = None) -> dict:
     def length(c: str) -> pl.Expr:  # tokens in a '^' list; null or "" (no history, a missing field) 0
         return (pl.when(pl.col(c).is_null() | (pl.col(c) == "")).then(0)
                 .otherwise(pl.col(c).str.count_matches("^", literal=True) + 1))
-    if hists:                       # longer train.csv histories than max_history: their cut tokens count (build)
-        aggs.append(pl.max_horizontal([length(c).filter(train & ~blank).max() for c in hists])
-                    .alias("longest_train_history"))
+    if hists:                       # longer train.csv histories than max_history: their cut tokens count (build);
+        aggs.append(pl.max_horizontal([as_ints(c).list.len().filter(train & ~blank).max() for c in hists])  # the
+                    .alias("longest_train_history"))                  # parse max_item / max_cate read is shared
     if item_lists and cate_lists:   # each history item's category at the same place: one list as long as the other
         apart = pl.any_horizontal([length(c) != length(item_lists[0]) for c in cate_lists]) & ~blank
         aggs.append(apart.sum().alias("hist_apart"))
