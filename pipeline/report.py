@@ -439,6 +439,12 @@ def _num(x: Optional[float], fmt: str) -> str:
     return "" if x is None else format(x, fmt)
 
 
+def _p(p: Optional[float]) -> str:
+    """A p-value for the tables: one below the smallest float (scipy's 0.0 for 22,363 paired samples that differ
+    clearly) is shown as such, not as a bare 0 that reads as a bug (walk 39e #2)."""
+    return "<1e-300" if p is not None and p < 1e-300 else _num(p, ".3g")
+
+
 def _delta(value: Optional[float], scale: float, lo: Optional[float] = None, hi: Optional[float] = None) -> str:
     if value is None:
         return ""
@@ -471,13 +477,13 @@ def comparison_cells(row: dict, metrics: list[str], protocol: bool = False) -> l
                                                                          _common_seeds(comp)]
     for m in metrics:
         t = comp["seed_tests"].get(m) or {"diff": None, "ci_lo": None, "ci_hi": None, "p": None, "dz": None}
-        cells += [_delta(t["diff"], _scale(m), t["ci_lo"], t["ci_hi"]), _num(t["p"], ".3g"), _num(t["dz"], ".2f")]
+        cells += [_delta(t["diff"], _scale(m), t["ci_lo"], t["ci_hi"]), _p(t["p"]), _num(t["dz"], ".2f")]
     sample = comp["sample"]
     if sample is None:
         cells += [""] * 5
     else:
         boot, statistic = sample["bootstrap"], significance.BOOTSTRAP_STATISTIC[comp["task"]]
-        cells += [sample["quantity"], _delta(sample["diff"], _scale(sample["quantity"])), _num(sample["p"], ".3g"),
+        cells += [sample["quantity"], _delta(sample["diff"], _scale(sample["quantity"])), _p(sample["p"]),
                   _num(sample["r"], "+.3f"), f"{_delta(boot['diff'], 100.0, boot['lo'], boot['hi'])} ({statistic})"]
     return cells + [comp["verdict"]]
 
