@@ -596,11 +596,13 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete the resume
         usable = [e for e in kept if e["status"] in train_state.PRUNABLE]
         if as_json:
             from .tables import to_json
-            to_json({"deleted": deleted, "kept": kept, "bytes_freed": freed, "lock_files_removed": locks})
+            to_json({"deleted": deleted, "kept": kept, "bytes_freed": freed,
+                     "lock_files_removed": sum(locks.values()), "lock_files_removed_in": locks})
             return
+        lock_text = "; ".join(f"{n} in {folder}" for folder, n in locks.items())   # the machine's is not `where`'s
         console.print(f"deleted {len(deleted)} entr{'y' if len(deleted) == 1 else 'ies'} of {where} "
                       f"({freed / 1e6:,.1f} MB)"
-                      + (f" and {locks} unheld lock file{'s' * (locks != 1)}" if locks else "")
+                      + (f" and unheld lock files ({lock_text})" if locks else "")
                       + (f"; kept {len(held)} that a running training holds or needs" if held else "")
                       + (f"; kept {len(usable)} that this checkout would go on from (resumable or finished "
                          f"seeds: --prune --all deletes them too)" if usable else ""),

@@ -323,7 +323,8 @@ PRUNABLE = (*_UNUSABLE, "resumable", "kept until its configuration finishes")
 def prune(everything: bool = False) -> tuple[list[dict], list[dict], int]:
     """Delete the resume files and finished copies no command of this checkout will read (`_UNUSABLE`), or with
     `everything` also those it would go on from (`PRUNABLE`), then the lock files no process holds (a seed
-    killed before its first epoch leaves one and nothing else); returns (deleted, kept, lock files removed).
+    killed before its first epoch leaves one and nothing else); returns (deleted, kept, lock files removed per
+    lock folder: the state root's and the machine's, `<tmp>/seqpe-<uid>/locks`, shared by every checkout).
     The entries a running training holds or needs stay either way (its command goes on to them). Each goes
     under its lock; a copy is renamed first, so an interrupted prune leaves nothing a rerun could take for a
     finished seed."""
@@ -352,12 +353,13 @@ def prune(everything: bool = False) -> tuple[list[dict], list[dict], int]:
             pass
         finally:
             handle.close()
-    stale = 0
+    stale: dict[str, int] = {}                        # lock folder -> unheld lock files removed there
     folders = [runs.state_root() / "locks", machine_locks()]  # the machine's: run and output folders' (walk 35c #6)
     for path in sorted(p for f in folders if f is not None and f.is_dir() for p in f.glob("*")):
         if not (_FP.fullmatch(path.name) or _DIR_LOCK.fullmatch(path.name) or _OUT_LOCK.fullmatch(path.name)):
             continue                                   # not seqpe's
-        stale += unlink_unheld(path)                  # held: a training is on it; else the next lock makes it again
+        if unlink_unheld(path):                       # held: a training is on it; else the next lock makes it again
+            stale[str(path.parent)] = stale.get(str(path.parent), 0) + 1
     runs.forget([])                                    # the emptied folders (the sweep took the deleted seeds' locks)
     return deleted, kept, stale
 
