@@ -523,7 +523,11 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
                                       exclude_seen=exclude_seen, batch_size=batch_size)
         rec.write_topk(frame, out)
         _note_cut(model)
+        excluded = model.exclude_seen if exclude_seen is None else exclude_seen     # said (walk 39e #6)
         summary = {"run": str(run), "sessions": frame.get_column("session_id").n_unique(), "k": k,
+                   "seen items": ("left out" if excluded else "listed") + (
+                       f" (the run's evaluate.mask_history: {str(model.exclude_seen).lower()})"
+                       if exclude_seen is None else (" (--exclude-seen)" if excluded else " (--include-seen)")),
                    "rows": frame.height, "out": str(out)}
         short = frame.group_by("session_id").len().filter(pl.col("len") < k).height
         if short:

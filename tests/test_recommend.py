@@ -190,6 +190,11 @@ def test_a_list_cut_short_by_exclude_seen_says_why(trained, tmp_path):
     assert pl.read_parquet(tmp_path / "top.parquet").height == (n - 1) + (n - 3)
     assert proc.stderr.strip() == (f"note: 1 session got fewer than the {n - 1} items asked: the run ranks {n} items "
                                    "and a session's own are left out (--exclude-seen)")
+    for flag, said in (([], "listed (the run's evaluate.mask_history: false)"), (["--exclude-seen"], "left out "
+                       "(--exclude-seen)")):     # the summary says which (walk 39e #6)
+        proc = subprocess.run([*cli, "--input", str(tmp_path / "s.parquet"), "--out", str(tmp_path / "top.parquet"),
+                               *flag, "--json"], cwd=root, capture_output=True, text=True, env=env)
+        assert json.loads(proc.stdout)["seen items"] == said, proc.stdout + proc.stderr
 
 
 def test_refusals_are_one_line_errors(trained, tmp_path):
