@@ -626,7 +626,10 @@ def _present(previous: dict, dst: Path, src) -> bool:
 
 
 def _summary(dataset, src, record: dict, note: str) -> dict:
-    out = {"dataset": dataset, "source": src.name, "origin": record.get("origin"), "url": record.get("url"),
+    url = record.get("url")
+    if url and record.get("origin") == "file":      # --from: the published address, never contacted (walk 39e #7)
+        url = f"{url} (the published source; --from read the file instead)"
+    out = {"dataset": dataset, "source": src.name, "origin": record.get("origin"), "url": url,
            "file": record.get("filename"), "bytes": record.get("bytes"), "sha256": record.get("sha256"),
            "files": ", ".join(sorted(record.get("files", {}))), "note": note}
     return {k: v for k, v in out.items() if v is not None}      # no "None" rows in the CLI table
