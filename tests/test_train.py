@@ -773,6 +773,13 @@ def test_a_finished_seed_with_a_damaged_file_is_trained_again_not_reused(tmp_pat
         with open(run_dir / name, "r+b") as f:          # in place: the state root's hard link is damaged too
             f.truncate(0)
             f.write(damage)
+        with pytest.raises(DataError, match=r"is not the file its run.json recorded \(another sha256"):
+            if name == "checkpoint.pt":                  # what recommend loads (walk 39d #1: read without a word)
+                run_files.load_checkpoint(run_dir)
+            else:                                        # what evaluate / report's per-sample tests read
+                from pipeline import significance
+                significance._per_sample([{**json.loads(first["run.json"]), "_path": str(run_dir / "run.json")}],
+                                         "next-item", [], "toy")
         capfd.readouterr()
         [ok] = stage.run("toyset", samples, runs, params(epochs=2), progress=False, check=True)
         assert ok["reused"] == [] and f"{run_dir / name} is damaged (not the bytes its run.json recorded): the " \

@@ -142,6 +142,11 @@ def load_checkpoint(run_dir: Path) -> dict:
                         f"pass one of its seeds' run folders, e.g. {seeds[0].parent}" if seeds else
                         "pass a run folder written by `seqpe train`")
     fix = f"re-run `seqpe train` for it (or `dvc pull` / `dvc checkout` {run_dir})"
+    rec = _record(Path(run_dir))
+    if rec is not None and (bad := _damaged(Path(run_dir), rec, ("checkpoint.pt",))) is not None:
+        raise DataError(f"{path} is not the file its run.json recorded (another sha256: damaged or edited)",
+                        "run that seed's `seqpe train` command again: it trains a seed whose files are damaged again "
+                        f"(or `dvc pull` / `dvc checkout` {run_dir})")       # walk 39d #1: recommend used it
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:     # torch raises KeyError, RuntimeError, UnpicklingError, EOFError ... by damage
@@ -207,13 +212,13 @@ CHECKED = ("checkpoint.pt", "test_samples.parquet")    # run.json's "sha256": wh
                                                         # evaluate / recommend read
 
 
-def _damaged(folder: Path, rec: dict) -> Optional[str]:
-    """The first of CHECKED in `folder` whose sha256 is not the one `rec` (its run.json) recorded, or None (also for
+def _damaged(folder: Path, rec: dict, names: tuple[str, ...] = CHECKED) -> Optional[str]:
+    """The first of `names` in `folder` whose sha256 is not the one `rec` (its run.json) recorded, or None (also for
     a run written before run.json kept them)."""
     sums = rec.get("sha256")
     if not isinstance(sums, dict):
         return None
-    for name in CHECKED:
+    for name in names:
         try:
             if sha256_file(folder / name) != sums.get(name):
                 return name
