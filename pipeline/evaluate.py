@@ -51,7 +51,9 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
     evaluate.ks (a note below: the cut-offs a run lacks are left out) are taken as the run recorded them."""
     from .params import to_dict
     from .report import settings_change
+    from .train import setup
     from .train.stage import resolve_config
+    from .train.tasks import selection
     manifest = {"protocol": "ctr"} if task == "ctr" else {}     # all resolve_config reads of it without a preset
     wanted: dict[str, tuple] = {}
     for rec in sorted(records, key=lambda r: (r["name"], r["seed"])):
@@ -59,8 +61,10 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
         if not train:                  # a record without its settings (written by hand): nothing to compare
             continue
         if rec["name"] not in wanted:
-            _, p, spec, _, tp, applied, _ = resolve_config(dataset, manifest, params, train.get("model"),
-                                                           train.get("encoding"), machine=False)
+            kind, p, spec, _, tp, applied, _ = resolve_config(dataset, manifest, params, train.get("model"),
+                                                              train.get("encoding"), machine=False)
+            setup.select_metric(tp, selection(kind, p))  # what `seqpe train` refuses is said as it says it, not as
+                                                          # "run dvc repro", which fails on it (walk 39d #3)
             wanted[rec["name"]] = (to_dict(tp), to_dict(p.evaluate), p.models.get(tp.model, {}),
                                    p.encodings.get(tp.encoding, {}) if spec.uses_encoding else {}, applied.record())
         want_train, want_eval, options, encoding_options, preset = wanted[rec["name"]]

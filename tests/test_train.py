@@ -811,6 +811,8 @@ def test_evaluate_refuses_grid_runs_trained_with_other_settings_than_the_params_
         evaluate.run("toyset", runs, tmp_path / "bad", grid(lr=0.05))
     assert not (tmp_path / "bad").exists()
     every = evaluate.run("toyset", runs, tmp_path / "all", grid(lr=0.05), all_runs=True)   # the runs as trained
+    with pytest.raises(ParamsError, match=r"train.select_metric"):      # train's own refusal, not "run dvc repro"
+        evaluate.run("toyset", runs, tmp_path / "bad", grid(select_metric="auc"))             # (walk 39d #3)
     assert every["configs"][0]["name"] == "toy-toy_lpe"
 
 
