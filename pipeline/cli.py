@@ -772,8 +772,8 @@ INTERRUPTED = {
 def _interrupted_note(argv: list[str]) -> str:
     from .io import INTERRUPT
     if INTERRUPT.wrote == "ran on":
-        return ("it reached seqpe inside a callback where Python drops it, and the command ran on to its end: the "
-                "output is the new one, complete")
+        return ("it reached seqpe where Python drops it (a callback, or a library being imported), and the command "
+                "ran on to its end: the output is the new one, complete")
     if INTERRUPT.wrote:                 # Ctrl-C came while the outputs were being swapped in, and waited for it
         return "it came as the new output was being put in place, which finished first: the output is the new one, complete"
     command = next((a for a in argv if not a.startswith("-")), None)

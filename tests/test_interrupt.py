@@ -216,8 +216,9 @@ def test_a_ctrl_c_python_dropped_in_a_callback_still_ends_as_the_interrupt(monke
     monkeypatch.setattr(cli.Interrupted, "signum", 0)
     monkeypatch.setattr(io.INTERRUPT, "wrote", False)
     code, err = seqpe(["evaluate", "sample"], capsys)
-    assert code == 130 and err.strip() == ("interrupted: it reached seqpe inside a callback where Python drops it, and "
-                                           "the command ran on to its end: the output is the new one, complete"), err
+    assert code == 130 and err.strip() == ("interrupted: it reached seqpe where Python drops it (a callback, or a "
+                                           "library being imported), and the command ran on to its end: the output "
+                                           "is the new one, complete"), err
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")     # Python's "Exception ignored"
