@@ -931,7 +931,7 @@ def main(process: bool = False) -> None:
     sys.unraisablehook = lambda info: None if isinstance(info.exc_value, (Interrupted, KeyboardInterrupt)) \
         else unraisable(info)   # a raise Python drops (a weakref callback's) printed its traceback: _main says it
     try:
-        _main(installed if process else [])
+        _main(tuple(installed) if process else ())
     finally:                                    # called in-process (tests, a notebook): leave the handlers as found
         from .io import INTERRUPT
         INTERRUPT.pending, INTERRUPT.wrote = 0, False     # and a next command in the process starts afresh
@@ -1029,7 +1029,7 @@ def _first_to_say(line: str) -> bool:
     return True
 
 
-def _main(quiet_after: list = ()) -> None:
+def _main(quiet_after: tuple = ()) -> None:
     """The command, its errors said in one line. `quiet_after`: the signals whose handler this process installed
     and ignores once the command is done (main's `process`)."""
     import signal

@@ -479,6 +479,8 @@ KINDS = ("raw", "sessions", "samples", "run", "report")
 _WHAT = {"raw": "raw data (source.json)", "sessions": "sessions (manifest.json)",
          "samples": "samples (manifest.json)", "run": "training run (run.json)",
          "report": "evaluation report (summary.json)"}
+
+
 def _a_what(kind: str) -> str:
     """_WHAT[kind] with its article: "a training run (run.json)", "sessions (manifest.json)"."""
     return {"run": "a ", "report": "an "}.get(kind, "") + _WHAT[kind]

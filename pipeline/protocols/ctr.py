@@ -283,8 +283,8 @@ def build(spec, raw_dir: Path, params, own_files: bool = False) -> ProtocolResul
     test_raw = lf.filter(pl.col("split") == "test")
     splits = {"train": samples(train_raw, max_history), "valid": samples(valid_raw, max_history),
               "test": samples(test_raw, max_history)}
-    longer = max_history > 0 and (stats.get("longest_train_history") or 0) > max_history
-    cut = overflow({"train": train_raw, "valid": valid_raw}, max_history) if longer else overflow({}, max_history)
+    longer = max_history > 0 and (stats.get("longest_train_history") or 0) > max_history    # else nothing is cut
+    cut = overflow({"train": train_raw, "valid": valid_raw} if longer else {}, max_history)
     n_items = int(stats["max_item"]) + 1
     try:
         items = (lf.group_by("item").agg(pl.len().cast(pl.Int64).alias("count"))

@@ -78,7 +78,7 @@ def hllm_core(df: pl.DataFrame, k: int) -> tuple[pl.DataFrame, list[dict]]:
     return users, [step(f"hllm_users_items_{k}", *_counts(once)), step(f"hllm_users_{k}_again", *_counts(users))]
 
 
-def sequences(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def sequences(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Re-index users and items (rules in the module docstring) and build per-user sequences.
 
     `df` has user and item (raw ids), i (item code), timestamp and row. Returns
