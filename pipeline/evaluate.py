@@ -47,8 +47,10 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
     """Refuse grid runs trained with other settings than `params` gives the grid now (walk 38c #4): a params.yaml
     edited without `dvc repro`, or a grid configuration trained by hand with --set, reported under the grid's
     name as if it were the grid's. Settings as `seqpe train` resolves them (train.stage.resolve_config), compared
-    as `seqpe report` pools seeds (report.settings_change); what a setting picks on the machine (`auto`) and
-    evaluate.ks (a note below: the cut-offs a run lacks are left out) are taken as the run recorded them."""
+    as `seqpe report` pools seeds (report.settings_change: machine keys such as train.threads, and
+    evaluate.batch_size, which change last bits only, are not settings there); what a setting picks on the
+    machine (`auto`) and evaluate.ks (a note below: the cut-offs a run lacks are left out) are taken as the run
+    recorded them."""
     from .params import to_dict
     from .report import settings_change
     from .train import setup
@@ -56,6 +58,7 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
     from .train.tasks import selection
     manifest = {"protocol": "ctr"} if task == "ctr" else {}     # all resolve_config reads of it without a preset
     wanted: dict[str, tuple] = {}
+    stale: list[tuple] = []                        # (configuration, seed, what differs, its train settings)
     for rec in sorted(records, key=lambda r: (r["name"], r["seed"])):
         train = rec.get("train")
         if not train:                  # a record without its settings (written by hand): nothing to compare
@@ -72,13 +75,20 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
                 "train": {k: train.get(k) if v == "auto" and k in ("ce_impl", "precision") else v
                           for k, v in want_train.items()},
                 "evaluate": {**want_eval, "ks": (rec.get("evaluate") or {}).get("ks", want_eval.get("ks"))}}
-        why = settings_change(rec, want)
-        if why:
-            raise DataError(f"{rec['name']} seed {rec['seed']} under {runs_dir} was trained with other settings than "
-                            f"the params give the study grid of '{dataset}' now ({why}), so the report would show it "
-                            f"as the grid's", "run `dvc repro` to retrain the grid as the params say (or `seqpe train "
-                            f"{dataset} --model {train.get('model')} --encoding {train.get('encoding')}`), or add "
-                            "--all to report the runs as they were trained")
+        if (why := settings_change(rec, want)) and not any(name == rec["name"] for name, *_ in stale):
+            stale.append((rec["name"], rec["seed"], why, train))
+    if stale:                      # every configuration named: one at a time, a hand fix met the next (walk 39f #2)
+        name, seed, why, train = stale[0]
+        others = [n for n, *_ in stale[1:]]
+        listed = others[:3] + ([f"{len(others) - 3} more"] if len(others) > 3 else [])
+        more = (f", and so were {', '.join(listed[:-1])}{' and ' if len(listed) > 1 else ''}{listed[-1]}"
+                if others else "")
+        hand = (f" (or `seqpe train {dataset} --model {train.get('model')} --encoding {train.get('encoding')}`)"
+                if not others else "")
+        raise DataError(f"{name} seed {seed} under {runs_dir} was trained with other settings than the params give "
+                        f"the study grid of '{dataset}' now ({why}){more}: the report would show "
+                        f"{'them' if others else 'it'} as the grid's", f"run `dvc repro` to retrain the grid as the params say{hand}, or add --all to "
+                        "report the runs as they were trained")
 
 
 def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_runs: bool = False,

@@ -368,3 +368,28 @@ def test_reports_never_land_among_a_users_files(tmp_path):
     write_run(tmp_path / "runs2", "sasrec", "rope", 1, {"hr@10": 0.1}, dataset="other")
     with pytest.raises(DataError, match="holds toyset's evaluation report"):
         stage.run("other", tmp_path / "runs2", tmp_path / "rep", params())
+
+
+def test_the_grid_check_names_every_configuration_trained_otherwise():
+    """Walk 39f #2: only the first stale configuration was named, and its hand fix (`seqpe train` of that one)
+    met the next refusal, one configuration at a time."""
+    import dataclasses
+    from pipeline.params import to_dict
+    from pipeline.train.stage import resolve_config
+    p = params(grid=True)
+    p = dataclasses.replace(p, study=dataclasses.replace(p.study, next_item=dataclasses.replace(
+        p.study.next_item, encodings=["none", "lpe", "rope", "rmha", "cape"], baselines=[])))
+    records = []
+    for enc in ("none", "lpe", "rope", "rmha", "cape"):
+        _, q, spec, _, tp, applied, _ = resolve_config("sample", {}, p, "sasrec", enc, machine=False)
+        records.append({"name": f"sasrec-{enc}", "seed": 1, "train": {**to_dict(tp), "lr": tp.lr * 2},
+                        "evaluate": to_dict(q.evaluate), "options": q.models.get("sasrec", {}),
+                        "encoding_options": q.encodings.get(enc, {}), "preset": applied.record()})
+    with pytest.raises(DataError, match=r"sasrec-cape seed 1 under runs was trained with other settings than the "
+                                        r"params give the study grid of 'sample' now \(train.lr: .* vs .*\), and so "
+                                        r"were sasrec-lpe, sasrec-none, sasrec-rmha and 1 more: the report would show "
+                                        r"them as the grid's\. Fix: run `dvc repro` to retrain the grid as the params "
+                                        r"say, or add --all"):
+        stage._check_trained_as_grid("sample", records, p, "next_item", Path("runs"))
+    stage._check_trained_as_grid("sample", [{**r, "train": {**r["train"], "lr": r["train"]["lr"] / 2}}
+                                            for r in records], p, "next_item", Path("runs"))      # as the grid says
