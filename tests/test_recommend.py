@@ -292,8 +292,14 @@ def test_a_damaged_checkpoint_is_a_one_line_error(trained, tmp_path, damage):
     _, run, _ = trained
     bad = tmp_path / "seed-1"
     bad.mkdir()
-    (bad / "run.json").write_bytes((run / "run.json").read_bytes())
+    record = json.loads((run / "run.json").read_text())
+    (bad / "run.json").write_text(json.dumps(record))                 # with its files' sha256: refused as edited
     good = (run / "checkpoint.pt").read_bytes()
+    (bad / "checkpoint.pt").write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    with pytest.raises(DataError, match=r"checkpoint.pt is not the file its run.json recorded \(another sha256"):
+        recommend.load_run(bad)
+    del record["sha256"]                                               # a run written before run.json kept them:
+    (bad / "run.json").write_text(json.dumps(record))                 # the damage is named by what torch reads
     if damage == "garbage":
         (bad / "checkpoint.pt").write_bytes(b"junk\n")
     elif damage == "truncated":
