@@ -87,8 +87,9 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
                 if not others else "")
         raise DataError(f"{name} seed {seed} under {runs_dir} was trained with other settings than the params give "
                         f"the study grid of '{dataset}' now ({why}){more}: the report would show "
-                        f"{'them' if others else 'it'} as the grid's", f"run `dvc repro` to retrain the grid as the params say{hand}, or add --all to "
-                        "report the runs as they were trained")
+                        f"{'them' if others else 'it'} as the grid's",
+                        f"run `dvc repro` to retrain the grid as the params say{hand}, or add --all to report the runs "
+                        "as they were trained")
 
 
 def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_runs: bool = False,

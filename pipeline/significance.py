@@ -71,18 +71,15 @@ def write_test_samples(path: str | Path, *, greater=None, ties=None, logit=None)
     write_parquet(path, df)
 
 
-def read_test_samples(path: str | Path, sha256: Optional[str] = None) -> dict[str, np.ndarray]:
-    """{"greater", "ties"} (int64) of a next-item run, or {"logit"} (float64) of a CTR run. `sha256`: what its
-    run.json recorded (runs since session 39): a file of other bytes is refused, as `seqpe train` refuses to reuse
-    it (walk 39d #1: an edited file went into the per-sample tests without a word)."""
+def read_test_samples(path: str | Path, record: Optional[dict] = None) -> dict[str, np.ndarray]:
+    """{"greater", "ties"} (int64) of a next-item run, or {"logit"} (float64) of a CTR run. `record`: its run.json,
+    whose sha256 (runs since session 39) a file of other bytes fails, as `seqpe train` refuses to reuse it (walk
+    39d #1: an edited file went into the per-sample tests without a word)."""
     path = Path(path)
     fix = "re-run `seqpe train` for that run (the trainer writes it next to run.json)"
-    if sha256 is not None and path.is_file():
-        from .io import sha256_file
-        if sha256_file(path) != sha256:
-            raise DataError(f"{path} is not the file its run.json recorded (another sha256: damaged or edited)",
-                            "run that seed's `seqpe train` command again: it trains a seed whose files are damaged "
-                            "again (or `dvc checkout` the runs folder)")
+    if record is not None and path.is_file():
+        from .train.runs import check_recorded
+        check_recorded(path.parent, record, path.name)
     try:
         df = pl.read_parquet(path)
     except (OSError, pl.exceptions.ComputeError) as e:
@@ -335,9 +332,8 @@ def _per_sample(records: list[dict], task: str, notes: list[str], name: str,
     if missing and say_missing:
         notes.append(f"{name}: seed(s) {', '.join(str(s) for s, _ in missing)} without {SAMPLES_FILE} left out "
                      "of the per-sample tests")
-    sums = {rec["seed"]: rec["sha256"].get(SAMPLES_FILE) if isinstance(rec.get("sha256"), dict) else None
-            for rec in records}
-    out = {seed: read_test_samples(path, sums.get(seed)) for seed, path in found}
+    by_seed = {rec["seed"]: rec for rec in records}
+    out = {seed: read_test_samples(path, by_seed.get(seed)) for seed, path in found}
     want = set(NEXT_ITEM_COLUMNS if task == "next-item" else CTR_COLUMNS)
     sizes = {len(next(iter(x.values()))) for x in out.values()}
     if any(set(x) != want for x in out.values()) or len(sizes) != 1:

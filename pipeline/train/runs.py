@@ -142,11 +142,7 @@ def load_checkpoint(run_dir: Path) -> dict:
                         f"pass one of its seeds' run folders, e.g. {seeds[0].parent}" if seeds else
                         "pass a run folder written by `seqpe train`")
     fix = f"re-run `seqpe train` for it (or `dvc pull` / `dvc checkout` {run_dir})"
-    rec = _record(Path(run_dir))
-    if rec is not None and (bad := _damaged(Path(run_dir), rec, ("checkpoint.pt",))) is not None:
-        raise DataError(f"{path} is not the file its run.json recorded (another sha256: damaged or edited)",
-                        "run that seed's `seqpe train` command again: it trains a seed whose files are damaged again "
-                        f"(or `dvc pull` / `dvc checkout` {run_dir})")       # walk 39d #1: recommend used it
+    check_recorded(Path(run_dir), _record(Path(run_dir)), "checkpoint.pt")   # walk 39d #1: recommend used it
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:     # torch raises KeyError, RuntimeError, UnpicklingError, EOFError ... by damage
@@ -210,6 +206,15 @@ def _say_damaged(path: Path, then: str) -> None:
 
 CHECKED = ("checkpoint.pt", "test_samples.parquet")    # run.json's "sha256": what `seqpe train` reuses and
                                                         # evaluate / recommend read
+
+
+def check_recorded(run_dir: Path, rec: Optional[dict], name: str) -> None:
+    """A DataError when file `name` of a run folder is not the bytes its run.json (`rec`) recorded: what evaluate,
+    report and recommend read, as `finished` refuses to reuse it. Nothing to check without a record of sums."""
+    if rec is not None and _damaged(run_dir, rec, (name,)) is not None:
+        raise DataError(f"{run_dir / name} is not the file its run.json recorded (another sha256: damaged or edited)",
+                        "run that seed's `seqpe train` command again: it trains a seed whose files are damaged again "
+                        f"(or `dvc pull` / `dvc checkout` {run_dir})")
 
 
 def _damaged(folder: Path, rec: dict, names: tuple[str, ...] = CHECKED) -> Optional[str]:

@@ -20,7 +20,8 @@ command on the same machine differ; `auto` depends only on the machine (its CPUs
 the same machine always gives the same bytes. A run records the count `auto` picked (run.json and
 its fingerprint, pipeline/train/stage.py), so a resume file written where auto picked 2 is not
 continued where it picks 1 (walk 37b D3). `0` is recorded the same way, as the count torch's default
-gives this process (read before seqpe sets any, so a second run in one process reads the same). Set a number (e.g. 1) where runs on different machines
+gives this process (read before seqpe sets any, so a second run in one process reads the same). Set a
+number (e.g. 1) where runs on different machines
 must give the same bytes.
 
 Reading the machine: the CPUs this process may run on (sched_getaffinity: taskset, cpusets),
