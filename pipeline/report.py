@@ -709,6 +709,18 @@ def write_report(rows: list[dict], out: str | Path, left_out: list[dict] = ()) -
     return out
 
 
+def _next_item_samples(folder: str | Path) -> bool:
+    """`folder` is a next-item samples folder seqpe wrote (its manifest says so)."""
+    from .io import MANIFEST, manifest_kind, read_manifest
+    if not (Path(folder) / MANIFEST).is_file():
+        return False
+    try:
+        m = read_manifest(folder)
+    except DataError:
+        return False
+    return manifest_kind(m) == "samples" and m.get("protocol") not in (None, "ctr")
+
+
 def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Optional[str] = None,
         samples: Optional[str | Path] = None, left_out: Optional[list] = None, empty: bool = False) -> list[dict]:
     """Aggregate every run under `roots`, compare each configuration with `baseline` (default: each
@@ -726,10 +738,15 @@ def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Opt
                 raise wrong
         raise DataError(f"no run.json under {', '.join(str(r) for r in roots)}", "run `seqpe train DATASET` first")
     rows, records = pooled(records, lambda name: True, left_out, empty and out is None)
-    labels = significance.read_test_labels(samples) if samples is not None else None
     if samples is not None and not any("ctr" in (r.get("task"), r.get("protocol")) for r in records):   # walk 34a
-        raise ParamsError(f"--samples gives the test labels of CTR runs, and the runs under "
-                          f"{', '.join(str(r) for r in roots)} are next-item runs, which need none", "drop --samples")
+        if _next_item_samples(samples):      # as dvc.yaml's evaluate passes it for every dataset (walk 39f #5)
+            sys.stderr.write(f"note: --samples {samples} was not read: next-item runs need no test labels\n")
+            samples = None
+        else:
+            raise ParamsError(f"--samples gives the test labels of CTR runs, and the runs under "
+                              f"{', '.join(str(r) for r in roots)} are next-item runs, which need none",
+                              "drop --samples")
+    labels = significance.read_test_labels(samples) if samples is not None else None
     if rows:                            # (every configuration left out, `empty`: nothing to compare, nor a baseline)
         compare(records, rows, baseline, labels)
     if out is not None:

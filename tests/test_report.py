@@ -253,7 +253,7 @@ def test_named_baseline_and_runs_without_per_sample_files(tmp_path):
         report.run([tmp_path], baseline="nope")
 
 
-def test_ctr_report_uses_log_loss_and_auc_with_the_samples_labels(tmp_path):
+def test_ctr_report_uses_log_loss_and_auc_with_the_samples_labels(tmp_path, capsys):
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 120)
     samples = tmp_path / "samples"
@@ -304,6 +304,11 @@ def test_ctr_report_uses_log_loss_and_auc_with_the_samples_labels(tmp_path):
     with pytest.raises(ParamsError, match="--samples gives the test labels of CTR runs, and the runs under .*next are "
                                           "next-item runs, which need none. Fix: drop --samples"):   # was ignored
         report.run([tmp_path / "next"], samples=samples)
+    # a next-item samples folder, as dvc.yaml's evaluate passes it for every dataset: not read, with a note
+    write_json(tmp_path / "nsamples" / "manifest.json", {"dataset": "beauty", "kind": "samples",
+                                                          "protocol": "leave_one_out", "shards": []})
+    assert report.run([tmp_path / "next"], samples=tmp_path / "nsamples")[0]["name"] == "sasrec-lpe"
+    assert "nsamples was not read: next-item runs need no test labels" in capsys.readouterr().err
     # another dataset's labels with as many rows (the same share of positives, even): named, not tested on
     write_split(tmp_path / "shuffled", "test", pl.DataFrame({"label": rng.permutation(labels).astype(np.int8)}))
     with pytest.raises(DataError, match=r"labels passed with --samples are not the ones din-\w+ seed 1 was scored on"):
