@@ -472,6 +472,9 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
                                                        "e.g. data/runs/sample/sasrec-lpe/seed-1")],
               items: Annotated[Optional[str], typer.Option("--items", help="one session's items in order, "
                                                                             "e.g. 12,55,9")] = None,
+              users: Annotated[Optional[list[str]], typer.Option(
+                  "--user", help="leave-one-out data: a user's raw id (repeatable); the user's whole sequence "
+                                 "is the session (sessions folder: users.parquet, test split)")] = None,
               k: Annotated[int, typer.Option("-k", "--k", help="how many items to list")] = 10,
               input_file: Annotated[Optional[Path], typer.Option(
                   "--input", help="batch mode: Parquet or CSV of sessions (an `items` list column, or "
@@ -494,17 +497,22 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
               as_json: JsonOpt = False, quiet: QuietOpt = False):
     """Top-K items from a trained next-item run, for one session (--items) or a file of them (--input)."""
     from . import recommend as rec
-    if (items is None) == (input_file is None):
-        raise ParamsError("give either --items (one session) or --input FILE (many)",
+    given = [name for name, v in (("--items", items), ("--input", input_file), ("--user", users)) if v]
+    if len(given) != 1:
+        raise ParamsError("give one of --items (one session), --input FILE (many) or --user RAW_ID (leave-one-out "
+                          "users)" + (f", not {' and '.join(given)}" if given else ""),
                           "e.g. seqpe recommend RUN --items 12,55,9 -k 10")
     if input_file is not None and out is None:
         raise ParamsError("--input needs --out FILE.parquet for the top-K lists", "add --out topk.parquet")
     if items is not None and out is not None:
         raise ParamsError("--out is for --input (many sessions); --items prints its one list",
                           "drop --out, or put the session in a file and pass it with --input")
-    if drop_unknown and not raw_ids:
-        raise ParamsError("--drop-unknown applies to raw ids, and --raw-ids was not given",
-                          "add --raw-ids, or drop --drop-unknown (an internal id outside the vocabulary is an error)")
+    if drop_unknown and (not raw_ids or users):
+        raise ParamsError("--drop-unknown applies to raw ids given with --items or --input" +
+                          (", and --user reads the user's sequence from the dataset" if users else
+                           ", and --raw-ids was not given"),
+                          "drop --drop-unknown" + ("" if users else ", or add --raw-ids (an internal id outside the "
+                                                                     "vocabulary is an error)"))
     if batch_size < 1:
         raise ParamsError(f"--batch-size {batch_size} is not positive", "pass e.g. --batch-size 512")
     if out is not None:
@@ -513,11 +521,41 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
     if sessions is None and record.get("dataset"):
         default = Path("data") / "sessions" / str(record["dataset"])
         sessions = default if (default / "manifest.json").is_file() else None
-    if raw_ids and sessions is None:
-        raise ParamsError("--raw-ids needs the dataset's sessions folder (its items.parquet maps raw ids)",
-                          "pass --sessions data/sessions/DATASET")
+    if (raw_ids or users) and sessions is None:
+        raise ParamsError(f"{'--user' if users else '--raw-ids'} needs the dataset's sessions folder (its "
+                          f"{'users' if users else 'items'}.parquet maps raw ids)", "pass --sessions data/sessions/DATASET")
     model = rec.load_run(run, sessions, device=device)
     import polars as pl
+    if users:
+        frame = model.recommend_frame(model.user_sessions(users), k, exclude_seen=exclude_seen,
+                                      batch_size=batch_size)
+        if raw_ids:                       # the users' sequences are internal ids: only the listed items are mapped
+            frame = frame.with_columns(pl.col("item").replace_strict(
+                model.items.get_column("item_id"), model.items.get_column("raw_id"), return_dtype=pl.String))
+        _note_cut(model, ("user's sequence", "users' sequences"))
+        short = frame.group_by("session_id").len().filter(pl.col("len") < k).height + \
+            len(set(users) - set(frame.get_column("session_id").to_list()))
+        if short:
+            err_console.print(_short_list(f"{short:,} user{'s' * (short != 1)} got fewer", k, model, exclude_seen),
+                              highlight=False, markup=False, soft_wrap=True)
+        if out is not None:
+            rec.write_topk(frame, out)
+        rows = frame.rename({"session_id": "user"})
+        if as_json:
+            from .tables import to_json
+            to_json(rows.to_dicts() if out is None else {"run": str(run), "users": len(users), "k": k,
+                                                         "rows": frame.height, "out": str(out)})
+        elif not quiet and out is not None:
+            console.print(_kv_table("recommend", {"run": str(run), "users": len(users), "k": k,
+                                                  "rows": frame.height, "out": str(out)}))
+        elif not quiet:
+            from .tables import Col, print_tables
+            console.print(f"top {k} of {run} for user{'s' * (len(users) > 1)} {', '.join(users)}",
+                          highlight=False, markup=False, soft_wrap=True)
+            print_tables(console, None, [Col("user", "left", key=True), Col("rank", "right", key=True),
+                                         Col("item", "right"), Col("score", "right")],
+                         [[u, str(r), str(i), f"{sc:.4f}"] for u, r, i, sc in rows.iter_rows()])
+        return
     if input_file is not None:
         frame = model.recommend_frame(rec.read_sessions(input_file), k, raw_ids=raw_ids, drop_unknown=drop_unknown,
                                       exclude_seen=exclude_seen, batch_size=batch_size)
@@ -556,12 +594,13 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
                      [[str(r), str(i), f"{sc:.4f}"] for r, i, sc in frame.select("rank", "item", "score").iter_rows()])
 
 
-def _note_cut(model) -> None:
+def _note_cut(model, nouns: tuple[str, str] = ("session", "sessions")) -> None:
     """recommend's note for sessions longer than the run's train.max_len: the model reads their last max_len."""
     if model.cut:
-        what = f"{model.cut:,} session{' is' if model.cut == 1 else 's are'}"
+        what = f"{model.cut:,} {nouns[0]} is" if model.cut == 1 else f"{model.cut:,} {nouns[1]} are"
+        given = "given" if nouns[0] == "session" else "of the sequence"
         err_console.print(f"note: {what} longer than the run's train.max_len ({model.max_len}): scored on the "
-                          f"most recent {model.max_len} items, as the model was trained (every item given is "
+                          f"most recent {model.max_len} items, as the model was trained (every item {given} is "
                           "still left out by --exclude-seen)", highlight=False, markup=False, soft_wrap=True)
 
 

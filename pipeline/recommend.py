@@ -4,6 +4,7 @@
     model = load_run("data/runs/sample/sasrec-lpe/seed-1")      # a seed's run folder
     top = model.recommend([[12, 55, 9], [3, 4]], k=10)            # TopK: items (S, K) int64, scores (S, K)
     frame = model.recommend_frame(sessions, k=10)                   # session_id, rank, item, score (Polars)
+    users = model.user_sessions(["A1YJEY40YUW4SE"])   # leave-one-out: users' whole sequences (a sessions folder)
 
 A run folder is what `seqpe train` writes for one seed: checkpoint.pt (weights of the best epoch
 and the settings that built the model) and run.json. The model is rebuilt from those settings
@@ -67,8 +68,10 @@ class TopK:
 class RunModel:
     """A trained next-item model ready to rank items (see the module docstring)."""
 
-    def __init__(self, run_dir: Path, net, record: dict, device, items: Optional["pl.DataFrame"] = None):
+    def __init__(self, run_dir: Path, net, record: dict, device, items: Optional["pl.DataFrame"] = None,
+                 sessions_dir: Optional[Path] = None):
         self.run_dir, self.net, self.record, self.device = run_dir, net, record, device
+        self.sessions_dir = sessions_dir    # the checked sessions folder (raw ids, a leave-one-out one's users)
         self.n_items = int(record["n_items"])
         self.max_len = int(record["max_len"])
         self.cut = 0                        # sessions of the last recommend() longer than max_len
@@ -175,6 +178,48 @@ class RunModel:
         return pl.DataFrame({"session_id": ids.gather(s_idx), "rank": pl.Series(rank + 1, dtype=pl.Int32),
                              "item": item, "score": pl.Series(top.scores[s_idx, rank], dtype=pl.Float32)})
 
+    def user_sessions(self, users: Sequence[str]) -> "pl.DataFrame":
+        """Leave-one-out users by raw id -> (session_id: the raw user id, items: the user's whole sequence in
+        internal ids, its test item included), in the order given; from the sessions folder's users.parquet
+        and test split (each user's every interaction, in time order)."""
+        folder = self.sessions_dir
+        if folder is None:
+            raise ParamsError("--user needs the dataset's sessions folder (its users.parquet maps raw user ids)",
+                              "pass --sessions data/sessions/DATASET")
+        manifest = read_manifest(folder)
+        if not (folder / "users.parquet").is_file():
+            protocol = manifest.get("protocol")
+            why = (f"its {protocol} sessions are not users" if protocol not in (None, "leave_one_out")
+                   else "it was written before seqpe kept users.parquet")
+            raise DataError(f"{folder} has no users.parquet: {why}",
+                            "recommend for sessions with --items or --input" if protocol not in
+                            (None, "leave_one_out") else f"re-run `seqpe preprocess {manifest.get('dataset')}`")
+        verify_shards(folder, manifest, only=("users.parquet",))
+        table = pl.read_parquet(folder / "users.parquet", columns=["session_id", "raw_id"]).with_columns(
+            pl.col("raw_id").cast(pl.String))
+        ids = dict(zip(table.get_column("raw_id").to_list(), table.get_column("session_id").to_list()))
+        wanted = [str(u).strip() for u in users]
+        unknown = [u for u in wanted if u not in ids]
+        if unknown:
+            shown = ", ".join(repr(printable(u, 40)) for u in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+            raise DataError(f"user{'s' * (len(unknown) > 1)} {shown} not in {folder}/users.parquet "
+                            f"({table.height:,} users kept by the dataset's filters)",
+                            "pass raw user ids as in the raw log (users.parquet raw_id)")
+        if len(set(wanted)) != len(wanted):
+            raise ParamsError("a --user is given twice", "list each user once")
+        test = [e["path"] for e in manifest.get("shards", []) if str(e.get("path", "")).startswith("test/")]
+        verify_shards(folder, manifest, only=tuple(test))
+        from .io import scan_split
+        sid = [ids[u] for u in wanted]
+        found = dict(scan_split(folder, "test").filter(pl.col("session_id").is_in(sid))
+                     .select("session_id", "items").collect().iter_rows())
+        missing = [u for u, s in zip(wanted, sid) if s not in found]
+        if missing:
+            raise DataError(f"user {printable(missing[0], 40)!r} is in users.parquet but not in the test split of "
+                            f"{folder}", f"re-run `seqpe preprocess {manifest.get('dataset')}`")
+        return pl.DataFrame({"session_id": pl.Series(wanted, dtype=pl.String),
+                             "items": pl.Series([list(found[s]) for s in sid], dtype=pl.List(pl.Int64))})
+
     def _matrix(self, sessions: Sequence[Sequence[int]]) -> np.ndarray:
         """Left-padded (S, max_len) int32 of the most recent max_len items, ids checked."""
         from .batches import pad_left
@@ -272,7 +317,7 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
                         f"({str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else exc})",
                         "re-run `seqpe train` for it") from None
     net.to(dev).eval()
-    return RunModel(run_dir, net, record, dev, items)
+    return RunModel(run_dir, net, record, dev, items, Path(sessions_dir) if sessions_dir is not None else None)
 
 
 def _vocabulary(folder: Path, n_items: int, run_dir: Path, dataset: Optional[str] = None,

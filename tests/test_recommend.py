@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -399,3 +400,62 @@ def test_a_sessions_input_that_is_not_a_file_is_named_for_what_it_is(tmp_path):
     os.mkfifo(tmp_path / "pipe")
     with pytest.raises(DataError, match="is not a regular file"):
         recommend.read_sessions(tmp_path / "pipe")
+
+
+def test_recommend_for_leave_one_out_users_by_raw_id(trained, tmp_path):
+    """`--user RAW_ID`: the user's whole sequence (test split, via users.parquet) is the session; a dataset
+    without users (srgnn sessions) and an unknown user are one-line errors."""
+    rng = np.random.default_rng(3)
+    lines = [f"{u}::{i}::4::{t}" for u in range(101, 141) for t, i in
+             enumerate(rng.choice(np.arange(1, 25), size=8, replace=False).tolist())]
+    raw = tmp_path / "raw"
+    (raw / "ml-1m").mkdir(parents=True)
+    (raw / "ml-1m" / "ratings.dat").write_text("\n".join(lines) + "\n", encoding="latin-1")
+    write_json(raw / "source.json", {"dataset": "ml_1m", "source": "ml_1m", "sha256": "0" * 64})
+    p = Params()
+    p = dataclasses.replace(p, preprocess=dataclasses.replace(p.preprocess, k_core=2),
+                            augment=dataclasses.replace(p.augment, max_len=5),
+                            train=dataclasses.replace(p.train, epochs=1, dim=8, max_len=5, threads=1))
+    preprocess.run("ml_1m", raw, tmp_path / "sessions", p)
+    augment.run("ml_1m", tmp_path / "sessions", tmp_path / "samples", p)
+    stage.run("ml_1m", tmp_path / "samples", tmp_path / "runs", p, model="sasrec", encoding="lpe", seeds=[1],
+              progress=False)
+    run, sessions = tmp_path / "runs" / "sasrec-lpe" / "seed-1", tmp_path / "sessions"
+    model = recommend.load_run(run, sessions)
+    users = pl.read_parquet(sessions / "users.parquet")
+    sid = dict(zip(users["raw_id"].cast(pl.String).to_list(), users["session_id"].to_list()))
+    test = dict(read_json_rows(sessions))
+    frame = model.user_sessions(["117", "102"])
+    assert frame["session_id"].to_list() == ["117", "102"]
+    assert frame["items"].to_list() == [test[sid["117"]], test[sid["102"]]] and len(test[sid["117"]]) == 8
+    want = model.recommend([test[sid["117"]]], k=4, exclude_seen=True)
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--user", "117", "-k", "4",
+                           "--sessions", str(sessions), "--exclude-seen", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, env=dict(os.environ, COLUMNS="120"))
+    assert proc.returncode == 0, proc.stderr
+    assert [(r["user"], r["item"]) for r in json.loads(proc.stdout)] == [("117", i) for i in want.items[0].tolist()]
+    raw_of = dict(zip(model.items["item_id"].to_list(), model.items["raw_id"].to_list()))
+    out = tmp_path / "topk.parquet"
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--user", "117", "--user",
+                           "102", "-k", "4", "--sessions", str(sessions), "--exclude-seen", "--raw-ids", "--out",
+                           str(out)], cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ, COLUMNS="120"))
+    assert proc.returncode == 0, proc.stderr
+    top = pl.read_parquet(out)
+    assert top["session_id"].to_list() == ["117"] * 4 + ["102"] * 4
+    assert top["item"].to_list()[:4] == [raw_of[i] for i in want.items[0].tolist()]
+    for args, message in ((["--user", "999"], "user '999' not in .*users.parquet \\(40 users"),
+                          (["--user", "117", "--items", "1,2"], "give one of --items .* not --items and --user")):
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), *args, "--sessions",
+                               str(sessions)], cwd=tmp_path, capture_output=True, text=True,
+                              env=dict(os.environ, COLUMNS="300"))
+        err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode in (1, 2) and len(err) == 1 and re.search(message, err[0]), proc.stderr
+    _, srgnn_run, srgnn_sessions = trained                 # sessions, not users: no users.parquet
+    with pytest.raises(DataError, match="has no users.parquet: its srgnn sessions are not users. Fix: recommend for "
+                                        "sessions with --items or --input"):
+        recommend.load_run(srgnn_run, srgnn_sessions).user_sessions(["1"])
+
+
+def read_json_rows(sessions: Path) -> list[tuple[int, list[int]]]:
+    """(session_id, items) of a sessions folder's test split."""
+    return pl.read_parquet(sessions / "test" / "*.parquet").select("session_id", "items").rows()
