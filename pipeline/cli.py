@@ -426,7 +426,7 @@ def evaluate(dataset: str,
     if guessed:                    # as dvc.yaml passes it: a hand run's CTR rows lacked their per-sample tests
         samples = Path("data/samples") / dataset
     summary = stage.run(dataset, _default("runs", dataset, runs), reports, the_params, all_runs=all_runs,
-                        samples_dir=samples, baseline=baseline, samples_guessed=guessed)
+                        samples_dir=samples, baseline=baseline, samples_guessed=guessed, params_file=params)
     if not all_runs and stage.study_configs(the_params, dataset) is None:     # it used to say nothing of either
         err_console.print(f"note: '{dataset}' is in no study grid, so every configuration under the runs folder is "
                           f"reported (as with --all), tested against {summary['reference']}"

@@ -43,7 +43,23 @@ def study_configs(params: Params, dataset: str) -> Optional[tuple[str, list[str]
     return None
 
 
-def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, task: str, runs_dir: Path) -> None:
+def _train_command(dataset: str, runs_dir: Path, samples_dir: Optional[Path], params_file: Optional[Path],
+                   model: str = "M", encoding: str = "E") -> str:
+    """The `seqpe train` command that writes configuration MODEL-ENCODING where evaluate reads it: the runs
+    folder and params file named when they are not the defaults (walk 40a #5: the plain command trained into
+    data/runs/DATASET with ./params.yaml, and evaluate refused the same runs again)."""
+    import shlex
+    words = ["seqpe", "train", dataset]
+    if Path(runs_dir).absolute() != (Path("data") / "runs" / dataset).absolute():
+        words += [str(samples_dir or Path("data") / "samples" / dataset), str(runs_dir)]
+    words += ["--model", model, "--encoding", encoding]
+    if params_file is not None:
+        words += ["--params", str(params_file)]
+    return " ".join(w if w in ("M", "E") else shlex.quote(w) for w in words)
+
+
+def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, task: str, runs_dir: Path,
+                           samples_dir: Optional[Path] = None, params_file: Optional[Path] = None) -> None:
     """Refuse grid runs trained with other settings than `params` gives the grid now (walk 38c #4): a params.yaml
     edited without `dvc repro`, or a grid configuration trained by hand with --set, reported under the grid's
     name as if it were the grid's. Settings as `seqpe train` resolves them (train.stage.resolve_config), compared
@@ -83,8 +99,9 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
         listed = others[:3] + ([f"{len(others) - 3} more"] if len(others) > 3 else [])
         more = (f", and so were {', '.join(listed[:-1])}{' and ' if len(listed) > 1 else ''}{listed[-1]}"
                 if others else "")
-        hand = (f" (or `seqpe train {dataset} --model {train.get('model')} --encoding {train.get('encoding')}`)"
-                if not others else "")
+        hand = "" if others else " (or `{}`)".format(_train_command(dataset, runs_dir, samples_dir, params_file,
+                                                                      str(train.get("model")),
+                                                                      str(train.get("encoding"))))
         raise DataError(f"{name} seed {seed} under {runs_dir} was trained with other settings than the params give "
                         f"the study grid of '{dataset}' now ({why}){more}: the report would show "
                         f"{'them' if others else 'it'} as the grid's",
@@ -93,12 +110,14 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
 
 
 def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_runs: bool = False,
-        samples_dir: Optional[Path] = None, baseline: Optional[str] = None, samples_guessed: bool = False) -> dict:
+        samples_dir: Optional[Path] = None, baseline: Optional[str] = None, samples_guessed: bool = False,
+        params_file: Optional[Path] = None) -> dict:
     """Report `dataset`'s runs; `samples_dir` (its samples folder) gives the CTR test labels that the
     per-sample significance tests need; `baseline` is the configuration the others are tested against
     (default study.reference when the dataset has it, else the first in grid order, with --all too; in sorted
     order outside the grid). `samples_guessed`: `samples_dir` is data/samples/DATASET, taken without being
-    asked for: labels that are not the runs' own are then left out, not an error."""
+    asked for: labels that are not the runs' own are then left out, not an error. `params_file`: the --params
+    file the params came from, for the `seqpe train` command a message suggests."""
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     claim_dir(reports_dir, dataset, "report")          # never write report files among a user's own
     if runs_dir.resolve() in reports_dir.resolve().parents:     # walk 35b: RUNS/rep, RUNS/pop-none/rep were written
@@ -129,9 +148,10 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
         if missing:
             raise DataError(f"the study grid of '{dataset}' has no runs for {', '.join(missing[:4])}"
                             + (f" and {len(missing) - 4} more" if len(missing) > 4 else ""),
-                            f"run `dvc repro` (or `seqpe train {dataset} --model M --encoding E`) first"
+                            f"run `dvc repro` (or `{_train_command(dataset, runs_dir, samples_dir, params_file)}`) "
+                            "first"
                             + f", or add --all to report the runs {runs_dir} holds")
-        _check_trained_as_grid(dataset, records, params, task, runs_dir)
+        _check_trained_as_grid(dataset, records, params, task, runs_dir, samples_dir, params_file)
     else:
         task = "ctr" if any(r.get("task") == "ctr" or r.get("protocol") == "ctr" for r in records) else "next_item"
     ks = {str(k) for k in params.evaluate.ks}

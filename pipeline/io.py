@@ -684,8 +684,12 @@ def _unlisted(folder: Path, kind: str, allow: tuple[str, ...] = ()) -> list[str]
     else:                   # a report folder: evaluate swaps it in whole (walk 39c #3: a user's notes.txt went)
         from .evaluate import REPORT_FILES
         listed = set(REPORT_FILES)
-    return sorted(rel for path in folder.rglob("*") if not path.is_dir()
-                  if (rel := path.relative_to(folder).as_posix()) not in listed and rel.split("/")[0] not in allow)
+    parents = {rel.rsplit("/", 1)[0] for rel in listed if isinstance(rel, str) and "/" in rel}
+    parents |= {p.rsplit("/", i)[0] for p in list(parents) for i in range(1, p.count("/") + 1)}
+    # a file or a link, and a folder of no file (an empty one, walk 40a #7): the swap removes those too
+    return sorted(rel for path in folder.rglob("*")
+                  if (rel := path.relative_to(folder).as_posix()) not in listed and rel.split("/")[0] not in allow
+                  if path.is_symlink() or not path.is_dir() or (rel not in parents and not any(path.iterdir())))
 
 
 def claim_file(dst: str | Path, what: str, ours: Callable[[Path], bool], example: str) -> None:

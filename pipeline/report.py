@@ -738,15 +738,14 @@ def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Opt
                 raise wrong
         raise DataError(f"no run.json under {', '.join(str(r) for r in roots)}", "run `seqpe train DATASET` first")
     rows, records = pooled(records, lambda name: True, left_out, empty and out is None)
-    if samples is not None and not any("ctr" in (r.get("task"), r.get("protocol")) for r in records):   # walk 34a
-        if _next_item_samples(samples):      # as dvc.yaml's evaluate passes it for every dataset (walk 39f #5)
-            sys.stderr.write(f"note: --samples {samples} was not read: next-item runs need no test labels\n")
-            samples = None
-        else:
-            raise ParamsError(f"--samples gives the test labels of CTR runs, and the runs under "
-                              f"{', '.join(str(r) for r in roots)} are next-item runs, which need none",
-                              "drop --samples")
+    ctr = any("ctr" in (r.get("task"), r.get("protocol")) for r in records)
+    if samples is not None and not ctr and _next_item_samples(samples):   # as dvc.yaml's evaluate passes it for
+        sys.stderr.write(f"note: --samples {samples} was not read: next-item runs need no test labels\n")   # every
+        samples = None                                                                   # dataset (walk 39f #5)
     labels = significance.read_test_labels(samples) if samples is not None else None
+    if samples is not None and not ctr:                     # walk 34a
+        raise ParamsError(f"--samples gives the test labels of CTR runs, and the runs under "
+                          f"{', '.join(str(r) for r in roots)} are next-item runs, which need none", "drop --samples")
     if rows:                            # (every configuration left out, `empty`: nothing to compare, nor a baseline)
         compare(records, rows, baseline, labels)
     if out is not None:

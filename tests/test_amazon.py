@@ -165,8 +165,16 @@ def test_blank_lines_in_the_ratings_csv_are_skipped(tmp_path):
     from pipeline.datasets.amazon import read_ratings_csv
     write_csv(tmp_path / "a" / "ratings_Beauty.csv", "A1,B1,5.0,100\r\nA1,B2,4.0,101\r\n\r\n")
     write_csv(tmp_path / "b" / "ratings_Beauty.csv", "A1,B1,5.0,100\n\nA1,B2,4.0,101\n\n")
-    a, b = (read_ratings_csv(tmp_path / d / "ratings_Beauty.csv") for d in "ab")
-    assert a.equals(b) and a["item"].to_list() == ["B1", "B2"] and a["timestamp"].to_list() == [100, 101]
+    write_csv(tmp_path / "c" / "ratings_Beauty.csv", "\r\n  \nA1,B1,5.0,100\nA1,B2,4.0,101\n")   # walk 40a #4:
+    a, b, c = (read_ratings_csv(tmp_path / d / "ratings_Beauty.csv") for d in "abc")        # "more fields than
+    assert a.equals(b) and a.equals(c)                                                     # defined in Schema"
+    assert a["item"].to_list() == ["B1", "B2"] and a["timestamp"].to_list() == [100, 101]
+    write_csv(tmp_path / "d" / "ratings_Beauty.csv", "\nA1,B1,5.0,100\n,,,\nA1,B2,4.0,x\n")
+    with pytest.raises(DataError, match="ratings_Beauty.csv line 3 has only empty fields"):   # a record, not a blank
+        read_ratings_csv(tmp_path / "d" / "ratings_Beauty.csv")                              # line: was dropped
+    write_csv(tmp_path / "e" / "ratings_Beauty.csv", "\n\nA1,B1,5.0,100\nA1,B2,4.0,x\n")
+    with pytest.raises(DataError, match="line 4: timestamp 'x' is not a number"):           # numbered as in the file
+        read_ratings_csv(tmp_path / "e" / "ratings_Beauty.csv")
 
 
 def test_missing_file(tmp_path):

@@ -107,7 +107,12 @@ def test_a_report_folder_holding_the_users_files_is_refused_not_swept(tmp_path):
     assert sorted(p.relative_to(rep).as_posix() for p in rep.rglob("*")) == before
     (rep / "notes.txt").unlink()
     (rep / "mine" / "a.txt").unlink()
+    (tmp_path / "elsewhere").mkdir()
+    (rep / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(DataError, match=r"files seqpe did not write \(link, mine\)"):   # walk 40a #7: an empty
+        stage.run("toyset", runs, rep, params())                # folder and a link to one went without a word
     (rep / "mine").rmdir()
+    (rep / "link").unlink()
     stage.run("toyset", runs, rep, params())                     # its own files alone: replaced as before
 
 

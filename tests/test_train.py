@@ -444,6 +444,12 @@ def test_state_shows_a_damaged_resume_file_and_train_says_it_starts_afresh(tmp_p
     (lambda s: {k: v for k, v in s.items() if k != "optimizer"}, "it has no optimizer"),
     (lambda s: {**s, "history": "abc"}, "its history is not one record per epoch"),
     (lambda s: {**s, "generator": torch.zeros(3, dtype=torch.uint8)}, "RuntimeError restoring it"),
+    # walk 40a #1: a best epoch outside its epochs ended the run in a StopIteration, saved again at every rerun
+    (lambda s: {**s, "loop": {**s["loop"], "best_epoch": 7, "best_value": 1e9}}, "its loop state (best epoch 7"),
+    (lambda s: {**s, "history": [{**h, "valid": {}} for h in s["history"]]}, "its history is not epochs 1 to 1"),
+    # walk 40a #2: another configuration's file of the same shapes brought its lr in the optimizer state
+    (lambda s: {**s, "inputs": {**s["inputs"], "train": {**s["inputs"]["train"], "lr": 0.5}}},
+     "it was written by a run of other settings (train.lr: 0.5 vs"),
 ])
 def test_a_resume_file_torch_reads_but_that_does_not_fit_the_run_starts_the_seed_afresh(tmp_path, toy_registry,
                                                                                         capfd, tamper, why):
@@ -791,6 +797,25 @@ def test_a_finished_seed_with_a_damaged_file_is_trained_again_not_reused(tmp_pat
     assert again["reused"] == [1]
 
 
+def test_state_lists_a_damaged_finished_copy_as_damaged_and_prune_deletes_it(tmp_path, toy_registry):
+    """Walk 40a #3: a finished copy whose checkpoint is not its run.json's bytes (a retrain of a damaged seed,
+    interrupted: the hard link was damaged with it) was "kept until its configuration finishes", as reusable,
+    though `runs.finished` never takes it."""
+    import shutil
+    samples = make_samples(tmp_path / "samples")
+    stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1,), epochs=2), progress=False)
+    run_dir = tmp_path / "runs" / "toy-toy_lpe" / "seed-1"
+    copy = run_files.done_path(json.loads((run_dir / "run.json").read_text())["fingerprint"])
+    shutil.copytree(run_dir, copy)
+    [entry] = [e for e in json.loads(_state("--json")) if e["kind"] == "finished"]
+    assert entry["status"] == "kept until its configuration finishes"
+    (copy / "checkpoint.pt").write_bytes((copy / "checkpoint.pt").read_bytes()[:500])
+    [entry] = [e for e in json.loads(_state("--json")) if e["kind"] == "finished"]
+    assert entry["status"] == "damaged"
+    _state("--prune")                                          # without --all: no command would read it
+    assert not copy.exists() and (run_dir / "checkpoint.pt").is_file()
+
+
 def test_evaluate_refuses_grid_runs_trained_with_other_settings_than_the_params_give(tmp_path, toy_registry):
     """Walk 38c #4: params.yaml edited without `dvc repro` (or a grid configuration trained by hand with --set)
     was reported under the grid's name as if it were the grid's."""
@@ -807,8 +832,12 @@ def test_evaluate_refuses_grid_runs_trained_with_other_settings_than_the_params_
     assert evaluate.run("toyset", runs, tmp_path / "ok", grid(threads=2, device="auto"))   # machine keys: the same
     with pytest.raises(DataError, match=r"toy-toy_lpe seed 1 under .* was trained with other settings than the "
                                         r"params give the study grid of 'toyset' now \(train.lr: 0.02 vs 0.05\).*"
-                                        r"add --all"):
-        evaluate.run("toyset", runs, tmp_path / "bad", grid(lr=0.05))
+                                        r"add --all") as bad:
+        evaluate.run("toyset", runs, tmp_path / "bad", grid(lr=0.05), samples_dir=samples,
+                     params_file=tmp_path / "my params.yaml")
+    # walk 40a #5: the hand fix trains where evaluate reads, with the params it read (was data/runs, ./params.yaml)
+    assert f"(or `seqpe train toyset {samples} {runs} --model toy --encoding toy_lpe --params " \
+           f"'{tmp_path / 'my params.yaml'}'`)" in str(bad.value)
     assert not (tmp_path / "bad").exists()
     every = evaluate.run("toyset", runs, tmp_path / "all", grid(lr=0.05), all_runs=True)   # the runs as trained
     with pytest.raises(ParamsError, match=r"train.select_metric"):      # train's own refusal, not "run dvc repro"

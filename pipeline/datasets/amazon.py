@@ -39,6 +39,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Optional
 
 from .. import sniff
 from ..errors import DataError
@@ -105,8 +106,10 @@ def read_reviews_json(path: Path) -> pl.DataFrame:
 def read_ratings_csv(path: Path) -> pl.DataFrame:
     """`user,item,rating,timestamp` CSV without header -> the same columns, file order; blank lines skipped."""
     sniff.require_text(path)
+    skip = _leading_blank_lines(path)    # polars takes the width from the first line: a blank one was 1 column
     try:
-        raw = pl.read_csv(path, has_header=False, infer_schema=False, quote_char='"', raise_if_empty=False)
+        raw = pl.read_csv(path, has_header=False, infer_schema=False, quote_char='"', raise_if_empty=False,
+                          skip_rows=skip)
     except (pl.exceptions.ComputeError, pl.exceptions.NoDataError) as e:
         raise DataError(f"{path.name} is not a well-formed CSV ({str(e).splitlines()[0]})",
                         f"expected user,item,rating,timestamp per line; {FIX_DOWNLOAD}") from None
@@ -114,8 +117,12 @@ def read_ratings_csv(path: Path) -> pl.DataFrame:
         raise DataError(f"{path.name} has {raw.width} columns, expected {len(CSV_COLUMNS)} "
                         f"({','.join(CSV_COLUMNS)}, no header)",
                         f"use the ratings-only file `ratings_<Category>.csv`; {FIX_DOWNLOAD}")
-    df = raw.rename(dict(zip(raw.columns, CSV_COLUMNS))).with_row_index("lineno", offset=1)
+    df = raw.rename(dict(zip(raw.columns, CSV_COLUMNS))).with_row_index("lineno", offset=1 + skip)
     blank = pl.all_horizontal(pl.col(c).is_null() | (pl.col(c).str.strip_chars() == "") for c in CSV_COLUMNS)
+    inner = df.filter(blank & (pl.col("lineno") < df.filter(~blank).get_column("lineno").max()))
+    if inner.height and (no := _empty_fields_line(path, inner.get_column("lineno").to_list())) is not None:
+        raise DataError(f"{path.name} line {no} has only empty fields (no user, item, rating or timestamp)",
+                        f"the CSV must be user,item,rating,timestamp on every line; {FIX_DOWNLOAD}")
     df = df.filter(~blank)             # a blank line (a trailing "\r\n\r\n") was "rating None is not a number"
     for col, dtype in (("rating", pl.Float64), ("timestamp", pl.Int64)):
         parsed = pl.col(col).str.strip_chars().cast(dtype, strict=False)
@@ -136,6 +143,32 @@ def read_ratings_csv(path: Path) -> pl.DataFrame:
     df = df.drop("lineno")
     _check_complete(df, path, ("user", "item"))
     return df
+
+
+def _leading_blank_lines(path: Path) -> int:
+    """How many lines at the start of `path` hold only white space (looked for in its first 64 KiB)."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    n = 0
+    for line in head.split(b"\n")[:-1]:
+        if line.strip():
+            break
+        n += 1
+    return n
+
+
+def _empty_fields_line(path: Path, linenos: list[int]) -> Optional[int]:
+    """The first of `linenos` (lines polars read as all-empty fields, before the file's last row) that is not
+    blank but separators and quotes (`,,,`): a record with nothing in it, not a blank line. One pass over the
+    file, only when such rows exist."""
+    wanted = set(linenos)
+    with open(path, "rb") as f:
+        for no, line in enumerate(f, start=1):
+            if no in wanted and line.strip():
+                return no
+            if no >= max(wanted):
+                break
+    return None
 
 
 def _check_complete(df: pl.DataFrame, path: Path, cols: tuple[str, ...]) -> None:

@@ -183,7 +183,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
     saved = _load_resume(resume_path, label if dist.main else None)
     if saved is not None:
         try:
-            _restore(saved, net, opt, sched, generator, dist, tp)
+            _restore(saved, net, opt, sched, generator, dist, tp, select, inputs)
         except ValueError as e:          # a file torch reads that is not this run's state (walk 39c #2): it was a
             resume_path.unlink(missing_ok=True)            # traceback at every rerun, or "epoch 7 of 2"
             if dist.main:
@@ -298,10 +298,13 @@ def _load_resume(path: Optional[Path], label: Optional[str] = None) -> Optional[
 _LOOP_KEYS = ("epoch", "best_epoch", "best_value", "best_state", "stale", "start_loss")
 
 
-def _restore(saved, net, opt, sched, generator, dist: Dist, tp: TrainParams) -> None:
+def _restore(saved, net, opt, sched, generator, dist: Dist, tp: TrainParams, select: Optional[str] = None,
+             inputs: Optional[dict] = None) -> None:
     """Put a resume file's weights, optimizer, scheduler and random streams into place, or raise ValueError saying
-    what does not fit, with nothing changed: the weights and optimizer slots are checked against the model's
-    shapes, the loop state against train.epochs, and what is applied anyway is put back on a failure."""
+    what does not fit, with nothing changed: the settings it was written with against `inputs` (this run's
+    runs.shown_inputs: a file copied from another configuration brought its lr along in the optimizer state),
+    the weights and optimizer slots against the model's shapes, the loop state against train.epochs and its
+    history, and what is applied anyway is put back on a failure."""
     import copy
     import torch
     if not isinstance(saved, dict):
@@ -310,16 +313,31 @@ def _restore(saved, net, opt, sched, generator, dist: Dist, tp: TrainParams) -> 
                if k not in saved]
     if missing:
         raise ValueError(f"it has no {', '.join(missing)}")
+    if isinstance(inputs, dict) and isinstance(saved.get("inputs"), dict) and saved["inputs"] != inputs:
+        from ..report import _differences         # files before resume files kept their inputs: not compared
+        found = _differences(saved["inputs"], inputs)
+        raise ValueError("it was written by a run of other settings"
+                         + (f" ({'; '.join(found[:3])})" if found else ""))
     loop = saved["loop"]
     if not isinstance(loop, dict) or any(k not in loop for k in _LOOP_KEYS):
         raise ValueError("its loop state is incomplete")
     epoch = loop["epoch"]
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or not 1 <= epoch <= tp.epochs:
+    if not _count(epoch) or not 1 <= epoch <= tp.epochs:
         raise ValueError(f"it is at epoch {epoch!r}, and this run trains epochs 1 to {tp.epochs}")
     for key in ("history", "timing"):
         if not isinstance(saved[key], list) or len(saved[key]) != epoch or \
                 not all(isinstance(x, dict) for x in saved[key]):
             raise ValueError(f"its {key} is not one record per epoch")
+    if [h.get("epoch") for h in saved["history"]] != list(range(1, epoch + 1)) or any(
+            not isinstance(h.get("valid"), dict) or (select is not None and not _number(h["valid"].get(select)))
+            for h in saved["history"]):
+        raise ValueError(f"its history is not epochs 1 to {epoch}, each with its valid {select or 'metrics'}")
+    best = loop["best_epoch"]                    # a best epoch outside its epochs was a StopIteration at the end
+    if not _count(best) or not 1 <= best <= epoch or not _number(loop["best_value"]) or \
+            loop["stale"] != epoch - best or \
+            not (loop["start_loss"] is None or _number(loop["start_loss"])):
+        raise ValueError(f"its loop state (best epoch {best!r}, best value {loop['best_value']!r}, stale "
+                         f"{loop['stale']!r}) is not one of its {epoch} epoch(s)")
     shapes = {k: tuple(v.shape) for k, v in net.state_dict().items()}
     for what, state in (("weights", saved["model"]), ("best weights", loop["best_state"])):
         if not isinstance(state, dict) or \
@@ -355,6 +373,14 @@ def _restore(saved, net, opt, sched, generator, dist: Dist, tp: TrainParams) -> 
         torch.set_rng_state(before[3])
         generator.set_state(before[4])
         raise ValueError(f"{type(e).__name__} restoring it") from None
+
+
+def _count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 LAST_SAVED: list = []      # [label, epoch] of the last resume file this process wrote (the Ctrl-C note names it)

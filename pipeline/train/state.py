@@ -273,6 +273,7 @@ def entries() -> list[dict]:
             continue
         status = ("training now" if path.name in training else
                   "kept: its configuration is training" if (rec.get("dataset"), rec.get("name")) in configs else
+                  "damaged" if runs._damaged(path, rec) is not None else     # runs.finished never takes it
                   "finished by other seqpe code" if _other_code(_code_of(path)) else
                   "stopped by train.time_limit" if rec.get("stopped") == "time_limit" else
                   "kept until its configuration finishes")
@@ -320,7 +321,7 @@ _UNUSABLE = ("resumable by other seqpe code", "damaged", "finished by other seqp
 PRUNABLE = (*_UNUSABLE, "resumable", "kept until its configuration finishes")
 
 
-def prune(everything: bool = False) -> tuple[list[dict], list[dict], int]:
+def prune(everything: bool = False) -> tuple[list[dict], list[dict], dict[str, int]]:
     """Delete the resume files and finished copies no command of this checkout will read (`_UNUSABLE`), or with
     `everything` also those it would go on from (`PRUNABLE`), then the lock files no process holds (a seed
     killed before its first epoch leaves one and nothing else); returns (deleted, kept, lock files removed per
