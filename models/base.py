@@ -106,6 +106,8 @@ class ModelSpec:
     encoding: Optional[str] = None       # the encoding a run takes without --encoding (or a preset's), in place of
                                          # the study grid's first: a model that needs one of its own kind (FPARec:
                                          # positional attention, which the grid's `none` is not)
+    takes: str = ""                      # which encodings it takes where not any (`seqpe models`), e.g.
+                                         # "input-stage only": the rule its build function enforces
     side: bool = False                   # True: takes side information (pipeline/side.py): build(..., side=SideInfo)
                                          # and, where the data has context, forward / training_loss /
                                          # score_items(..., context=(context (B, L, C), target_context (B, C)))

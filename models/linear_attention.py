@@ -93,4 +93,5 @@ _PRESETS = {"paper": {**SASREC_PRESETS["paper"], "models": {"linear_attention": 
 
 register_model(ModelSpec("linear_attention", build_linear_attention,
                          "SASRec with linearised causal attention (elu + 1 feature map); input-stage encodings",
-                         "Katharopoulos et al. 2020; 003 Table 3", causal=True, presets=_PRESETS), options=SASRecConfig)
+                         "Katharopoulos et al. 2020; 003 Table 3", causal=True, presets=_PRESETS,
+                         takes="input-stage only (no q.k logits)"), options=SASRecConfig)

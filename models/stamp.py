@@ -91,4 +91,5 @@ register_model(ModelSpec("stamp", build_stamp, "STAMP: short-term attention/memo
                          ignores=("layers", "heads", "dropout"),    # input-stage encodings only (read neither)
                          presets={"paper": {"encoding": "ldpe", "epochs": 30, "batch_size": 100, "dim": 100,
                                             "lr": 1e-3, "weight_decay": 1e-5, "lr_schedule": "step",
-                                            "lr_step": 3, "lr_gamma": 0.1, "max_len": 200}}), options=StampConfig)
+                                            "lr_step": 3, "lr_gamma": 0.1, "max_len": 200}},
+                         takes="input-stage only (added to the item embeddings)"), options=StampConfig)

@@ -692,7 +692,8 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="print the list 
     cols = [Col("name", key=True), Col("task"), Col("what", wrap=True), Col("paper", wrap=True), Col("encoding"),
             Col("objective"), Col("presets", wrap=True), Col("options (default)", wrap=True)]
     rows = [[e["name"], e["task"].replace("_", "-"), e["description"], e["paper"],
-             "none" if not e["takes_encoding"] else f"{e['encoding']} (its own)" if e["encoding"] else "any",
+             "none" if not e["takes_encoding"] else f"{e['encoding']} (its own)" if e["encoding"] else
+             e["takes"] or "any",
              "fitted" if e["fitted"] else " or ".join(e["objectives"]) or "-",
              "; ".join(f"{k}" + (f" ({', '.join(v)})" if v else "") for k, v in e["presets"].items()) or "-",
              ", ".join(f"{k}={v}" for k, v in e["options"].items()) or "-"] for e in listed]
@@ -707,7 +708,8 @@ def _model_entry(spec) -> dict:
     options = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
                for f in dataclasses.fields(spec.options)} if spec.options is not None else {}
     return {"name": spec.name, "task": spec.task, "description": spec.description, "paper": spec.paper,
-            "takes_encoding": spec.uses_encoding, "encoding": spec.encoding, "fitted": spec.fitted,
+            "takes_encoding": spec.uses_encoding, "encoding": spec.encoding, "takes": spec.takes or
+            ("any" if spec.uses_encoding and not spec.encoding else None), "fitted": spec.fitted,
             "objectives": [] if spec.fitted or spec.task == "ctr" else ["prefixes", "sequence"] if spec.causal
             else ["prefixes"],
             "presets": {name: sorted((p.get("datasets") or {}) if isinstance(p, dict) else {})

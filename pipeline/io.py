@@ -661,8 +661,12 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
     else:
         shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
         problem = f"{dst} holds files seqpe did not write ({shown})"
+    project = any((dst / p).exists() for p in (".git", ".dvc", "params.yaml", "dvc.yaml")) or \
+        dst.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents, Path.home().resolve())
     raise DataError(f"{problem}; seqpe replaces only a missing or empty folder or its own {_WHAT[kind]} there",
-                    f"pass a new or empty folder for the output (or delete {dst} yourself if nothing in it is needed)")
+                    "pass a new or empty folder for the output" + ("" if project else    # never "delete ." (walk 40b)
+                                                                    f" (or delete {dst} yourself if nothing in it "
+                                                                    "is needed)"))
 
 
 def _unlisted(folder: Path, kind: str, allow: tuple[str, ...] = ()) -> list[str]:

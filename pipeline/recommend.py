@@ -180,45 +180,49 @@ class RunModel:
 
     def user_sessions(self, users: Sequence[str]) -> "pl.DataFrame":
         """Leave-one-out users by raw id -> (session_id: the raw user id, items: the user's whole sequence in
-        internal ids, its test item included), in the order given; from the sessions folder's users.parquet
-        and test split (each user's every interaction, in time order)."""
+        internal ids, its test item included), in the order given; from the sessions folder's test split (each
+        user's every interaction, in time order) and its users.parquet, or, for a `seqpe import` of SASRec-format
+        files, whose session ids are the file's user ids, from those ids themselves."""
         folder = self.sessions_dir
         if folder is None:
             raise ParamsError("--user needs the dataset's sessions folder (its users.parquet maps raw user ids)",
                               "pass --sessions data/sessions/DATASET")
         manifest = read_manifest(folder)
-        if not (folder / "users.parquet").is_file():
-            protocol = manifest.get("protocol")
-            why = (f"its {protocol} sessions are not users" if protocol not in (None, "leave_one_out")
-                   else "it was written before seqpe kept users.parquet")
-            raise DataError(f"{folder} has no users.parquet: {why}",
-                            "recommend for sessions with --items or --input" if protocol not in
-                            (None, "leave_one_out") else f"re-run `seqpe preprocess {manifest.get('dataset')}`")
-        verify_shards(folder, manifest, only=("users.parquet",))
-        table = pl.read_parquet(folder / "users.parquet", columns=["session_id", "raw_id"]).with_columns(
-            pl.col("raw_id").cast(pl.String))
-        ids = dict(zip(table.get_column("raw_id").to_list(), table.get_column("session_id").to_list()))
         wanted = [str(u).strip() for u in users]
-        unknown = [u for u in wanted if u not in ids]
-        if unknown:
-            shown = ", ".join(repr(printable(u, 40)) for u in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
-            raise DataError(f"user{'s' * (len(unknown) > 1)} {shown} not in {folder}/users.parquet "
-                            f"({table.height:,} users kept by the dataset's filters)",
-                            "pass raw user ids as in the raw log (users.parquet raw_id)")
         if len(set(wanted)) != len(wanted):
             raise ParamsError("a --user is given twice", "list each user once")
+        own_ids = (manifest.get("protocol_info") or {}).get("session_ids") == "the file's user ids"
+        if (folder / "users.parquet").is_file():
+            verify_shards(folder, manifest, only=("users.parquet",))
+            table = pl.read_parquet(folder / "users.parquet", columns=["session_id", "raw_id"]).with_columns(
+                pl.col("raw_id").cast(pl.String))
+            ids = dict(zip(table.get_column("raw_id").to_list(), table.get_column("session_id").to_list()))
+            where, count = f"{folder}/users.parquet", table.height
+        elif own_ids:                              # an import's session ids are the file's user ids
+            ids = {u: int(u) for u in wanted if _DIGITS.fullmatch(u)}
+            where, count = f"the test split of {folder}", manifest.get("splits", {}).get("test", {}).get("sessions")
+        else:
+            protocol = manifest.get("protocol")
+            ours = protocol in (None, "leave_one_out")
+            raise DataError(f"{folder} has no users.parquet: "
+                            + ("it was written before seqpe kept users.parquet" if ours else
+                               f"its {protocol} sessions are not users"),
+                            f"re-run `seqpe preprocess {manifest.get('dataset')}`" if ours else
+                            "recommend for sessions with --items or --input")
         test = [e["path"] for e in manifest.get("shards", []) if str(e.get("path", "")).startswith("test/")]
         verify_shards(folder, manifest, only=tuple(test))
         from .io import scan_split
-        sid = [ids[u] for u in wanted]
-        found = dict(scan_split(folder, "test").filter(pl.col("session_id").is_in(sid))
+        found = dict(scan_split(folder, "test").filter(pl.col("session_id").is_in(list(ids.values())))
                      .select("session_id", "items").collect().iter_rows())
-        missing = [u for u, s in zip(wanted, sid) if s not in found]
-        if missing:
-            raise DataError(f"user {printable(missing[0], 40)!r} is in users.parquet but not in the test split of "
-                            f"{folder}", f"re-run `seqpe preprocess {manifest.get('dataset')}`")
+        unknown = [u for u in wanted if ids.get(u) not in found]
+        if unknown:
+            shown = ", ".join(repr(printable(u, 40)) for u in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+            counted = f" ({count:,} users kept by the dataset's filters)" if isinstance(count, int) else ""
+            raise DataError(f"user{'s' * (len(unknown) > 1)} {shown} not in {where}{counted}",
+                            "pass raw user ids as in the raw log" + (" (users.parquet raw_id)" if not own_ids else
+                                                                     " (the imported file's user ids)"))
         return pl.DataFrame({"session_id": pl.Series(wanted, dtype=pl.String),
-                             "items": pl.Series([list(found[s]) for s in sid], dtype=pl.List(pl.Int64))})
+                             "items": pl.Series([list(found[ids[u]]) for u in wanted], dtype=pl.List(pl.Int64))})
 
     def _matrix(self, sessions: Sequence[Sequence[int]]) -> np.ndarray:
         """Left-padded (S, max_len) int32 of the most recent max_len items, ids checked."""

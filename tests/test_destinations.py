@@ -42,7 +42,7 @@ def user_folder(path: Path) -> Path:
 def test_augment_into_a_users_folder_is_refused_and_touches_nothing(prepared, tmp_path):
     mywork = user_folder(tmp_path / "mywork")
     proc = seqpe("augment", "sample", str(prepared / "sessions"), str(mywork), "--quiet")
-    assert_one_line_error(proc, "mywork holds files seqpe did not write (paper.tex)", "Fix:")
+    assert_one_line_error(proc, "mywork holds files seqpe did not write (paper.tex)", "Fix:", "or delete ")
     assert sorted(p.name for p in mywork.iterdir()) == ["paper.tex"]
     assert (mywork / "paper.tex").read_text() == "draft"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
@@ -54,6 +54,7 @@ def test_the_working_directory_is_never_replaced(prepared, tmp_path):
     (project / "params.yaml").write_text((ROOT / "params.yaml").read_text())
     proc = seqpe("augment", "sample", str(prepared / "sessions"), str(project), "--quiet", cwd=project)
     assert_one_line_error(proc, "params.yaml")
+    assert "delete" not in proc.stderr                   # walk 40b #5: "(or delete . yourself if ...)"
     assert (project / "params.yaml").read_text() == (ROOT / "params.yaml").read_text()
 
 

@@ -190,8 +190,12 @@ def test_imported_files_go_through_the_pipeline_and_train_like_the_dataset_they_
     params = yaml.safe_load((b / "params.yaml").read_text())
     params["imports"] = {"sample_srgnn": {"path": "data/inbox/sample srgnn", "format": "srgnn"}}   # a space: quoted
     (b / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (b / "data/sessions/sample_srgnn").mkdir()                           # a folder of the user's under that name
+    (b / "data/sessions/sample_srgnn/keep.txt").write_text("mine")
     refused = dvc("repro", cwd=b, check=False)                           # imported but trained by no grid
     assert refused.returncode != 0 and "add it to study.next_item.datasets" in refused.stdout + refused.stderr
+    assert (b / "data/sessions/sample_srgnn/keep.txt").read_text() == "mine"   # walk 40b #1: DVC deleted it first
+    shutil.rmtree(b / "data/sessions/sample_srgnn")
     params["study"]["next_item"]["datasets"].append("sample_srgnn")
     (b / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert ran(dvc("repro", cwd=b).stdout) == [                          # (reports follow study:, which changed)

@@ -450,6 +450,15 @@ def test_recommend_for_leave_one_out_users_by_raw_id(trained, tmp_path):
                               env=dict(os.environ, COLUMNS="300"))
         err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode in (1, 2) and len(err) == 1 and re.search(message, err[0]), proc.stderr
+    # an import of SASRec-format files (walk 40b #3): its session ids are the file's user ids, no users.parquet
+    from pipeline import formats
+    (tmp_path / "Beauty.txt").write_text("".join(f"{u} {i}\n" for u in (7, 9) for i in (1, 2, 3, 4, 2)))
+    formats.import_dataset("mine", tmp_path / "Beauty.txt", "sasrec", tmp_path / "imp_s", tmp_path / "imp_a", p)
+    imported = recommend.RunModel(run, model.net, model.record, model.device, sessions_dir=tmp_path / "imp_s")
+    assert imported.user_sessions(["9", "7"]).rows() == [("9", [1, 2, 3, 4, 2]), ("7", [1, 2, 3, 4, 2])]
+    with pytest.raises(DataError, match=r"user '8' not in the test split of .*imp_s \(2 users kept .*Fix: pass raw "
+                                        r"user ids as in the raw log \(the imported file's user ids\)"):
+        imported.user_sessions(["8"])
     _, srgnn_run, srgnn_sessions = trained                 # sessions, not users: no users.parquet
     with pytest.raises(DataError, match="has no users.parquet: its srgnn sessions are not users. Fix: recommend for "
                                         "sessions with --items or --input"):

@@ -88,6 +88,9 @@ def test_models_lists_every_model_with_what_it_takes():
     assert (data["fparec"]["encoding"], data["fparec"]["objectives"]) == ("fparec", ["prefixes", "sequence"])
     assert (data["pop"]["takes_encoding"], data["pop"]["fitted"], data["din"]["objectives"]) == (False, True, [])
     assert data["posrec"]["presets"] == {"paper": ["diginetica", "yoochoose"]}
+    # walk 40b #4: "any" for models whose build refuses attention-stage encodings (STAMP with rope)
+    assert [data[m]["takes"][:16] for m in ("stamp", "linear_attention", "token_mixing")] == ["input-stage only"] * 3
+    assert data["sasrec"]["takes"] == "any" and "not RMHA, ALiBi" in data["din"]["takes"]
     assert data["srgnn"]["options"]["steps"] == 1 and data["carca"]["side_information"] is True
 
 

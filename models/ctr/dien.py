@@ -136,6 +136,6 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
 
 
 # 001 §5.1.5; the attention of BARS's tuned DIEN (din_attention with softmax), which FuxiCTR ran for 001.
-register_model(ModelSpec(name="dien", build=build, task="ctr", ignores=("layers", "heads"), paper="Zhou et al., AAAI 2019 (DIEN)",
+register_model(ModelSpec(name="dien", takes="q.k ones: input-stage, rope, cope, cape (not RMHA, ALiBi, PARec)", build=build, task="ctr", ignores=("layers", "heads"), paper="Zhou et al., AAAI 2019 (DIEN)",
                          description="GRU interests + AUGRU evolution by target attention; aux next-behaviour loss",
                          presets={"paper": paper_preset(models={"dien": {"attention": "din"}})}), options=DIENConfig)

@@ -90,6 +90,6 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
 
 # 001 §5.1.5, and CAPE's released DIN config (yjdy/CAPE experiment/config/DIN_*_tuner_config.yaml:
 # din_use_softmax: True) for the weights.
-register_model(ModelSpec(name="din", build=build, task="ctr", ignores=("layers", "heads"), paper="Zhou et al., KDD 2018 (DIN)",
+register_model(ModelSpec(name="din", takes="q.k ones: input-stage, rope, cope, cape (not RMHA, ALiBi, PARec)", build=build, task="ctr", ignores=("layers", "heads"), paper="Zhou et al., KDD 2018 (DIN)",
                          description="target attention by DIN's activation unit; encoding in the unit",
                          presets={"paper": paper_preset(models={"din": {"softmax": True}})}), options=DINConfig)

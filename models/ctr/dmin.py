@@ -107,6 +107,6 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
 
 
 # 001 §5.1.5; four interests (DMIN's and FuxiCTR's default num_heads; 001 grid-searches 1-8).
-register_model(ModelSpec(name="dmin", build=build, task="ctr", ignores=("layers",), paper="Xiao et al., CIKM 2020 (DMIN)",
+register_model(ModelSpec(name="dmin", takes="q.k ones: input-stage, rope, cope, cape (not RMHA, ALiBi, PARec)", build=build, task="ctr", ignores=("layers",), paper="Xiao et al., CIKM 2020 (DMIN)",
                          description="self-attention refiner + multi-head interests, each by target attention",
                          presets={"paper": paper_preset(train={"heads": 4})}), options=DMINConfig)

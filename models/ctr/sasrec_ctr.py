@@ -89,7 +89,7 @@ def build(*, schema: CTRSchema, train, options: Optional[dict] = None,
 
 
 # 001 §5.1.5; two blocks (SASRec's default); CAPE 64 wide, the best of 001's grid with SASRec (§5.4.2).
-register_model(ModelSpec(name="sasrec_ctr", build=build, task="ctr", paper="Kang & McAuley, ICDM 2018 (SASRec)",
+register_model(ModelSpec(name="sasrec_ctr", takes="q.k ones (not the PARec family)", build=build, task="ctr", paper="Kang & McAuley, ICDM 2018 (SASRec)",
                          description="causal self-attention blocks, then target attention; CTR head",
                          presets={"paper": paper_preset(train={"layers": 2}, encodings={"cape": {"pos_dim": 64}})}),
                options=SASRecCTRConfig)
