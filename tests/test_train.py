@@ -1980,3 +1980,35 @@ def test_a_key_another_setting_leaves_unread_is_null_and_refused_when_given(tmp_
     sampled = stage.run("toyset", samples, tmp_path / "s", q, overrides=["train.loss=sampled", "train.negatives=5"],
                         progress=False, check=True)                                # read there: accepted
     assert sampled
+
+
+@pytest.mark.parametrize("model, dataset, sets", [
+    ("dien", "sample_ctr", {}),                                     # its auxiliary loss: behaviours[idx]
+    ("sasrec", "sample", {"loss": "sampled", "negatives": 20}),     # w[neg]: rows drawn many times
+])
+def test_two_threads_train_the_same_bytes_twice(tmp_path, monkeypatch, model, dataset, sets):
+    """Walk 40d #1: the backward of `table[idx]` with repeated rows is a parallel atomic add on the CPU, so
+    DIEN (and sampled / bce losses at dim x batch >= 32,768) trained twice at 2 threads gave two checkpoints;
+    training now runs with torch's deterministic algorithms on the CPU (and leaves the switch as it found it)."""
+    from pipeline import augment, download, preprocess
+    from pipeline.params import DownloadParams, SampleCTRParams, SampleParams
+    p = Params()
+    if dataset == "sample_ctr":
+        sample = SampleCTRParams(users=120, items=200, cates=12, min_length=5, max_length=12, seed=7)
+    else:
+        sample = SampleParams(sessions=300, items=60)
+        p = dataclasses.replace(p, preprocess=dataclasses.replace(p.preprocess, sample=sample))
+    download.run(dataset, tmp_path / "raw", DownloadParams(), progress=False, sample=sample)
+    preprocess.run(dataset, tmp_path / "raw", tmp_path / "sessions", p)
+    augment.run(dataset, tmp_path / "sessions", tmp_path / "samples", p)
+    p = dataclasses.replace(p, train=dataclasses.replace(p.train, epochs=1, dim=256, batch_size=256, threads=2,
+                                                         **sets))
+    before = torch.are_deterministic_algorithms_enabled()
+    got = []
+    for n in (1, 2):
+        monkeypatch.setenv("SEQPE_STATE", str(tmp_path / f"state{n}"))
+        stage.run(dataset, tmp_path / "samples", tmp_path / f"runs{n}", p, model=model,
+                  encoding="cape" if model == "dien" else "lpe", seeds=[1], progress=False)
+        [run_dir] = (tmp_path / f"runs{n}").glob("*/seed-1")
+        got.append((run_dir / "checkpoint.pt").read_bytes())
+    assert got[0] == got[1] and torch.are_deterministic_algorithms_enabled() == before

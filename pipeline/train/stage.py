@@ -163,14 +163,38 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     _check_loss_impl(tp, device)
     if device.type == "cpu":
         heap.keep()                                    # reuse freed step buffers (pipeline/train/heap.py)
+    before = _deterministic(device)
     try:
         results = _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs,
                          tag, device, dist, progress, metrics_path, live_dir, in_grid)
     except BaseException:
         distributed.teardown(dist, clean=False)
         raise
+    finally:
+        _restore_deterministic(before)
     distributed.teardown(dist)
     return results
+
+
+def _deterministic(device) -> Optional[tuple[bool, bool]]:
+    """On the CPU, torch's deterministic algorithms for the training (walk 40d #1): with more than one thread,
+    the backward of `table[idx]` (repeated rows: sampled / bce negatives, DIEN's and DMIN's auxiliary negatives)
+    is a parallel atomic add whose order changes from run to run, so DIEN trained twice at 2 threads gave two
+    checkpoints; torch's own switch makes it the sorted, deterministic accumulation (same speed in a probe, and
+    it also covers any such lookup not found yet). Returns the previous setting for `_restore_deterministic`
+    (None: left alone, on CUDA, where the switch needs CUBLAS_WORKSPACE_CONFIG and refuses some kernels)."""
+    import torch
+    if device.type != "cpu":
+        return None
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return before
+
+
+def _restore_deterministic(before: Optional[tuple[bool, bool]]) -> None:
+    import torch
+    if before is not None:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 _FUSED_LOSSES = {"cce": "cut_cross_entropy", "liger": "liger_kernel"}       # train.ce_impl -> its package
