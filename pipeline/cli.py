@@ -369,8 +369,9 @@ def train(dataset: str,
           params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Train a model (best epoch chosen on valid) and score it once on test, for every seed.
 
-    Resuming needs no option: run the same command again after a Ctrl-C, a kill or train.time_limit, and
-    each seed goes on from its last finished epoch (`seqpe state` lists what can be resumed)."""
+    Resuming needs no option: run the same command again after a Ctrl-C or a kill (after train.time_limit,
+    with a longer limit, or 0: the limit counts the epochs already trained) and each seed goes on from its
+    last finished epoch (`seqpe state` lists what can be resumed)."""
     from . import train as stage
     results = stage.run(dataset, _default("samples", dataset, samples),
                         _default("runs", dataset, runs, check=False), _params(params, overrides), model=model,

@@ -56,8 +56,8 @@ def resolve_config(dataset: str, manifest: dict, params: Params, model: Optional
     if kind != "ctr" and tp.heads and tp.dim is not None and tp.dim % tp.heads:   # CTR: models.ctr.layers (fields x dim)
         raise ParamsError(f"train.dim ({tp.dim}) must be divisible by train.heads ({tp.heads}), which "
                           f"'{spec.name}' splits it into", "change train.dim or train.heads")
-    if kind != "ctr" and machine:
-        tp = _resolve_auto(tp)
+    if machine:                    # CTR too: its precision was recorded "auto" and fp32 retrained it (walk 40d #4)
+        tp = _resolve_auto(tp, ctr=kind == "ctr")
     if machine and (tp.threads == "auto" or tp.threads == 0):     # the count auto / torch's default picks here, in run.json and
         tp = dataclasses.replace(tp, threads=threads.resolve(tp.threads))   # the fingerprint (walk 37b D3, 38a D7)
     return kind, params, spec, enc_name, tp, applied, res
@@ -376,14 +376,14 @@ def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> P
         params.evaluate, **{k: getattr(defaults, k) for k in _CTR_EVALUATE}))
 
 
-def _resolve_auto(tp):
+def _resolve_auto(tp, ctr: bool = False):
     """`tp` with train.ce_impl and precision `auto` replaced by what they pick on the run's device (ce_impl:
     chunked on the CPU, plain on CUDA; precision: fp32), as train.device auto enters the fingerprint: `auto`
     and the value it picks were two fingerprints for one model (a finished seed retrained and replaced, seeds
     not pooled by `seqpe report`), and run.json did not say which loss ran (walk 33a)."""
     from .tasks import ce_impl
     resolved = {}
-    if tp.ce_impl == "auto":
+    if tp.ce_impl == "auto" and not ctr:              # a CTR model's loss is its click BCE
         resolved["ce_impl"] = ce_impl(tp, setup.pick_device(tp.device))
     if tp.precision == "auto":
         resolved["precision"] = "fp32"
@@ -420,6 +420,9 @@ def _drop_ignored(tp, spec, params: Params, overrides):
                                                      "train.loss=ce")),
         ("lr_step", tp.lr_schedule == "none" and ("train.lr_schedule is none", "train.lr_schedule=step")),
         ("lr_gamma", tp.lr_schedule == "none" and ("train.lr_schedule is none", "train.lr_schedule=step")),
+        ("bucket", spec.task != "ctr" and tp.trim_padding is False and (   # walk 40d #2: batches keep max_len
+            "train.trim_padding is false (every batch keeps max_len columns: nothing is grouped by length)",
+            "train.trim_padding=true")),
     ) if why and key not in ignores}
     for key in (*ignores, *unread):
         given = _given(overrides, f"train.{key}")
