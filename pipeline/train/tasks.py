@@ -61,7 +61,8 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
     the model's window (NextItemTask passes them), so what is excluded never depends on train.max_len. With `per_sample`, also return a frame of the rows' counts in file
     order (pipeline.significance reads them). `dist` (distributed.Dist): this process scores its
     share of the rows and the counts of every process are gathered. `amp`: an autocast context
-    factory for the forward pass; scores are compared in fp32.
+    factory for the forward pass (the trainer passes none: a bf16 model's scores, cast to fp32 only after
+    autocast, kept bf16's 8-bit mantissa, and thousands of items tied with the target; walk 40c #1).
 
     `context`: the model takes side information and the samples hold it (pipeline/side.py): it is
     passed to the model. `candidates` (S, M) int32 (evaluate.candidates > 0, pipeline/train/candidates.py):
@@ -355,14 +356,10 @@ class NextItemTask:
         n = (targets != 0).sum() if targets.dim() == 2 else len(targets)   # predictions (read with the loss)
         return loss, n
 
-    def _amp(self):
-        from .setup import autocast
-        return autocast(self.tp, self.device)
-
     def evaluate(self, net, split: str) -> dict[str, float]:
         ev = self.ev
         return score(net, self.data[split], split, ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
-                     mask_history=ev.mask_history, dist=self.dist, amp=self._amp, context=self._context,
+                     mask_history=ev.mask_history, dist=self.dist, context=self._context,     # fp32: no amp
                      candidates=self.candidates.get(split), history=self.history.get(split))
 
     def test(self, net):
@@ -370,7 +367,7 @@ class NextItemTask:
         (`Constancy`; not probed with evaluate.candidates, whose rows rank their own items)."""
         ev, probe = self.ev, {}
         out = score(net, self.data["test"], "test", ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
-                    mask_history=ev.mask_history, per_sample=True, dist=self.dist, amp=self._amp,
+                    mask_history=ev.mask_history, per_sample=True, dist=self.dist,
                     context=self._context, candidates=self.candidates.get("test"), history=self.history.get("test"),
                     probe=probe)
         self.constant = probe.get("constant", False)
@@ -463,7 +460,6 @@ class CTRTask:
         import torch
         from models.metrics import CTRMetrics
         from ..ctr_batches import ctr_batches
-        from .setup import autocast
         data = self.data[split]
         block = self.ev.batch_size
         rows = self.dist.rows(len(data), block) if self.dist is not None else None
@@ -473,8 +469,7 @@ class CTRTask:
         with torch.inference_mode():
             for batch in ctr_batches(part, self.ev.batch_size, device=self.device, trim=self.tp.trim_padding):
                 check_interrupt()
-                with autocast(self.tp, self.device):
-                    out = net(batch).logits
+                out = net(batch).logits      # in fp32, not autocast: bf16 logits tied nearby pairs (walk 40c #1)
                 logits.append(out.float())                                   # (B,) metrics in fp32 or better
         logits = torch.cat(logits) if logits else torch.zeros(0, device=self.device)
         if self.dist is not None:
