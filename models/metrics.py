@@ -171,8 +171,8 @@ class RankingMetrics:
 
     def compute(self) -> dict[str, float]:
         """Means over every sample seen, as Python floats, keys in `metric_keys` order."""
-        if self.count == 0:
-            return {key: 0.0 for key in metric_keys(self.ks)}
+        if self.count == 0:                  # a 0.0 would read as a metric (walk 40c #5)
+            raise ValueError("no samples were scored: ranking metrics are undefined")
         means = (self.sums / self.count).cpu().tolist()             # [[hr@k...], [mrr@k...], [ndcg@k...]]
         return {f"{m}@{k}": means[i][j] for i, m in enumerate(RANKING) for j, k in enumerate(self.ks)}
 
@@ -182,9 +182,13 @@ def ranking_from_counts(greater: torch.Tensor, ties: torch.Tensor, ks: Iterable[
     batched or split across processes: per-sample gains (tie rule) summed with math.fsum, which is
     correctly rounded whatever the order, so one process and N processes give the same bits."""
     ks = sorted(set(int(k) for k in ks))
-    if greater.numel() == 0:
-        return {key: 0.0 for key in metric_keys(ks)}
+    if not ks or ks[0] < 1:
+        raise ValueError(f"cut-offs must be positive integers, got {ks}")
+    if greater.numel() == 0:                 # a 0.0 would read as a metric (walk 40c #5)
+        raise ValueError("no samples were scored: ranking metrics are undefined")
     g, t = greater.to("cpu", torch.long), ties.to("cpu", torch.long)
+    if bool((g < 0).any()) or bool((t < 0).any()) or g.shape != t.shape:
+        raise ValueError("greater and ties must be non-negative counts of one shape")
     gains = tie_gains(g, t, torch.tensor(ks, dtype=torch.long))     # (3, S, C)
     n = g.numel()
     return {f"{m}@{k}": math.fsum(gains[i, :, j].tolist()) / n for i, m in enumerate(RANKING) for j, k in enumerate(ks)}
@@ -306,6 +310,8 @@ class CTRMetrics:
         assert logits.dim() == 1 and labels.shape == logits.shape == groups.shape, \
             f"logits {tuple(logits.shape)}, labels {tuple(labels.shape)}, groups {tuple(groups.shape)} must be (B,)"
         _check_logits(logits)
+        if not bool(((labels == 0) | (labels == 1)).all()):     # before the int8 cast: 257 became 1, 0.5 became 0
+            raise ValueError("CTR labels must be 0 or 1")       # (walk 40c #4)
         self.logits.append(logits.detach())
         self.labels.append(labels.detach().to(torch.int8))
         self.groups.append(groups.detach().long())
@@ -317,7 +323,7 @@ class CTRMetrics:
     def compute(self) -> dict[str, float]:
         """{"auc", "gauc", "logloss"} over every sample seen (NaN where undefined); one score sort
         serves AUC and gAUC."""
-        if not self.logits:
+        if not self.count:                   # no batch, or only empty ones (an IndexError; walk 40c #6)
             return {"auc": math.nan, "gauc": math.nan, "logloss": math.nan}
         logits = torch.cat(self.logits)                             # (S,)
         labels = torch.cat(self.labels)                             # (S,) int8

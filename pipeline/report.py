@@ -448,9 +448,11 @@ def _p(p: Optional[float]) -> str:
 def _delta(value: Optional[float], scale: float, lo: Optional[float] = None, hi: Optional[float] = None) -> str:
     if value is None:
         return ""
-    fmt = "+.2f" if scale == 100.0 else "+.4f"
-    text = format(scale * value, fmt)
-    return text if lo is None else f"{text} [{format(scale * lo, fmt)}, {format(scale * hi, fmt)}]"
+    def signed(x: float) -> str:     # two decimals hid what the verdict acts on: a bootstrap interval of
+        v, places = scale * x, (2 if scale == 100.0 else 4)          # [-0.0064, -0.0000081] read [-0.01, -0.00]
+        return format(v, f"+.{places}f") if v == 0 or abs(v) >= 10 ** -places * 5 else format(v, "+.2g")
+    text = signed(value)                                                                      # (walk 40c #2)
+    return text if lo is None else f"{text} [{signed(lo)}, {signed(hi)}]"
 
 
 def _common_seeds(comp: dict) -> str:
@@ -606,6 +608,8 @@ def summary_view(rows: list[dict], title: str = SUMMARY_TITLE) -> tuple[str, lis
     (and its dataset when the rows span several; one dataset goes into the title)."""
     from .tables import Col
     keys = metric_keys(rows)
+    if any(k.startswith("logloss") for k in keys):       # shown as is (walk 40c #3: the title said ×100)
+        title = title.replace("×100", "×100 but logloss")
     datasets = sorted({row["dataset"] for row in rows})
     several, protocols = len(datasets) > 1, _several_protocols(rows)
     if not several and datasets:

@@ -201,6 +201,8 @@ def _bootstrap(data: tuple, statistic, n: int, n_resamples: int,
     without a positive: a test split with a handful of them), which scipy gave as NaN, printed as bare NaN in
     `report --json` with a warning about another method on stderr (walk 36b)."""
     import warnings
+    if n < 2:                          # scipy: "needs at least two observations" (a one-row test split; walk 40c #6)
+        return None, None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)            # scipy's DegenerateDataWarning and 0/0
         res = stats.bootstrap(data, statistic, n_resamples=n_resamples, paired=True, vectorized=True, axis=-1,

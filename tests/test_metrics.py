@@ -162,9 +162,30 @@ def test_mask_seen_takes_the_input_items_out_of_the_ranking():
 
 def test_metric_keys_order_and_empty_accumulator():
     assert metric_keys([10, 5, 10]) == ["hr@5", "hr@10", "mrr@5", "mrr@10", "ndcg@5", "ndcg@10"]
-    assert RankingMetrics([10]).compute() == {"hr@10": 0.0, "mrr@10": 0.0, "ndcg@10": 0.0}
+    with pytest.raises(ValueError, match="no samples were scored"):     # was 0.0 for every metric (walk 40c #5)
+        RankingMetrics([10]).compute()
     with pytest.raises(ValueError):
         RankingMetrics([0])
+    from models.metrics import ranking_from_counts
+    empty = torch.zeros(0, dtype=torch.long)
+    for g, t, ks in ((empty, empty, [10]), (torch.tensor([-3]), torch.tensor([0]), [5]),
+                     (torch.tensor([1]), torch.tensor([0]), [0]), (torch.tensor([1]), torch.tensor([0]), [])):
+        with pytest.raises(ValueError):
+            ranking_from_counts(g, t, ks)
+
+
+def test_ctr_labels_are_checked_before_they_are_stored_and_empty_batches_are_no_samples():
+    """Walk 40c #4 / #6: labels were cast to int8 first (257 became 1, 0.5 became 0, and passed the 0/1 check);
+    an empty batch alone ended compute() in an IndexError."""
+    for bad in (torch.tensor([257, 0]), torch.tensor([0.5, 1.0])):
+        with pytest.raises(ValueError, match="CTR labels must be 0 or 1"):
+            CTRMetrics().update(torch.tensor([0.0, 1.0]), bad, torch.tensor([1, 1]))
+    acc = CTRMetrics()
+    acc.update(torch.zeros(0), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+    assert all(math.isnan(v) for v in acc.compute().values())
+    from pipeline.significance import bootstrap_mean_diff
+    one = bootstrap_mean_diff(np.array([0.5]), np.array([0.25]))       # scipy refused one row
+    assert one["diff"] == -0.25 and one["lo"] is None and one["hi"] is None
 
 
 def test_pop_with_equal_counts_gets_the_tie_averaged_values():
