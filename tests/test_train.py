@@ -797,6 +797,30 @@ def test_a_finished_seed_with_a_damaged_file_is_trained_again_not_reused(tmp_pat
     assert again["reused"] == [1]
 
 
+def test_a_resume_file_whose_seed_finished_elsewhere_is_listed_as_such_and_pruned(tmp_path, toy_registry,
+                                                                                   monkeypatch):
+    """Walk 39f #4: after a kill, DVC's run cache can put a train stage's outputs back without running seqpe, so the
+    seed's resume file stayed, listed as resumable, and only `--prune --all` removed it."""
+    import shutil
+    samples = make_samples(tmp_path / "samples")
+    p = params(seeds=(1,), epochs=3, patience=0)
+    stage.run("toyset", samples, tmp_path / "runs", dataclasses.replace(p, train=dataclasses.replace(
+        p.train, time_limit=1e-9)), progress=False)                 # stopped after epoch 1: a resume file
+    [entry] = [e for e in json.loads(_state("--json")) if e["kind"] == "resume"]
+    assert entry["status"] == "resumable"
+    own = os.environ["SEQPE_STATE"]
+    monkeypatch.setenv("SEQPE_STATE", str(tmp_path / "elsewhere"))  # the same seed finished by another machine
+    stage.run("toyset", samples, tmp_path / "cache", p, progress=False)
+    monkeypatch.setenv("SEQPE_STATE", own)
+    seed = tmp_path / "runs" / "toy-toy_lpe" / "seed-1"
+    shutil.rmtree(seed)
+    shutil.copytree(tmp_path / "cache" / "toy-toy_lpe" / "seed-1", seed)     # as `dvc repro` restores it
+    [entry] = [e for e in json.loads(_state("--json")) if e["kind"] == "resume"]
+    assert entry["status"] == "its seed has finished"
+    _state("--prune")                                                # without --all
+    assert not [e for e in json.loads(_state("--json")) if e["kind"] == "resume"]
+
+
 def test_state_lists_a_damaged_finished_copy_as_damaged_and_prune_deletes_it(tmp_path, toy_registry):
     """Walk 40a #3: a finished copy whose checkpoint is not its run.json's bytes (a retrain of a damaged seed,
     interrupted: the hard link was damaged with it) was "kept until its configuration finishes", as reusable,

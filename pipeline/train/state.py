@@ -232,9 +232,11 @@ def entries() -> list[dict]:
     """What the state root holds (module docstring), each entry with a `status`:
     resume     "training now" | "kept: its configuration is training" (the running command goes on to it) |
                "resumable" | "resumable by other seqpe code" (another checkout or version wrote it: no
-               command of this one goes on from it) | "damaged" (unreadable: train starts that seed afresh)
+               command of this one goes on from it) | "damaged" (unreadable: train starts that seed afresh) |
+               "its seed has finished" (its run folder holds the finished seed: DVC's run cache restored it)
     finished   "training now" (a rerun is copying it) | "kept: its configuration is training" (a crash there
-               would otherwise retrain it) | "stopped by train.time_limit" | "kept until its configuration finishes"
+               would otherwise retrain it) | "damaged" (not its run.json's bytes) | "finished by other seqpe code" |
+               "stopped by train.time_limit" | "kept until its configuration finishes"
     spill      the memory-mapped sample matrices (train.memory_budget), listed, never pruned."""
     root = runs.state_root()
     found = []
@@ -257,6 +259,7 @@ def entries() -> list[dict]:
         status = ("training now" if path.stem in training else
                   "kept: its configuration is training" if what and prefixes and what.startswith(prefixes) else
                   "damaged" if info is None else
+                  "its seed has finished" if _finished_in(info.get("run_dir"), path.stem) else
                   "resumable by other seqpe code" if _other_code(info.get("inputs")) else "resumable")
         found.append({"kind": "resume", "fingerprint": path.stem, "what": what,
                       "epoch": (info or {}).get("epoch"), "epochs": (info or {}).get("epochs"),
@@ -295,6 +298,16 @@ def entries() -> list[dict]:
     return found
 
 
+def _finished_in(run_dir: Optional[str], fp: str) -> bool:
+    """The seed folder a resume file names holds that seed finished (its run.json, same fingerprint, not stopped by
+    train.time_limit): DVC's run cache put the stage's outputs back after a kill, so the command that would have
+    deleted the resume file never ran (walk 39f #4: listed as resumable, kept by --prune)."""
+    if not run_dir:
+        return False
+    rec = runs._record(Path(run_dir))
+    return rec is not None and rec.get("fingerprint") == fp and rec.get("stopped") != "time_limit"
+
+
 def _code_of(copy: Path) -> Optional[dict]:
     """{"versions": ...} of a finished copy, from the code.json save_run writes beside it (None when there is
     none, or it cannot be read: a copy written before copies kept it counts as this code's)."""
@@ -315,7 +328,8 @@ def _other_code(inputs) -> bool:
 # What no command of this checkout will ever read: resume files and finished copies of other code (the
 # fingerprint includes the code), damaged files, and the copies of runs stopped by train.time_limit (only
 # their resume file continues them; `runs.finished` never takes such a copy for a finished seed).
-_UNUSABLE = ("resumable by other seqpe code", "damaged", "finished by other seqpe code", "stopped by train.time_limit")
+_UNUSABLE = ("resumable by other seqpe code", "damaged", "finished by other seqpe code", "stopped by train.time_limit",
+             "its seed has finished")
 # ... and, with --all, the work this checkout would go on from: an unfinished seed's resume file (it then
 # starts afresh) and a finished seed kept for its configuration (it is then trained again).
 PRUNABLE = (*_UNUSABLE, "resumable", "kept until its configuration finishes")
