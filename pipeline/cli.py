@@ -947,6 +947,10 @@ def _usage_line(e) -> str:
                 break
             names.append(word)
     message = e.format_message().strip()
+    if type(e).__name__ == "NoSuchOption" and getattr(e, "option_name", None):   # click's cutoff 0.6 offered
+        import difflib                                                         # --quiet for --user (walk 39e #9)
+        close = difflib.get_close_matches(e.option_name, list(getattr(e, "possibilities", None) or ()), 3, 0.75)
+        message = f"No such option: {e.option_name}" + (f" (did you mean {' or '.join(close)}?)" if close else "")
     message += "" if message.endswith((".", "?", "!")) else "."
     if names == ["train"] and getattr(e, "option_name", None) in ("--resume", "--continue"):   # walk 35b
         return (f"{message} Fix: resuming needs no option: run the same command without it, and each seed goes "

@@ -200,6 +200,8 @@ def test_names_get_a_did_you_mean(tmp_path):
     # usage errors: one line too, click's exit code 2 (typer drew a box of several lines around them)
     for args, said in ((("--seed", "abc"), "error: Invalid value for '--seed': "),
                        (("--bogus",), "error: No such option: --bogus."),
+                       (("--user", "3"), "error: No such option: --user. Fix"),     # not "(Possible options: --quiet)"
+                       (("--sead", "3"), "error: No such option: --sead (did you mean --seed?). Fix"),
                        (("--seed",), "error: Option '--seed' requires an argument.")):
         proc = seqpe("train", "toyset", *args)
         assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
