@@ -129,10 +129,28 @@ def test_dice_by_hand_and_with_one_row():
     assert torch.allclose(dice(s), p * s + (1 - p) * 0.5 * s)
     assert torch.allclose(dice.norm.running_mean, torch.tensor([0.2]))      # 0.9 * 0 + 0.1 * 2
     assert torch.isfinite(dice(torch.tensor([[4.0]]))).all()                # one training row: no error
+    assert torch.allclose(dice.norm.running_mean, torch.tensor([0.2]))      # ... and no unbiased variance to keep
+    assert dice(torch.zeros(0, 1)).shape == (0, 1)                          # no row (walk 40f #1): the mean of
+    assert torch.isfinite(dice.norm.running_mean).all() and torch.isfinite(dice.norm.running_var).all()  # nothing
     dice.eval()
     m, v = float(dice.norm.running_mean), float(dice.norm.running_var)
     q = torch.sigmoid(torch.tensor((5.0 - m) / math.sqrt(v + 1e-8)))
     assert torch.allclose(dice(torch.tensor([[5.0]])), q * 5 + (1 - q) * 0.5 * 5)
+
+
+@pytest.mark.parametrize("encoding", ["none", "cape"])
+def test_din_trains_on_a_batch_without_one_real_behaviour(encoding):
+    """Walk 40f #1: KuaiVideo's neg_items (or a batch of empty histories) gave the activation unit no row, Dice's
+    statistics of nothing were NaN and went into the running ones: every later prediction NaN, and with cape a
+    traceback in its position interpolation."""
+    net = model("din", encoding).train()
+    empty = batch()
+    empty = CTRBatch(label=empty.label, group=empty.group, target=empty.target,
+                     history=torch.zeros_like(empty.history), extra={"neg_items": torch.zeros_like(
+                         empty.extra["neg_items"])}, features=empty.features)
+    net(empty).logits.sum().backward()
+    with torch.no_grad():
+        assert torch.isfinite(net.eval()(batch()).logits).all()
 
 
 # --------------------------------------------------------------------------- DIEN by hand

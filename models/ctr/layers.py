@@ -49,13 +49,16 @@ class BatchNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:                  # (N, C) -> (N, C)
         dtype = x.dtype                        # statistics in float32 under bf16 autocast, as torch's batch_norm,
-        x = x.to(torch.promote_types(dtype, torch.float32))   # and in float64 in a .double() model (walk 37d D1)
-        if self.training:
+        if x.size(0) == 0:                     # no row (a batch without one real behaviour in a sequence: DIN's
+            return x                           # packed rows): the mean of nothing was NaN, and went into the
+        x = x.to(torch.promote_types(dtype, torch.float32))   # running statistics (walk 40f #1); and in float64
+        if self.training:                                      # in a .double() model (walk 37d D1)
             mean, var = x.mean(0), x.var(0, unbiased=False)               # (C,), (C,)
-            with torch.no_grad():
-                n = x.size(0)
-                self.running_mean.lerp_(mean.detach(), self.momentum)
-                self.running_var.lerp_(var.detach() * n / max(n - 1, 1), self.momentum)
+            n = x.size(0)
+            if n > 1:                          # one row: no unbiased variance (torch's BatchNorm refuses it)
+                with torch.no_grad():
+                    self.running_mean.lerp_(mean.detach(), self.momentum)
+                    self.running_var.lerp_(var.detach() * n / (n - 1), self.momentum)
         else:
             mean, var = self.running_mean, self.running_var
         y = (x - mean) / torch.sqrt(var + self.eps)                         # (N, C)
