@@ -1075,6 +1075,18 @@ def _first_to_say(line: str) -> bool:
     return True
 
 
+def _another_said() -> bool:
+    """Under torchrun: a process of this launch on this machine has printed a line already (_first_to_say's
+    markers in the attempt folder)."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not error_file or os.environ.get("WORLD_SIZE", "1") in ("", "0", "1"):
+        return False
+    try:
+        return any(Path(error_file).parent.parent.glob("seqpe-said-*"))
+    except OSError:
+        return False
+
+
 def _main(quiet_after: tuple = ()) -> None:
     """The command, its errors said in one line. `quiet_after`: the signals whose handler this process installed
     and ignores once the command is done (main's `process`)."""
@@ -1144,6 +1156,8 @@ def _main(quiet_after: tuple = ()) -> None:
         # (signalled while starting; a rank started by hand whose master never came was silent, walk 38a D4): the
         # first of this machine's
         joined = getattr(sys.modules.get(f"{__package__}.train.distributed"), "JOINED", False)
+        if not joined and _another_said():     # another process's error stopped the job, and torchrun's SIGTERM
+            sys.exit(code)                     # to this one is no user's (walk 40g #3)
         if not (os.environ.get("RANK", "0") == "0" if joined else _first_to_say(f"{what}: {note}")):
             sys.exit(code)
         err_console.print(f"[bold red]{what}[/]: {escape(note)}", highlight=False, soft_wrap=True)

@@ -160,6 +160,47 @@ def test_two_nodes_through_torchruns_rendezvous_train_the_bytes_of_one_node(samp
         assert (tmp_path / wrote[0] / "runs" / rel / name).read_bytes() == (tmp_path / "one" / rel / name).read_bytes()
 
 
+def test_nodes_started_with_other_settings_are_refused_not_left_to_hang(samples, tmp_path):
+    """Walk 40g #2: one command per node, with another --set on one: each process trained with its own epochs and
+    they met in collectives that never matched, a hang of gloo's 30 minutes that SIGTERM did not end."""
+    import socket
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    params = params_file(tmp_path)
+    nodes = []
+    for node, epochs in (("a", 2), ("b", 3)):
+        (tmp_path / node).mkdir()
+        cmd, env = torchrun_command(["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
+                                     "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "seqpe-mismatch"],
+                                    ["train", "toyset", str(samples), str(tmp_path / node / "runs"), "--params",
+                                     str(params), "--set", f"train.epochs={epochs}", "--quiet"],
+                                    tmp_path / node / "state")
+        nodes.append(subprocess.Popen(cmd, cwd=tmp_path / node, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    errs = []
+    for proc in nodes:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode != 0
+        errs.append(err)
+    said = [line for err in errs for line in err.splitlines() if line.startswith("error:")]
+    assert said and all("the processes of this torchrun job were started with other settings (rank 0 vs rank 1: "
+                        "train.epochs: " in line for line in said), [err[:1500] for err in errs]
+    frames = [line for err in errs for line in err.splitlines() if line.strip().startswith('File "')
+              and "/pipeline/" in line]                  # torchrun's launcher prints its own (ChildFailedError,
+    assert not frames, frames                            # a rendezvous the other node closed): not seqpe's
+    assert not (tmp_path / "a" / "runs").exists() and not (tmp_path / "b" / "runs").exists()
+
+
+def test_a_lost_peer_is_named_in_one_line():
+    """Walk 40g #1: the surviving rank of a job whose other rank was killed printed gloo's 40-line traceback."""
+    from pipeline.train import distributed
+    lost = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:51121: "
+                        "Connection reset by peer")
+    assert distributed.peer_lost(lost) and not distributed.peer_lost(RuntimeError("shape mismatch"))
+    assert distributed.first_line(lost) == "Read error [127.0.0.1]:51121: Connection reset by peer"
+
+
 def test_a_stopped_distributed_run_resumes_to_the_uninterrupted_bytes(samples, tmp_path):
     full = torchrun("train", "toyset", str(samples), str(tmp_path / "full"), "--params",
                     str(params_file(tmp_path)), "--quiet", cwd=tmp_path, state=tmp_path / "s1")

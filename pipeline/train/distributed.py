@@ -188,6 +188,27 @@ class Dist:
         return box[0]
 
 
+def peer_lost(e: BaseException) -> bool:
+    """`e` is a collective that failed because another process of the job is gone (killed, out of memory, a lost
+    node): gloo's "Connection reset / closed by peer", NCCL's errors, a timeout (torch's DistBackendError or the
+    RuntimeError it raises)."""
+    import torch.distributed as td
+    backend = getattr(td, "DistBackendError", None)
+    if backend is not None and isinstance(e, backend):
+        return True
+    text = str(e)
+    return isinstance(e, RuntimeError) and any(s in text for s in (
+        "Connection reset by peer", "Connection closed by peer", "/gloo/", "NCCL error", "Socket Timeout",
+        "Timed out waiting"))
+
+
+def first_line(e: BaseException) -> str:
+    """The gist of a backend error: its first line without gloo's source location."""
+    import re
+    line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return re.sub(r"^\[[^\]]*\]\s*", "", line)[:160]
+
+
 JOINED = False       # this process joined a process group: its rank 0 then says what an interrupt left (cli)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import presets
-from ..errors import ConstantModel, DataError, Diverged, NonFiniteScores, ParamsError
+from ..errors import ConstantModel, DataError, Diverged, NonFiniteScores, ParamsError, TrainingError
 from ..io import claim_dir, claim_file, refuse_nested, require_kind, spelt_like, stale_samples, verify_shards
 from ..params import EvaluateParams, Params, TrainParams, check_seeds, from_dict, to_dict
 from ..report import config_name
@@ -165,15 +165,40 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         heap.keep()                                    # reuse freed step buffers (pipeline/train/heap.py)
     before = _deterministic(device)
     try:
+        _same_on_every_rank(dist, tp, params, manifest, seeds)
         results = _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs,
                          tag, device, dist, progress, metrics_path, live_dir, in_grid)
-    except BaseException:
+    except BaseException as e:
         distributed.teardown(dist, clean=False)
+        if dist.active and distributed.peer_lost(e):   # another rank died: its backend's traceback said nothing
+            raise TrainingError(f"another process of this torchrun job stopped while {dataset} {config} trained "
+                                f"({distributed.first_line(e)})", "the finished epochs of each seed are kept: run "
+                                "the same torchrun command again, and it goes on from them") from None
         raise
     finally:
         _restore_deterministic(before)
     distributed.teardown(dist)
     return results
+
+
+def _same_on_every_rank(dist, tp, params: Params, manifest: dict, seeds) -> None:
+    """Under torchrun, refuse processes started with other settings or samples (the README's multi-node form
+    runs one command per node: a --set, a params.yaml or node-local samples can differ): each trained with its
+    own, and they met in collectives that never match, a hang of gloo's 30 minutes that SIGTERM did not end
+    (walk 40g #2). Compared: the seeds and the first seed's fingerprint inputs (settings, samples' shards, code)."""
+    if not dist.active:
+        return
+    mine = {"seeds": list(seeds),
+            "inputs": runs.shown_inputs(runs.fingerprint_inputs(tp, params, manifest, seeds[0], world=dist.world))}
+    every = dist.gather_objects(mine)
+    for rank, other in enumerate(every):
+        if other != every[0]:
+            from ..report import _differences
+            found = ([f"seeds: {every[0]['seeds']} vs {other['seeds']}"] if other["seeds"] != every[0]["seeds"]
+                     else _differences(every[0]["inputs"], other["inputs"]))
+            raise ParamsError(f"the processes of this torchrun job were started with other settings (rank 0 vs "
+                              f"rank {rank}: {'; '.join(found[:3]) or 'their inputs'})",
+                              "start every node's command with the same params, --set values, seeds and samples")
 
 
 def _deterministic(device) -> Optional[tuple[bool, bool]]:
