@@ -196,7 +196,7 @@ def test_a_lost_peer_is_named_in_one_line():
     """Walk 40g #1: the surviving rank of a job whose other rank was killed printed gloo's 40-line traceback."""
     from pipeline.train import distributed
     lost = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:51121: "
-                        "Connection reset by peer")
+                        "Connection reset by peer. This is typically caused by a remote worker hanging")
     assert distributed.peer_lost(lost) and not distributed.peer_lost(RuntimeError("shape mismatch"))
     assert distributed.first_line(lost) == "Read error [127.0.0.1]:51121: Connection reset by peer"
 

@@ -206,7 +206,8 @@ def first_line(e: BaseException) -> str:
     """The gist of a backend error: its first line without gloo's source location."""
     import re
     line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return re.sub(r"^\[[^\]]*\]\s*", "", line)[:160]
+    line = re.sub(r"^\[[^\]]*\]\s*", "", line)
+    return line.split(". ", 1)[0].rstrip(".")[:160]       # gloo goes on: "This is typically caused by ..."
 
 
 JOINED = False       # this process joined a process group: its rank 0 then says what an interrupt left (cli)
