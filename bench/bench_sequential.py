@@ -187,7 +187,9 @@ def main() -> None:
         if not (raw / "source.json").is_file():
             t = time.perf_counter()
             GENERATORS[name](raw, args.scale)
-            (raw / "source.json").write_text(json.dumps({"source": f"bench {name} x{args.scale:g}", "origin": "generated"}))
+            from pipeline.datasets import get          # the dataset's own source name: preprocess refuses another's
+            (raw / "source.json").write_text(json.dumps({"source": get(name).source.name, "origin": "generated",
+                                                         "generator": f"bench {name} x{args.scale:g}"}))
             print(f"generated {name} x{args.scale:g} in {time.perf_counter() - t:.1f}s", file=sys.stderr)
         size = sum(p.stat().st_size for p in raw.rglob("*") if p.is_file())
         pre = run_stage("preprocess", name, raw, base / "sessions", args.params)

@@ -182,7 +182,8 @@ def main() -> None:
     src = make_yoochoose(raw, scale=args.scale)
     gen_s = round(time.perf_counter() - t0, 1)
     size = src.stat().st_size
-    (raw / "source.json").write_text(json.dumps({"source": "bench_streaming", "filename": src.name,
+    from pipeline.datasets import get                 # the dataset's own source name: preprocess refuses another's
+    (raw / "source.json").write_text(json.dumps({"source": get(args.dataset).source.name, "filename": src.name,
                                                  "origin": "generated", "bytes": size}))
     print(f"raw input {src} ({size / 1e9:.2f} GB), generated in {gen_s} s (0 if it was there)")
     result = {"dataset": args.dataset, "scale": args.scale, "raw_bytes": size, "machine": machine(),

@@ -214,14 +214,33 @@ def _spilled(lf: pl.LazyFrame, transform, n: int, max_len: int, target_width: in
     The first builds, the others wait and open its folder."""
     import fcntl
     final = spill / "samples"
-    if (final / "complete").is_file():
-        return _open(final)
+    shapes = _spill_shapes(n, max_len, target_width)
+    if (final / "complete").is_file() and (whole := _open_checked(final, shapes)) is not None:
+        return whole
     spill.mkdir(parents=True, exist_ok=True)
     with open(spill / ".samples.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)                   # released when the file closes
-        if not (final / "complete").is_file():             # another process may have built it meanwhile
-            _build_spill(lf, transform, n, max_len, target_width, budget_mb, final)
+        if not (final / "complete").is_file() or _open_checked(final, shapes) is None:   # another process may
+            _build_spill(lf, transform, n, max_len, target_width, budget_mb, final)     # have built it meanwhile
         return _open(final)
+
+
+def _spill_shapes(n: int, max_len: int, target_width: int) -> dict[str, tuple]:
+    return {"seqs": (n, max_len), "targets": (n,) if target_width == 1 else (n, target_width), "lengths": (n,)}
+
+
+def _open_checked(folder: Path, shapes: dict[str, tuple]) -> Optional[Samples]:
+    """The spilled matrices when each file is whole and of the split's shape, else None (rebuilt): a truncated
+    seqs.npy beside its `complete` marker was numpy's "mmap length is greater than file size" traceback at every
+    run (walk 40h #2)."""
+    try:
+        arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in shapes}
+    except (OSError, ValueError, EOFError):
+        return None
+    if any(arrays[name].shape != shape or arrays[name].dtype != np.int32 for name, shape in shapes.items()):
+        return None
+    del arrays
+    return _open(folder)
 
 
 def _build_spill(lf: pl.LazyFrame, transform, n: int, max_len: int, target_width: int, budget_mb: float,
@@ -235,6 +254,7 @@ def _build_spill(lf: pl.LazyFrame, transform, n: int, max_len: int, target_width
         shape = (n,) if target_width == 1 else (n, target_width)
         targets = np.lib.format.open_memmap(tmp / "targets.npy", "w+", np.int32, shape)
         lengths = np.lib.format.open_memmap(tmp / "lengths.npy", "w+", np.int32, (n,))
+        _reserve(tmp, ("seqs.npy", "targets.npy", "lengths.npy"))
         at = 0
         for start in range(0, rows_total, step):
             part = transform(lf.slice(start, step).collect())
@@ -252,6 +272,28 @@ def _build_spill(lf: pl.LazyFrame, transform, n: int, max_len: int, target_width
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         tmp.mkdir()                                                             # scratch_dir removes it
+
+
+def _reserve(folder: Path, names: tuple[str, ...]) -> None:
+    """Give the new (sparse) memory-mapped files their disk blocks now: a full disk is then an error here, not
+    a SIGBUS at the first page written through the map, which ended training with "Bus error" and no word
+    (walk 40h #1)."""
+    import os
+    need = sum((folder / name).stat().st_size for name in names)
+    for name in names:
+        fd = os.open(folder / name, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+        except OSError as e:
+            import errno
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DataError(f"no room for the memory-mapped sample matrices ({need / 2**20:,.0f} MB) under "
+                                f"{folder.parent}", "free disk space there, or set SEQPE_STATE to a folder on a "
+                                "larger disk (or raise train.memory_budget)") from None
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):   # a file system without fallocate: as before
+                raise
+        finally:
+            os.close(fd)
 
 
 def _open(folder: Path) -> Samples:

@@ -57,10 +57,17 @@ def read_source(dataset: str, src: Path, source_name: str | None = None) -> dict
                         (f"pass data/raw/{dataset} (written by `seqpe download {dataset}`)"
                          if Path(src) != Path("data") / "raw" / dataset else
                          f"delete {src} and run `seqpe download {dataset}`")      # not the folder refused (walk 36c)
-                        + f", or preprocess it as `seqpe preprocess {owner} {src} ...`")
+                        + (f", or preprocess it as `seqpe preprocess {owner} {src} ...`" if _registered(owner)
+                           else ""))                           # not `seqpe preprocess bench ml_1m x0.01` (walk 40h #6)
     _verify_raw(dataset, Path(src), meta)
     keep = ("source", "filename", "origin", "sha256", "md5", "bytes", "files", "generator")
     return {k: meta[k] for k in keep if k in meta}
+
+
+def _registered(name: str) -> bool:
+    from .datasets import DATASETS, _load_all
+    _load_all()
+    return name in DATASETS
 
 
 def _verify_raw(dataset: str, src: Path, meta: dict) -> None:

@@ -178,6 +178,31 @@ def test_processes_that_spill_one_split_at_once_build_it_once(tmp_path):
         assert got == [want] * 3, got
 
 
+def test_a_damaged_spill_is_rebuilt_and_a_full_disk_is_one_line(tmp_path, monkeypatch):
+    """Walk 40h: a truncated seqs.npy beside its `complete` marker was numpy's traceback at every run (#2); a full
+    disk under the spill folder was a SIGBUS at the first page written through the map, "Bus error" and no word
+    (#1): the files' blocks are reserved first."""
+    import errno
+    import os
+    from pipeline.errors import DataError
+    from test_train import make_samples
+    samples = make_samples(tmp_path / "samples", n_items=12, train=500)
+    full = load_samples(samples, "train", 6)
+    load_samples(samples, "train", 6, budget_mb=0.001, spill=tmp_path / "spill")
+    seqs = tmp_path / "spill" / "samples" / "seqs.npy"
+    os.truncate(seqs, seqs.stat().st_size // 2)
+    again = load_samples(samples, "train", 6, budget_mb=0.001, spill=tmp_path / "spill")
+    assert np.array_equal(again.seqs, full.seqs) and seqs.stat().st_size > 1000
+
+    def full_disk(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "posix_fallocate", full_disk)
+    with pytest.raises(DataError, match=r"no room for the memory-mapped sample matrices .* under .*spill2.*Fix: "
+                                        r"free disk space there, or set SEQPE_STATE"):
+        load_samples(samples, "train", 6, budget_mb=0.001, spill=tmp_path / "spill2")
+    assert not [p for p in (tmp_path / "spill2").iterdir() if p.name != ".samples.lock"]   # no tmp folder left
+
+
 def test_a_memory_budget_spills_to_memory_maps_with_the_same_batches(tmp_path):
     """train.memory_budget: a split larger than the budget is built slice by slice into memory-mapped
     files; the arrays, and so the seeded batches, are those of the in-memory path."""

@@ -420,7 +420,12 @@ def test_a_name_prepared_in_an_earlier_stage_is_not_an_unknown_dataset(tmp_path)
     (tmp_path / "data" / "raw" / "sample").mkdir(parents=True)                 # walk 36c: the same for preprocess
     (tmp_path / "data" / "raw" / "sample" / "source.json").write_text('{"dataset": "sample_ctr", "source": "sample_ctr"}')
     assert_one_line_error(seqpe("preprocess", "sample", cwd=tmp_path), "data/raw/sample holds the raw data of "
-                          "'sample_ctr'", "Fix: delete data/raw/sample and run `seqpe download sample`")
+                          "'sample_ctr'", "Fix: delete data/raw/sample and run `seqpe download sample`",
+                          "or preprocess it as `seqpe preprocess sample_ctr data/raw/sample ...`")
+    (tmp_path / "data" / "raw" / "sample" / "source.json").write_text('{"source": "bench ml_1m x0.01"}')
+    proc = seqpe("preprocess", "sample", cwd=tmp_path)              # walk 40h #6: no `seqpe preprocess bench ...`
+    assert_one_line_error(proc, "holds the raw data of 'bench ml_1m x0.01'")
+    assert "preprocess it as" not in proc.stderr
 
 
 def test_train_resume_points_at_the_rerun():
