@@ -214,6 +214,26 @@ def test_auto_compares_the_raw_file_with_available_memory(tmp_path, monkeypatch)
     assert streaming.available_memory() > 0
 
 
+def test_a_cgroup_memory_limit_bounds_the_available_memory(tmp_path):
+    """Walk 40h #4: MemAvailable is the host's; in a container with a memory limit the in-memory path was taken
+    and killed for memory. v2 (memory.max / memory.current) and v1 files, and no limit."""
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "memory.max").write_text("4294967296\n")
+    (v2 / "memory.current").write_text("1073741824\n")
+    assert streaming.cgroup_memory_left(v2) == 3 << 30
+    (v2 / "memory.max").write_text("max\n")
+    assert streaming.cgroup_memory_left(v2) is None
+    v1 = tmp_path / "v1" / "memory"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text(str(2 << 30))
+    (v1 / "memory.usage_in_bytes").write_text(str(3 << 30))
+    assert streaming.cgroup_memory_left(tmp_path / "v1") == 0
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712")
+    assert streaming.cgroup_memory_left(tmp_path / "v1") is None
+    assert streaming.cgroup_memory_left(tmp_path / "none") is None
+
+
 def test_shard_bytes_do_not_depend_on_chunks(tmp_path):
     """`io.write_split` writes each shard from one chunk, so a frame built in pieces (the in-memory
     path's) and the streamed one (`io.sink_split`) give the same bytes."""

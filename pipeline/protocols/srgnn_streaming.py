@@ -39,6 +39,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import polars as pl
@@ -70,15 +71,40 @@ def raw_bytes(spec, raw_dir: Path) -> int:
 
 
 def available_memory() -> int:
-    """Bytes of memory available to a new allocation (Linux MemAvailable; else all physical memory)."""
+    """Bytes of memory available to a new allocation: Linux MemAvailable (else all physical memory), and no more
+    than the cgroup leaves (a container's limit: `docker --memory 4g` on a large host took the in-memory path
+    and was killed for memory; walk 40h #4)."""
+    found = None
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    found = int(line.split()[1]) * 1024
+                    break
     except (OSError, ValueError, IndexError):
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if found is None:
+        found = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    left = cgroup_memory_left()
+    return found if left is None else min(found, left)
+
+
+def cgroup_memory_left(root: Path = Path("/sys/fs/cgroup")) -> Optional[int]:
+    """Bytes this process's cgroup may still allocate (v2 memory.max - memory.current, v1 limit - usage), or None
+    without a limit."""
+    for limit, usage in (("memory.max", "memory.current"), ("memory/memory.limit_in_bytes",
+                                                            "memory/memory.usage_in_bytes")):
+        try:
+            text = (root / limit).read_text().strip()
+            if text == "max":
+                return None
+            cap, used = int(text), int((root / usage).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if cap >= 1 << 60:                     # cgroup v1's "no limit" is a page-rounded 2^63
+            return None
+        return max(0, cap - used)
+    return None
 
 
 def use_streaming(spec, raw_dir: Path, setting: bool | str) -> bool:
