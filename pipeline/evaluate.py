@@ -43,6 +43,15 @@ def study_configs(params: Params, dataset: str) -> Optional[tuple[str, list[str]
     return None
 
 
+def _one(missing: list[str]) -> tuple[str, ...]:
+    """(model, encoding) when every missing "config/seed-N" is of one configuration, else the placeholders."""
+    configs = {m.split("/")[0] for m in missing}
+    if len(configs) != 1:
+        return ()
+    model, _, encoding = next(iter(configs)).partition("-")
+    return (model, encoding) if encoding else ()
+
+
 def _train_command(dataset: str, runs_dir: Path, samples_dir: Optional[Path], params_file: Optional[Path],
                    model: str = "M", encoding: str = "E") -> str:
     """The `seqpe train` command that writes configuration MODEL-ENCODING where evaluate reads it: the runs
@@ -146,11 +155,10 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
         have = {(r["name"], r["seed"]) for r in records}
         missing = [f"{c}/seed-{s}" for c in configs for s in sorted(seeds) if (c, s) not in have]
         if missing:
+            hand = _train_command(dataset, runs_dir, samples_dir, params_file, *_one(missing))
             raise DataError(f"the study grid of '{dataset}' has no runs for {', '.join(missing[:4])}"
                             + (f" and {len(missing) - 4} more" if len(missing) > 4 else ""),
-                            f"run `dvc repro` (or `{_train_command(dataset, runs_dir, samples_dir, params_file)}`) "
-                            "first"
-                            + f", or add --all to report the runs {runs_dir} holds")
+                            f"run `dvc repro` (or `{hand}`) first, or add --all to report the runs {runs_dir} holds")
         _check_trained_as_grid(dataset, records, params, task, runs_dir, samples_dir, params_file)
     else:
         task = "ctr" if any(r.get("task") == "ctr" or r.get("protocol") == "ctr" for r in records) else "next_item"

@@ -662,7 +662,8 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
         shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
         problem = f"{dst} holds files seqpe did not write ({shown})"
     project = any((dst / p).exists() for p in (".git", ".dvc", "params.yaml", "dvc.yaml")) or \
-        dst.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents, Path.home().resolve())
+        dst.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents, Path.home().resolve()) or \
+        any((dst / e).is_dir() for e in entries)    # data/, data/sessions, /work: folders of work (walk 40e #4)
     raise DataError(f"{problem}; seqpe replaces only a missing or empty folder or its own {_WHAT[kind]} there",
                     "pass a new or empty folder for the output" + ("" if project else    # never "delete ." (walk 40b)
                                                                     f" (or delete {dst} yourself if nothing in it "

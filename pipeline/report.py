@@ -148,6 +148,9 @@ def _by_config(records: list[dict]) -> dict[tuple, list[dict]]:
 _MACHINE_KEYS = {"threads", "device", "time_limit", "memory_budget", "compile"}
 
 
+_UNREAD_KEYS = {"parec": ("heads",), "fparec": ("heads",)}     # ModelSpec.ignores added after runs recorded them
+
+
 def _settings(rec: dict) -> dict:
     """What a run computed with, besides its seed: seeds pooled into one row must agree on it."""
     train = {k: v for k, v in (rec.get("train") or {}).items() if k not in _MACHINE_KEYS}
@@ -155,6 +158,11 @@ def _settings(rec: dict) -> dict:
         train["ce_impl"] = "plain" if rec.get("device") == "cuda" else "chunked"
     if train.get("precision") == "auto":
         train["precision"] = "fp32"
+    # keys the run never read, recorded with a value before `seqpe train` nulled them (walk 40e #1): the same model
+    if train.get("trim_padding") is False:
+        train["bucket"] = None
+    for key in _UNREAD_KEYS.get(train.get("model"), ()):
+        train[key] = None
     evaluate = {k: v for k, v in (rec.get("evaluate") or {}).items() if k != "batch_size"}
     return {"train": train, "evaluate": evaluate, "options": rec.get("options"),
             "encoding_options": rec.get("encoding_options"), "preset": rec.get("preset"),

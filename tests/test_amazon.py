@@ -172,6 +172,9 @@ def test_blank_lines_in_the_ratings_csv_are_skipped(tmp_path):
     write_csv(tmp_path / "d" / "ratings_Beauty.csv", "\nA1,B1,5.0,100\n,,,\nA1,B2,4.0,x\n")
     with pytest.raises(DataError, match="ratings_Beauty.csv line 3 has only empty fields"):   # a record, not a blank
         read_ratings_csv(tmp_path / "d" / "ratings_Beauty.csv")                              # line: was dropped
+    write_csv(tmp_path / "t" / "ratings_Beauty.csv", "A1,B1,5.0,100\nA1,B2,4.0,101\n,,,\n")   # last, too
+    with pytest.raises(DataError, match="ratings_Beauty.csv line 3 has only empty fields"):   # (walk 40e #6)
+        read_ratings_csv(tmp_path / "t" / "ratings_Beauty.csv")
     write_csv(tmp_path / "e" / "ratings_Beauty.csv", "\n\nA1,B1,5.0,100\nA1,B2,4.0,x\n")
     with pytest.raises(DataError, match="line 4: timestamp 'x' is not a number"):           # numbered as in the file
         read_ratings_csv(tmp_path / "e" / "ratings_Beauty.csv")

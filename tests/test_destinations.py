@@ -44,6 +44,11 @@ def test_augment_into_a_users_folder_is_refused_and_touches_nothing(prepared, tm
     proc = seqpe("augment", "sample", str(prepared / "sessions"), str(mywork), "--quiet")
     assert_one_line_error(proc, "mywork holds files seqpe did not write (paper.tex)", "Fix:", "or delete ")
     assert sorted(p.name for p in mywork.iterdir()) == ["paper.tex"]
+    (mywork / "chapters").mkdir()                        # folders of work (data/, data/sessions): no such hint
+    proc = seqpe("augment", "sample", str(prepared / "sessions"), str(mywork), "--quiet")
+    assert_one_line_error(proc, "mywork holds files seqpe did not write")
+    assert "delete" not in proc.stderr                   # (walk 40e #4)
+    (mywork / "chapters").rmdir()
     assert (mywork / "paper.tex").read_text() == "draft"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 

@@ -611,3 +611,15 @@ def test_a_p_value_below_the_smallest_float_is_shown_as_such():
     """Walk 39e #2: scipy's Wilcoxon p underflows to 0.0 on 22,363 clearly different pairs; the table said `0`."""
     assert report._p(0.0) == "<1e-300" and report._p(1e-310) == "<1e-300"
     assert report._p(0.0123) == "0.0123" and report._p(None) == ""
+
+
+def test_keys_a_run_never_read_do_not_split_old_and_new_records():
+    """Walk 40e #1: `seqpe train` now records train.bucket under trim_padding false, and parec's / fparec's
+    train.heads, as null (not read); runs recorded before with 50 / 1 were refused by evaluate's grid check and
+    not pooled with new seeds, though they are the same model."""
+    old = {"train": {"model": "parec", "heads": 1, "bucket": 50, "trim_padding": False, "lr": 0.001}}
+    new = {"train": {"model": "parec", "heads": None, "bucket": None, "trim_padding": False, "lr": 0.001}}
+    assert report.settings_change(old, new) == ""
+    trimmed = {"train": {**old["train"], "trim_padding": True, "model": "sasrec"}}
+    assert "train.bucket: 50 vs 10" in report.settings_change(trimmed, {"train": {**trimmed["train"], "bucket": 10}})
+    assert "train.heads: 1 vs 2" in report.settings_change(trimmed, {"train": {**trimmed["train"], "heads": 2}})

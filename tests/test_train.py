@@ -815,6 +815,11 @@ def test_a_resume_file_whose_seed_finished_elsewhere_is_listed_as_such_and_prune
     seed = tmp_path / "runs" / "toy-toy_lpe" / "seed-1"
     shutil.rmtree(seed)
     shutil.copytree(tmp_path / "cache" / "toy-toy_lpe" / "seed-1", seed)     # as `dvc repro` restores it
+    checkpoint = (seed / "checkpoint.pt").read_bytes()
+    (seed / "checkpoint.pt").write_bytes(checkpoint[:500])          # damaged: trained again, from the resume file
+    [entry] = [e for e in json.loads(_state("--json")) if e["kind"] == "resume"]
+    assert entry["status"] == "resumable"                            # (walk 40e #3: listed as finished, pruned)
+    (seed / "checkpoint.pt").write_bytes(checkpoint)
     [entry] = [e for e in json.loads(_state("--json")) if e["kind"] == "resume"]
     assert entry["status"] == "its seed has finished"
     _state("--prune")                                                # without --all

@@ -119,8 +119,13 @@ def read_ratings_csv(path: Path) -> pl.DataFrame:
                         f"use the ratings-only file `ratings_<Category>.csv`; {FIX_DOWNLOAD}")
     df = raw.rename(dict(zip(raw.columns, CSV_COLUMNS))).with_row_index("lineno", offset=1 + skip)
     blank = pl.all_horizontal(pl.col(c).is_null() | (pl.col(c).str.strip_chars() == "") for c in CSV_COLUMNS)
-    inner = df.filter(blank & (pl.col("lineno") < df.filter(~blank).get_column("lineno").max()))
-    if inner.height and (no := _empty_fields_line(path, inner.get_column("lineno").to_list())) is not None:
+    last = df.filter(~blank).get_column("lineno").max()
+    inner = df.filter(blank & (pl.col("lineno") < last)) if last is not None else df.clear()
+    trailing = df.filter(blank & (pl.col("lineno") > last)).height if last is not None else 0
+    no = _empty_fields_line(path, inner.get_column("lineno").to_list()) if inner.height else None
+    if no is None and trailing:        # the file's last lines, read from its end (walk 40e #6: `,,,` last was dropped)
+        no = _empty_fields_tail(path, trailing, last)
+    if no is not None:
         raise DataError(f"{path.name} line {no} has only empty fields (no user, item, rating or timestamp)",
                         f"the CSV must be user,item,rating,timestamp on every line; {FIX_DOWNLOAD}")
     df = df.filter(~blank)             # a blank line (a trailing "\r\n\r\n") was "rating None is not a number"
@@ -168,6 +173,21 @@ def _empty_fields_line(path: Path, linenos: list[int]) -> Optional[int]:
                 return no
             if no >= max(wanted):
                 break
+    return None
+
+
+def _empty_fields_tail(path: Path, count: int, last: int) -> Optional[int]:
+    """Of the `count` lines that end the file after its last record (line `last`), the first that is separators
+    and quotes rather than blank (its line number), or None; read from the file's end, not the whole file."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(max(0, size - (1 << 16)))
+        tail = f.read().split(b"\n")
+    if tail and not tail[-1].strip():
+        tail = tail[:-1]                       # the newline that ends the file
+    for offset, line in enumerate(tail[-count:] if count <= len(tail) else []):
+        if line.strip():
+            return last + 1 + offset
     return None
 
 

@@ -304,8 +304,11 @@ def _finished_in(run_dir: Optional[str], fp: str) -> bool:
     deleted the resume file never ran (walk 39f #4: listed as resumable, kept by --prune)."""
     if not run_dir:
         return False
-    rec = runs._record(Path(run_dir))
-    return rec is not None and rec.get("fingerprint") == fp and rec.get("stopped") != "time_limit"
+    folder = Path(run_dir)
+    rec = runs._record(folder)                 # as runs.finished takes a seed: its files there and intact (a damaged
+    return (rec is not None and rec.get("fingerprint") == fp and rec.get("stopped") != "time_limit"   # one is
+            and all((folder / f).is_file() for f in runs.FILES[:3])            # trained again, from this file;
+            and runs._damaged(folder, rec) is None)                            # walk 40e #3)
 
 
 def _code_of(copy: Path) -> Optional[dict]:
