@@ -371,8 +371,10 @@ def test_prune_keeps_finished_and_resumable_seeds_of_this_code_unless_all(tmp_pa
               progress=False, tag="w")
     monkeypatch.setattr(run_files, "code_versions", lambda: code)
     for copy in state_files("done"):                # stopped by the time limit, as copies read; made finished
-        path = run_files.state_root() / "done" / copy / "run.json"
-        path.write_text(json.dumps({**json.loads(path.read_text()), "stopped": "epochs"}))
+        path = run_files.state_root() / "done" / copy / "run.json"   # (a new file: the run folder's hard link
+        new = path.with_suffix(".new")                                # keeps saying time_limit, so its resume
+        new.write_text(json.dumps({**json.loads(path.read_text()), "stopped": "epochs"}))   # file's seed is not
+        new.replace(path)                                                                 # finished there)
     status = sorted((e["kind"], e["what"].split()[1], e["status"]) for e in json.loads(_state("--json")))
     assert status == [
         ("finished", "toy-toy_lpe-w", "finished by other seqpe code"),
