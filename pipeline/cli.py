@@ -1055,17 +1055,26 @@ def _tracked_by_git(paths: list[str]) -> list[str]:
     return [p for p in paths if any(f == p or f.startswith(p.rstrip("/") + "/") for f in files)]
 
 
+def _said_folder() -> Path | None:
+    """torchrun's attempt folder of this launch on this machine (TORCHELASTIC_ERROR_FILE is ATTEMPT/RANK/error.json),
+    where the processes leave _first_to_say's markers; None outside a multi-process torchrun launch."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not error_file or os.environ.get("WORLD_SIZE", "1") in ("", "0", "1"):
+        return None
+    return Path(error_file).parent.parent
+
+
 def _first_to_say(line: str) -> bool:
     """Whether this process prints the error `line`. Under torchrun every process runs the same checks, so a
     bad input stopped each with the same line, printed once per process. The processes of one launch on one
     machine share torchrun's attempt folder (TORCHELASTIC_ERROR_FILE is ATTEMPT/RANK/error.json): the first to
     create a marker named after the line prints it, the others stay silent, and a line only some processes
     reach (one rank's device) is still printed. Outside torchrun, or if the marker cannot be made, always."""
-    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not error_file or os.environ.get("WORLD_SIZE", "1") in ("", "0", "1"):
+    folder = _said_folder()
+    if folder is None:
         return True
     import hashlib
-    marker = Path(error_file).parent.parent / f"seqpe-said-{hashlib.sha256(line.encode()).hexdigest()[:16]}"
+    marker = folder / f"seqpe-said-{hashlib.sha256(line.encode()).hexdigest()[:16]}"
     try:
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
@@ -1078,11 +1087,11 @@ def _first_to_say(line: str) -> bool:
 def _another_said() -> bool:
     """Under torchrun: a process of this launch on this machine has printed a line already (_first_to_say's
     markers in the attempt folder)."""
-    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not error_file or os.environ.get("WORLD_SIZE", "1") in ("", "0", "1"):
+    folder = _said_folder()
+    if folder is None:
         return False
     try:
-        return any(Path(error_file).parent.parent.glob("seqpe-said-*"))
+        return any(folder.glob("seqpe-said-*"))
     except OSError:
         return False
 

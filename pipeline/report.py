@@ -148,9 +148,6 @@ def _by_config(records: list[dict]) -> dict[tuple, list[dict]]:
 _MACHINE_KEYS = {"threads", "device", "time_limit", "memory_budget", "compile"}
 
 
-_UNREAD_KEYS = {"parec": ("heads",), "fparec": ("heads",)}     # ModelSpec.ignores added after runs recorded them
-
-
 def _settings(rec: dict) -> dict:
     """What a run computed with, besides its seed: seeds pooled into one row must agree on it."""
     train = {k: v for k, v in (rec.get("train") or {}).items() if k not in _MACHINE_KEYS}
@@ -161,8 +158,6 @@ def _settings(rec: dict) -> dict:
     # keys the run never read, recorded with a value before `seqpe train` nulled them (walk 40e #1): the same model
     if train.get("trim_padding") is False:
         train["bucket"] = None
-    for key in _UNREAD_KEYS.get(train.get("model"), ()):
-        train[key] = None
     evaluate = {k: v for k, v in (rec.get("evaluate") or {}).items() if k != "batch_size"}
     return {"train": train, "evaluate": evaluate, "options": rec.get("options"),
             "encoding_options": rec.get("encoding_options"), "preset": rec.get("preset"),
@@ -199,7 +194,7 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
 def _differs(a: dict, b: dict) -> str:
     """Where two settings differ: the first three keys, and how many more."""
     found = _differences(a, b)
-    if any(f.startswith(("options.", "encoding_options.")) for f in found):
+    if any(f.startswith(("options.", "encoding_options.", "train.")) for f in found):
         found = _differences(_without_defaults(a), _without_defaults(b))
     return "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
 
@@ -207,8 +202,10 @@ def _differs(a: dict, b: dict) -> str:
 def _without_defaults(settings: dict) -> dict:
     """`settings` with model and encoding options at their defaults dropped, as runs record them since session
     31: a record written before that kept an option a preset spelled out at its default value, and read as
-    "options.k: 20 vs None" against a newer run of the same settings. Only called where options differ, since
-    it imports the model registry (torch); options a model no longer reads are kept as recorded."""
+    "options.k: 20 vs None" against a newer run of the same settings; and the train keys the model never reads
+    (ModelSpec.ignores) nulled, as `seqpe train` records them since they were declared: a PARec run recorded
+    train.heads before session 40 (walk 40e #1). Only called where settings differ, since it imports the model
+    registry (torch); options a model no longer reads are kept as recorded."""
     from .errors import SeqpeError
     from .train.setup import non_default
     import models
@@ -217,6 +214,10 @@ def _without_defaults(settings: dict) -> dict:
     spec = models.MODELS.get(train.get("model"))
     config = getattr(enc.ENCODINGS.get(train.get("encoding")), "config", None)
     out = dict(settings)
+    ignores = getattr(spec, "ignores", ())
+    ignores = ignores(settings.get("options") or {}) if callable(ignores) else ignores
+    if ignores:
+        out["train"] = {**train, **{key: None for key in ignores}}
     for key, cls in (("options", getattr(spec, "options", None)), ("encoding_options", config)):
         if cls is not None and isinstance(settings.get(key), dict):
             try:

@@ -620,6 +620,13 @@ def test_keys_a_run_never_read_do_not_split_old_and_new_records():
     old = {"train": {"model": "parec", "heads": 1, "bucket": 50, "trim_padding": False, "lr": 0.001}}
     new = {"train": {"model": "parec", "heads": None, "bucket": None, "trim_padding": False, "lr": 0.001}}
     assert report.settings_change(old, new) == ""
+    # any model's unread keys, from its ModelSpec.ignores (a function of its options for BPR-MF)
+    din = {"train": {"model": "din", "layers": 2, "heads": 2, "lr": 0.001}}
+    assert report.settings_change(din, {"train": {**din["train"], "layers": None, "heads": None}}) == ""
+    bpr = {"train": {"model": "bprmf", "loss": "ce", "lr": 0.001}}
+    assert report.settings_change(bpr, {"train": {**bpr["train"], "loss": None}}) == ""
+    assert "train.loss: 'ce' vs None" in report.settings_change(
+        {**bpr, "options": {"loss": "ce"}}, {"train": {**bpr["train"], "loss": None}, "options": {"loss": "ce"}})
     trimmed = {"train": {**old["train"], "trim_padding": True, "model": "sasrec"}}
     assert "train.bucket: 50 vs 10" in report.settings_change(trimmed, {"train": {**trimmed["train"], "bucket": 10}})
     assert "train.heads: 1 vs 2" in report.settings_change(trimmed, {"train": {**trimmed["train"], "heads": 2}})
