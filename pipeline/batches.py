@@ -310,23 +310,43 @@ def load_sessions(root: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]
     clicks of a Yoochoose-fraction cut session that fall in the fraction). Shifted rows
     (session_id, items): the row's items. Sessions keep their first-appearance order.
     """
-    lf = scan_split(root, split)
-    names = lf.collect_schema().names()
-    if _is_shifted(names):
-        seqs = lf.select(pl.col("items").cast(pl.List(pl.Int32))).collect().get_column("items")
-    elif {"session_id", "prefix", "target"} <= set(names):
-        longest = (lf.select("session_id", "prefix", "target", n=pl.col("prefix").list.len())
-                   .group_by("session_id", maintain_order=True)
-                   .agg(pl.col("prefix", "target").get(pl.col("n").arg_max())))   # prefix lengths differ
-        seqs = (longest.select(pl.concat_list(pl.col("prefix").cast(pl.List(pl.Int32)),
-                                              pl.col("target").cast(pl.Int32)).alias("items"))
-                .collect().get_column("items"))
-    else:
-        raise DataError(f"{Path(root) / split} holds no sessions (no items, or session_id/prefix/target, columns)",
-                        "re-run `seqpe augment` for this dataset")
+    seqs = _session_items(root, split).collect().get_column("items")
     lengths = seqs.list.len().to_numpy().astype(np.int64)                           # (S,)
     items = seqs.explode(empty_as_null=False).to_numpy().astype(np.int64)          # (T,)
     return items, np.repeat(np.arange(lengths.shape[0], dtype=np.int64), lengths)
+
+
+def _session_items(root: str | Path, split: str) -> pl.LazyFrame:
+    """One row per session of the split, its whole sequence as `items` (List[Int32]), first-appearance order
+    (load_sessions' rules)."""
+    lf = scan_split(root, split)
+    names = lf.collect_schema().names()
+    if _is_shifted(names):
+        return lf.select(pl.col("items").cast(pl.List(pl.Int32)))
+    if {"session_id", "prefix", "target"} <= set(names):
+        longest = (lf.select("session_id", "prefix", "target", n=pl.col("prefix").list.len())
+                   .group_by("session_id", maintain_order=True)
+                   .agg(pl.col("prefix", "target").get(pl.col("n").arg_max())))   # prefix lengths differ
+        return longest.select(pl.concat_list(pl.col("prefix").cast(pl.List(pl.Int32)),
+                                             pl.col("target").cast(pl.Int32)).alias("items"))
+    raise DataError(f"{Path(root) / split} holds no sessions (no items, or session_id/prefix/target, columns)",
+                    "re-run `seqpe augment` for this dataset")
+
+
+def click_counts(root: str | Path, split: str, n_items: int) -> np.ndarray:
+    """(n_items + 1,) float64: how often each item occurs in the split's sessions (load_sessions' items, counted
+    by Polars' streaming engine, so a split memory-mapped under train.memory_budget is not loaded whole for
+    popularity-sampled candidates; walk 40h #3); padding 0."""
+    counted = (_session_items(root, split).select(pl.col("items").explode(empty_as_null=False).alias("item"))
+               .drop_nulls().group_by("item").len().collect(engine="streaming"))
+    ids = counted.get_column("item").to_numpy().astype(np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() > n_items):
+        raise DataError(f"{Path(root) / split} holds item ids outside 1..{n_items} (n_items)",
+                        "re-run `seqpe augment` so samples and manifest agree")
+    out = np.zeros(n_items + 1, dtype=np.float64)
+    out[ids] = counted.get_column("len").to_numpy()
+    out[0] = 0.0
+    return out
 
 
 def batch_order(lengths: np.ndarray, batch_size: int, *, shuffle: bool = False, generator=None,

@@ -131,6 +131,23 @@ def test_load_sessions_rebuilds_each_session_once(tmp_path):
         load_sessions(tmp_path / "c", "train")
 
 
+def test_click_counts_are_the_counts_of_the_loaded_sessions(tmp_path):
+    """Popularity-sampled candidates count clicks from the Parquet (streamed), not from the sessions loaded
+    whole (walk 40h #3): the same counts as bincount over load_sessions, for prefix and shifted rows."""
+    from pipeline.batches import click_counts
+    df = pl.DataFrame({"session_id": [7, 7, 7, 3, 8, 8], "prefix": [[4, 5, 6], [4, 5], [4], [9], [1, 2], [1]],
+                       "target": [7, 6, 5, 2, 3, 2]}, schema=SCHEMA)
+    write_split(tmp_path / "p", "train", df, rows_per_shard=2)
+    write_split(tmp_path / "s", "train", pl.DataFrame({"session_id": [5, 6], "items": [[3, 1, 3], [2, 4]]},
+                                                      schema={"session_id": pl.Int64, "items": pl.List(pl.Int32)}))
+    for root, n_items in ((tmp_path / "p", 9), (tmp_path / "s", 6)):
+        expect = np.bincount(load_sessions(root, "train")[0], minlength=n_items + 1).astype(np.float64)
+        expect[0] = 0.0
+        assert click_counts(root, "train", n_items).tolist() == expect.tolist()
+    with pytest.raises(DataError, match=r"outside 1..8"):
+        click_counts(tmp_path / "p", "train", 8)
+
+
 def test_load_sequences_gives_inputs_and_the_next_item_of_every_position(tmp_path):
     from pipeline.batches import load_sequences
     write_split(tmp_path, "train", pl.DataFrame({"session_id": [7, 8], "items": [[4, 5, 6, 7], [9, 3]]},

@@ -1610,6 +1610,24 @@ def test_a_memory_budget_trains_the_same_model(tmp_path, toy_registry):
         "resumed_from_epoch"] == 1                                  # went on from the unbudgeted run's epoch 1
 
 
+def test_a_memory_budget_also_maps_the_whole_prefixes_of_history_masking_and_candidates(tmp_path, toy_registry):
+    """Walk 40h #3: evaluate.mask_history and evaluate.candidates read the valid / test rows' whole stored
+    prefixes (longer than train.max_len here), which were loaded in RAM whatever the budget, and popularity
+    candidates loaded the train sessions whole. Under a budget they are memory-mapped too (or counted by
+    streaming), with the same metrics."""
+    samples = make_samples(tmp_path / "samples")
+
+    def with_eval(**train) -> Params:
+        p = params(epochs=1, max_len=3, **train)
+        return dataclasses.replace(p, evaluate=dataclasses.replace(p.evaluate, mask_history=True, candidates=5,
+                                                                     candidate_sampling="popularity"))
+    [a] = stage.run("toyset", samples, tmp_path / "a", with_eval(), progress=False)
+    [b] = stage.run("toyset", samples, tmp_path / "b", with_eval(memory_budget=0.001), progress=False)
+    assert a["test"] == b["test"] and a["valid"] == b["valid"]
+    built = sorted(p.parent.parent.name for p in (run_files.state_root() / "spill").glob("*/samples/complete"))
+    assert len(built) == 5          # train, valid, test at max_len 3; valid, test whole (prefixes of up to 6)
+
+
 @pytest.mark.skipif("sasrec" not in MODELS, reason="needs sasrec")
 def test_bf16_autocast_scores_stay_close_and_a_bf16_run_trains(tmp_path):
     """train.precision bf16: the forward under autocast stays close to fp32; metrics are computed in fp32."""
@@ -2063,3 +2081,18 @@ def test_two_threads_train_the_same_bytes_twice(tmp_path, monkeypatch, model, da
         [run_dir] = (tmp_path / f"runs{n}").glob("*/seed-1")
         got.append((run_dir / "checkpoint.pt").read_bytes())
     assert got[0] == got[1] and torch.are_deterministic_algorithms_enabled() == before
+
+
+def test_sample_ids_are_checked_a_slice_at_a_time():
+    """The id check of a split (1..n_items) reads memory-mapped matrices a slice at a time (walk 40h #3), and
+    still finds the smallest real target and the largest id of any slice."""
+    from pipeline.batches import Samples
+    from pipeline.train.tasks import _id_range
+    seqs = np.array([[0, 3], [0, 2], [4, 9], [0, 1], [0, 5]], dtype=np.int32)
+    flat = Samples(seqs=seqs, targets=np.array([4, 3, 7, 2, 6], dtype=np.int32), lengths=np.ones(5, np.int32))
+    assert _id_range(flat, rows=2) == _id_range(flat) == (2, 9)
+    whole = Samples(seqs=seqs, targets=np.array([[0, 2], [0, 3], [5, 11], [0, 0], [0, 8]], dtype=np.int32),
+                    lengths=np.ones(5, np.int32))
+    assert _id_range(whole, rows=2) == (2, 11)
+    bad = Samples(seqs=seqs[:2], targets=np.array([[0, 0], [0, 0]], dtype=np.int32), lengths=np.ones(2, np.int32))
+    assert _id_range(bad, rows=1)[0] == 0             # no real target at all: refused as an id below 1

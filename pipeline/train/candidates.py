@@ -62,13 +62,6 @@ def sample_candidates(seqs: np.ndarray, targets: np.ndarray, n_items: int, n: in
     return out
 
 
-def popularity(items: np.ndarray, n_items: int) -> np.ndarray:
-    """(n_items + 1,) float64 counts of the train split's clicks (`items` (T,)), padding 0."""
-    counts = np.bincount(items, minlength=n_items + 1).astype(np.float64)
-    counts[0] = 0.0
-    return counts
-
-
 def counts(net, seqs, targets, cands, *, mask_history: bool, context=None, history=None):
     """(greater, ties) of each row's target among its candidates (B, M) (0 = none); scores in fp32.
     `history` (B, H): the rows' whole prefixes, where mask_history looks for the target (default `seqs`)."""

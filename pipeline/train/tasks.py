@@ -230,6 +230,20 @@ def spill_dir(manifest: dict, split: str, max_len: int, kind: str) -> Path:
     return state_root() / "spill" / key
 
 
+def _id_range(d, rows: int = 1 << 16) -> tuple[int, int]:
+    """(smallest real target, largest id of inputs and targets) of Samples `d`, read `rows` rows at a time: a
+    split memory-mapped under train.memory_budget is never copied whole (the sequence objective's targets
+    are (S, L), whose mask of real positions alone took S x L bytes; walk 40h #3)."""
+    low, high = None, 0
+    for start in range(0, len(d), rows):
+        seqs, targets = np.asarray(d.seqs[start:start + rows]), np.asarray(d.targets[start:start + rows])
+        high = max(high, int(seqs.max(initial=0)), int(targets.max(initial=0)))
+        real = targets[targets != 0] if targets.ndim == 2 else targets
+        if real.size:
+            low = int(real.min()) if low is None else min(low, int(real.min()))
+    return (0 if low is None else low), high
+
+
 class NextItemTask:
     kind = "next_item"
 
@@ -245,6 +259,7 @@ class NextItemTask:
             sys.stderr.write(f"note: train.memory_budget is {tp.memory_budget:g} MB, and '{spec.name}' reads each "
                              "interaction's context, whose samples are held in memory: the budget does not apply "
                              "to this run\n")
+        self.manifest = manifest
         self.data = {}
         for split in SPLITS:
             loader = load_sequences if split == "train" and tp.objective == "sequence" else load_samples
@@ -262,8 +277,8 @@ class NextItemTask:
                        f"preprocess.valid_fraction (it was {was}) or more raw data, then `seqpe augment`") \
                     if split == "valid" else "check the dataset's protocol"
                 raise DataError(f"the {split} split of {samples_dir} has no samples", fix)
-            real = d.targets[d.targets != 0] if d.targets.ndim == 2 else d.targets
-            if int(max(d.seqs.max(), d.targets.max())) > self.n_items or int(real.min()) < 1:
+            low, high = _id_range(d)
+            if high > self.n_items or low < 1:
                 raise DataError(f"{split} samples hold item ids outside 1..{self.n_items} (n_items)",
                                 "re-run `seqpe augment` so samples and manifest agree")
         self.sessions = load_sessions(samples_dir, "train") if spec.fitted else None
@@ -283,16 +298,20 @@ class NextItemTask:
         lf = scan_split(samples_dir, split)
         longest = (lf.select(pl.col("prefix").list.len().max()).collect().item()
                    if "prefix" in lf.collect_schema().names() else None)
-        return load_samples(samples_dir, split, int(longest)) if longest and longest > self.tp.max_len else None
+        if not longest or longest <= self.tp.max_len:
+            return None
+        return load_samples(samples_dir, split, int(longest), self.tp.memory_budget,
+                            spill_dir(self.manifest, split, int(longest), "whole_prefixes"))
 
     def _candidates(self, samples_dir: Path, whole: dict) -> dict:
         """evaluate.candidates > 0: each valid / test row's sampled negatives (pipeline/train/candidates.py),
         drawn against the rows' whole stored prefixes (not cut to train.max_len), so that they depend on
         the samples folder only and every model ranks the same ones."""
-        from .candidates import popularity, sample_candidates
+        from ..batches import click_counts
+        from .candidates import sample_candidates
         weights = None
         if self.ev.candidate_sampling == "popularity":
-            weights = popularity(load_sessions(samples_dir, "train")[0], self.n_items)
+            weights = click_counts(samples_dir, "train", self.n_items)
         out = {}
         for split in ("valid", "test"):
             rows = whole[split] if whole[split] is not None else self.data[split]
