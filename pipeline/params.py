@@ -154,8 +154,11 @@ class TrainParams:
                                       # by slice into memory-mapped files under .seqpe/spill/ (same batches); 0 = no limit
 
     def validate(self, key: str) -> None:
-        for name in ("epochs", "batch_size", "dim", "heads", "max_len", "negatives", "lr_step"):
+        for name in ("epochs", "batch_size", "dim", "heads", "max_len", "negatives"):
             _min(f"{key}.{name}", getattr(self, name), 1)
+        # plateau's lr_step is torch's ReduceLROnPlateau patience, where 0 (decay after any epoch that does
+        # not improve) is a setting; step's is StepLR's step_size, at least 1 (walk 40d #7)
+        _min(f"{key}.lr_step", self.lr_step, 0 if self.lr_schedule == "plateau" else 1)
         for name in ("layers", "patience", "bucket", "time_limit", "weight_decay", "memory_budget"):
             _min(f"{key}.{name}", getattr(self, name), 0)
         if self.dim > MAX_WIDTH:                # a typo: 10^8 was an out-of-memory kill with no message

@@ -766,6 +766,15 @@ def test_plateau_schedule_decays_after_lr_step_epochs_without_improvement(tmp_pa
     # ReduceLROnPlateau(patience=1): halves after 2 epochs without a better valid value
     assert [h["lr"] for h in record["history"]] == pytest.approx([0.02, 0.02, 0.02, 0.02, 0.01, 0.01, 0.01])
     assert record["best_epoch"] == 5
+    # lr_step 0 is ReduceLROnPlateau's patience 0: halves after each epoch that does not improve (walk 40d #7:
+    # refused as "must be >= 1"); step's lr_step stays at least 1
+    scripted = iter([0.1, 0.2, 0.2, 0.2, 0.3, 0.3, 0.3])
+    stage.run("toyset", samples, tmp_path / "zero", params(lr_schedule="plateau", lr_step=0, lr_gamma=0.5, epochs=7,
+                                                           patience=0), progress=False)
+    record = json.loads((tmp_path / "zero" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    assert [h["lr"] for h in record["history"]] == pytest.approx([0.02, 0.02, 0.02, 0.01, 0.005, 0.005, 0.0025])
+    with pytest.raises(ParamsError, match="'train.lr_step' must be >= 1"):
+        params(lr_schedule="step", lr_step=0)
 
 
 def test_a_finished_seed_with_a_damaged_file_is_trained_again_not_reused(tmp_path, toy_registry, capfd):
