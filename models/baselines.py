@@ -138,7 +138,8 @@ class ItemKNN(_Fitted):
     S_i = the training sessions holding item i. Items outside the K neighbours score 0.
     lambda (`shrink`) is the regularisation 000 §5.1.3 mentions ("to avoid the rare high
     similarities for unvisited items"), in the form of session-rec's ItemKNN (algorithms/knn/
-    iknn.py, from GRU4Rec's baselines; default 20): it is added to each support inside the
+    iknn.py, from GRU4Rec's baselines, whose default is 20; seqpe's default is 0, plain cosine, and
+    `--preset paper` sets 20): it is added to each support inside the
     normaliser, so a pair of items seen once together no longer scores 1. (The often quoted
     c_ij / (sqrt(n_i n_j) + lambda) is another shrinkage; this is the one the papers' code runs.)
     Unlike session-rec, supports count sessions, not clicks (binary session vectors).

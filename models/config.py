@@ -149,7 +149,7 @@ class SASRecConfig:
         if self.norm not in ("pre", "post", "kang"):
             raise ParamsError(f"models.{name}.norm must be 'pre', 'post' or 'kang', got {self.norm!r}",
                               "use pre, post or kang")
-        if self.norm == "kang" and name != "sasrec":
+        if self.norm == "kang" and name not in ("sasrec", "linear_attention"):
             raise ParamsError(f"models.{name}.norm 'kang' is SASRec's attention block (queries from LayerNorm(x), "
                               f"keys and values from x); {name}'s token mixer takes one input", "use pre or post")
         if self.ffn_dim < 0:

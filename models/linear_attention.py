@@ -16,8 +16,11 @@ seqpe evaluates the same function in its quadratic form, [phi(Q) phi(K)^T masked
 keys] normalised per row, times V: identical values, and for seqpe's windows (n <= 200 items,
 head size E ~ 50) the n x n weights are smaller than the n E^2 running sums of the recurrent form.
 No 1/sqrt(d) scaling (the kernel replaces exp(q.k / sqrt(d))). Everything else is SASRec
-(models/sasrec.py): item embedding * sqrt(d), the injected input-stage encoding, pre-LN blocks
-with the point-wise FFN, Q, K, V projections and, in the `paper` preset, no W_O (as 003's SASRec).
+(models/sasrec.py): item embedding * sqrt(d), the injected input-stage encoding, its blocks with
+the point-wise FFN (`models.linear_attention.norm`: pre-LN by default), Q, K, V projections and, in
+the `paper` preset, SASRec's own: no W_O and Kang & McAuley's block (`norm: kang`, queries from
+LayerNorm(x), keys and values from x), since 003 §4.2 swaps only the attention of the authors'
+SASRec (pre-LN before session 41, walk 41b #1).
 Causal, so it trains on whole sequences like SASRec (003 Eq. 11). Encodings that act inside
 softmax attention (RoPE, RMHA, ALiBi, CoPE, CAPE, PARec) have no logits to act on here and are
 refused.
@@ -66,10 +69,15 @@ class LinearAttention(nn.Module):
         B, L, _ = x.shape
         return x.view(B, L, self.heads, self.dim // self.heads).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, pos: Positions, encoding: Optional[PositionalEncoding] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: Positions, encoding: Optional[PositionalEncoding] = None,
+                query: Optional[torch.Tensor] = None, *, self_query: bool = False) -> torch.Tensor:
+        """`query` (B, L, D): the queries' input where it is not x, a per-position transform of it (the `kang`
+        block's LayerNorm(x), `self_query`; keys and values still read x), as MultiHeadAttention takes it."""
         B, L, _ = x.shape
+        assert query is None or (self_query and query.shape == x.shape), "queries are a per-position transform of x"
         allowed = allowed_keys(pos, L, causal=True)                      # (B, 1, L, L)
-        q, k, v = self._split(self.q(x)), self._split(self.k(x)), self._split(self.v(x))  # (B, H, L, E) each
+        q = self._split(self.q(x if query is None else query))           # (B, H, L, E)
+        k, v = self._split(self.k(x)), self._split(self.v(x))            # (B, H, L, E) each
         probs = self.drop(linear_attention_weights(q, k, allowed))       # (B, H, L, L)
         out = (probs @ v).transpose(1, 2).reshape(B, L, self.dim)        # (B, L, D)
         return self.out(out)
@@ -89,7 +97,7 @@ def build_linear_attention(n_items: int, max_len: int, train, options=None,
 
 # 003 §4.2: SASRec with the attention swapped, its other settings "following author's suggestion":
 # SASRec's `paper` preset (models/sasrec.py), options under this model's name.
-_PRESETS = {"paper": {**SASREC_PRESETS["paper"], "models": {"linear_attention": {"out_proj": False}}}}
+_PRESETS = {"paper": {**SASREC_PRESETS["paper"], "models": {"linear_attention": SASREC_PRESETS["paper"]["models"]["sasrec"]}}}
 
 register_model(ModelSpec("linear_attention", build_linear_attention,
                          "SASRec with linearised causal attention (elu + 1 feature map); input-stage encodings",

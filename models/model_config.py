@@ -113,7 +113,8 @@ class ItemKNNConfig:
     neighbours: int = 100         # most similar items kept per item
     alpha: float = 0.5            # asymmetric cosine: c_ij / ((n_i + shrink)^alpha * (n_j + shrink)^(1-alpha))
     shrink: float = 0.0           # lambda of session-rec's / GRU4Rec's Item-KNN (their default 20): discounts
-                                  # the similarity of rarely seen items (000 §5.1.3 "regularization")
+                                  # the similarity of rarely seen items (000 §5.1.3 "regularization"); 0 here
+                                  # (plain cosine, as runs before it recorded), 20 under --preset paper
 
 
 def model_options(cls: type, name: str, options: Optional[dict[str, Any]]) -> Any:

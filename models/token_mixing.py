@@ -13,7 +13,11 @@ with W_1 (D_S x n), W_2 (n x D_S). Causality: seqpe takes D_S = n and keeps only
 triangles of W_1 and W_2, so hidden unit t reads positions <= t and output t reads hidden units
 <= t: output t depends on inputs <= t only. (003 does not say how it masked; this is the masking
 that keeps MLP-Mixer's two-layer form.) The residual and LayerNorm are SASRec's pre-LN block
-(models/attention.py's TransformerBlock), the channel-mixing MLP is SASRec's point-wise FFN.
+(models/attention.py's TransformerBlock), the channel-mixing MLP is SASRec's point-wise FFN. The
+`paper` preset keeps pre-LN where SASRec's and Linear Attention's use Kang & McAuley's block
+(`norm: kang`): that block is defined by its attention's split input (queries from LayerNorm(x),
+keys and values from x), and the token-mixing MLP has one input, MLP-Mixer's LayerNorm(X) (Eq. 1),
+which is what pre-LN gives it.
 
 Positions: the weights are indexed by the slots of a window of n = max_len items aligned at its
 end (the last item is slot n - 1), as SASRec's reference code pads; padding slots are zeroed

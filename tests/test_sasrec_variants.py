@@ -89,15 +89,35 @@ def test_paper_presets_are_sasrecs_settings():
     sas = resolve(MODELS["sasrec"].presets, "paper", "sasrec", "beauty")
     la = resolve(MODELS["linear_attention"].presets, "paper", "linear_attention", "beauty")
     tm = resolve(MODELS["token_mixing"].presets, "paper", "token_mixing", "ml_1m")
-    assert la.train == sas.train and la.models == {"linear_attention": {"out_proj": False}}
+    # 003 §4.2 swaps only the attention of the authors' SASRec: its block (kang) and no W_O (walk 41b #1)
+    assert la.train == sas.train and la.models == {"linear_attention": {"out_proj": False, "norm": "kang"}}
     assert tm.train["max_len"] == 200 and tm.models == {}
     m = make("linear_attention", encoding="lrpe", out_proj=False)
     assert sum(p.numel() for p in m.blocks[0].attn.parameters()) == 3 * D * D + 3 * D   # Q, K, V as SASRec
     with pytest.raises(ParamsError, match="models.token_mixing.out_proj"):
         make("token_mixing", out_proj=False)
-    for name in ("linear_attention", "token_mixing"):                     # SASRec's reference block needs softmax
-        with pytest.raises(ParamsError, match=f"models.{name}.norm 'kang'"):   # attention's separate queries
-            make(name, norm="kang")
+    with pytest.raises(ParamsError, match="models.token_mixing.norm 'kang'.*token mixer takes one input"):
+        make("token_mixing", norm="kang")                                  # its MLP has no separate queries
+
+
+def test_linear_attention_in_the_kang_block_takes_its_queries_from_the_normalised_input():
+    """`norm: kang` (Kang & McAuley's block): the queries read LayerNorm(x), the keys and values x; causal and
+    blind to extra left padding like the pre-LN block."""
+    torch.manual_seed(0)
+    attn = LinearAttention(D, H, 0.0, out_proj=False).eval()
+    x, h = torch.randn(1, N, D), torch.randn(1, N, D)
+    pos = Positions.from_mask(torch.ones(1, N, dtype=torch.bool))
+    with torch.no_grad():
+        got = attn(x, pos, query=h, self_query=True)
+        assert not torch.allclose(attn(x, pos), got)                     # the queries' input is used
+        later = x.clone()
+        later[:, -1] += 1.0                                              # keys / values of the last slot only
+        assert torch.equal(attn(later, pos, query=h, self_query=True)[:, :-1], got[:, :-1])    # causal
+    m = make("linear_attention", encoding="lrpe", norm="kang", out_proj=False)
+    assert m.blocks[0].norm == "kang"
+    with torch.no_grad():                                                # extra left padding changes nothing
+        assert torch.allclose(m.encode(torch.tensor([[0, 0, 0, 5, 3, 7]])), m.encode(torch.tensor([[0, 5, 3, 7]])),
+                              atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["linear_attention", "token_mixing"])
