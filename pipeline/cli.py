@@ -533,7 +533,7 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
         if raw_ids:                       # the users' sequences are internal ids: only the listed items are mapped
             frame = frame.with_columns(pl.col("item").replace_strict(
                 model.items.get_column("item_id"), model.items.get_column("raw_id"), return_dtype=pl.String))
-        _note_cut(model, ("user's sequence", "users' sequences"))
+        _note_cut(model, exclude_seen, ("user's sequence", "users' sequences"))
         short = frame.group_by("session_id").len().filter(pl.col("len") < k).height + \
             len(set(users) - set(frame.get_column("session_id").to_list()))
         if short:
@@ -561,7 +561,7 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
         frame = model.recommend_frame(rec.read_sessions(input_file), k, raw_ids=raw_ids, drop_unknown=drop_unknown,
                                       exclude_seen=exclude_seen, batch_size=batch_size)
         rec.write_topk(frame, out)
-        _note_cut(model)
+        _note_cut(model, exclude_seen)
         excluded = model.exclude_seen if exclude_seen is None else exclude_seen     # said (walk 39e #6)
         summary = {"run": str(run), "sessions": frame.get_column("session_id").n_unique(), "k": k,
                    "seen items": ("left out" if excluded else "listed") + (
@@ -581,7 +581,7 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
     one = pl.DataFrame({"session_id": pl.Series([None], dtype=pl.Int64), "items": [rec.parse_ids(items)]})
     frame = model.recommend_frame(one, k, raw_ids=raw_ids, drop_unknown=drop_unknown,   # no id: messages say
                                   exclude_seen=exclude_seen)                              # "--items", not "session 0"
-    _note_cut(model)
+    _note_cut(model, exclude_seen)
     if frame.height < k:
         err_console.print(_short_list(f"{frame.height} listed, fewer", k, model, exclude_seen), highlight=False,
                           markup=False, soft_wrap=True)
@@ -595,14 +595,18 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
                      [[str(r), str(i), f"{sc:.4f}"] for r, i, sc in frame.select("rank", "item", "score").iter_rows()])
 
 
-def _note_cut(model, nouns: tuple[str, str] = ("session", "sessions")) -> None:
-    """recommend's note for sessions longer than the run's train.max_len: the model reads their last max_len."""
+def _note_cut(model, exclude_seen: Optional[bool], nouns: tuple[str, str] = ("session", "sessions")) -> None:
+    """recommend's note for sessions longer than the run's train.max_len: the model reads their last max_len
+    (and, where seen items are left out, every item given is: said with the setting that leaves them out)."""
     if model.cut:
         what = f"{model.cut:,} {nouns[0]} is" if model.cut == 1 else f"{model.cut:,} {nouns[1]} are"
         given = "given" if nouns[0] == "session" else "of the sequence"
+        excluded = model.exclude_seen if exclude_seen is None else exclude_seen
+        why = "" if not excluded else (" (every item {} is still left out, {})".format(
+            given, "--exclude-seen" if exclude_seen else "as the run's evaluate.mask_history"))
         err_console.print(f"note: {what} longer than the run's train.max_len ({model.max_len}): scored on the "
-                          f"most recent {model.max_len} items, as the model was trained (every item {given} is "
-                          "still left out by --exclude-seen)", highlight=False, markup=False, soft_wrap=True)
+                          f"most recent {model.max_len} items, as the model was trained{why}", highlight=False,
+                          markup=False, soft_wrap=True)
 
 
 def _short_list(got: str, k: int, model, exclude_seen: Optional[bool]) -> str:

@@ -167,8 +167,11 @@ def test_a_session_longer_than_max_len_is_scored_on_its_tail_and_excluded_whole(
                           capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
     assert proc.returncode == 0 and not set(long) & {r["item"] for r in json.loads(proc.stdout)}, proc.stderr
     assert proc.stderr.strip() == (f"note: 1 session is longer than the run's train.max_len ({L}): scored on the most "
-                                   f"recent {L} items, as the model was trained (every item given is still left out by "
+                                   f"recent {L} items, as the model was trained (every item given is still left out, "
                                    "--exclude-seen)")
+    proc = subprocess.run([*proc.args[:-2], "--json"], cwd=root, capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS="200"))         # without it, no word of --exclude-seen
+    assert proc.returncode == 0 and proc.stderr.strip().endswith("as the model was trained"), proc.stderr
 
 
 def test_a_list_cut_short_by_exclude_seen_says_why(trained, tmp_path):
