@@ -42,7 +42,9 @@ err_console = Console(stderr=True)
 def _version(value: bool) -> None:
     if value:
         from .versions import version_line
-        print(version_line())
+        line = version_line()
+        if _first_to_say(line):            # once, not once per torchrun process (walk 40g #5)
+            print(line)
         raise typer.Exit()
 
 

@@ -323,6 +323,8 @@ def test_a_bad_input_is_said_once_not_once_per_process(tmp_path):
     assert proc.returncode != 0 and not (tmp_path / "runs").exists()
     said = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(said) == 1 and "nowhere" in said[0] and "does not exist" in said[0], proc.stderr[-3000:]
+    proc = torchrun("--version", cwd=tmp_path, state=tmp_path / "s")    # printed by each process (walk 40g #5)
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1 and "seqpe" in proc.stdout, proc.stdout
     from pipeline.cli import _first_to_say
     attempt = tmp_path / "attempt"
     for rank in ("0", "1"):
