@@ -6,9 +6,10 @@ Notation used for tensor shapes:
     A  item attributes, C  context features, H  heads, E  head size (D // H), M  candidate items,
     N  n_items + 1 (column 0 = the padding item, never ranked)
 
-CARCA §4 (the equations as its code computes them; 004's PyTorch port does the same):
+CARCA §4 (the equations as its code, CARCA.py, computes them; 004's PyTorch port departs from it in its
+encoder block, see below):
 
-    embedding (the same for profile and candidate items)
+    embedding (profile items; candidates the same, with phi(j) unscaled in CARCA.py: scale_candidates)
         e(i, c) = W_w [ phi(i) sqrt(d) ; W_psi [a_i ; c] + b_psi ] + b_w          phi: (N, D) id table,
                   a_i the item's attributes (A), c the interaction's context (C), W_psi: A + C -> G
                   (g = 5d), W_w: D + G -> D; no activation in between
@@ -51,8 +52,19 @@ training reads (prefix, next item) samples (train.objective prefixes; the code r
 through the non-causal encoder, where each position's target is visible to the earlier positions);
 PyTorch default initialisation except the normal(0, 0.01) of the code's embedding and logit layers
 (`init_std`); Adam with
-torch's betas (the code: beta2 0.98). `max_norm` is 004's "nmax" (its port bounds the id embedding's
-rows with nn.Embedding(max_norm); here the rows are scaled on the fly, the stored table is not rewritten).
+torch's betas (the code: beta2 0.98). The candidates' id embeddings are scaled by sqrt(d) like the
+profile's by default, as 004's port does; CARCA.py looks them up in the unscaled table, which the `paper`
+preset follows (`models.carca.scale_candidates: false`; walk 41e #5). `max_norm` is 004's "nmax" (its port
+bounds the id embedding's rows with nn.Embedding(max_norm)): `_phi` and `_project_rows`.
+
+Where 004's released port (researcher1741/Position_encoding_SRS) differs from CARCA.py and from its own
+paper, seqpe follows the paper and CARCA.py (walk 41e, read from that code): its encoder block's
+feed-forward computes FF(s * FF(s)) (an if / else falls through) with an identity in place of the leaky
+ReLU; it adds the positional encoding to the candidates too, by their slot in the candidate row (the
+target is always slot 0 at evaluation: an offset no negative gets); its BCE is half CARCA's (divided by
+positives plus negatives; Adam does not see the factor), trained by AdamW with warm-up; it ranks float32
+sigmoids (ties at 1.0 go to the target) and casts evaluation context to integers. Its RoPE / RopeOne and
+RMHA are discussed in models/encodings (rotary.py, relative.py).
 """
 from __future__ import annotations
 
@@ -86,7 +98,9 @@ class CARCAConfig:
     activation: str = "leaky_relu"    # after the Q/K/V projections and inside the FFN (004 also ran silu)
     negatives: int = 1                # sampled negatives per target in the BCE objective (CARCA: 1)
     l2_emb: float = 0.0               # l2_emb / 2 ||phi||^2 added to the loss (the code's "L2 reg. weight")
-    max_norm: float = 0.0             # 004's nmax: id-embedding rows scaled to L2 norm <= max_norm (0 = off)
+    max_norm: float = 0.0             # 004's nmax: id-embedding rows kept at L2 norm <= max_norm (0 = off; _phi)
+    scale_candidates: bool = True     # candidates' id embeddings times sqrt(d) like the profile's (004's port);
+                                      # CARCA's code looks them up in the unscaled table (`paper`: false)
     init_std: float = 0.01            # normal(0, init_std) init of the embedding layers and the logit layer (the
                                       # code's 0.01); 0 = PyTorch's default. 0.01 keeps the attribute / context
                                       # path ~1e-4 of the scale and needs the code's small lr and many epochs
@@ -190,16 +204,33 @@ class CARCA(Recommender):
         self._table_key, self._table = None, None
 
     # -- embeddings
-    def _phi(self, ids: torch.Tensor) -> torch.Tensor:
+    def _phi(self, ids: torch.Tensor, scale: bool = True) -> torch.Tensor:
+        """The id embedding phi(ids) (..., D), times sqrt(d) where `scale`. Under max_norm (004's nmax), rows
+        longer than it read as scaled down to it, the factor a constant of the gradient: the value and the
+        gradient of nn.Embedding(max_norm), which rewrites the rows it reads, once `_project_rows` has put
+        the stored rows inside the bound (every training step), without evaluation rewriting weights."""
         rows = self.items(ids)                                            # (..., D)
         if self.cfg.max_norm > 0:
-            norm = rows.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+            norm = rows.detach().norm(dim=-1, keepdim=True).clamp(min=1e-12)
             rows = rows * (self.cfg.max_norm / norm).clamp(max=1.0)
-        return rows * math.sqrt(self.dim)
+        return rows * math.sqrt(self.dim) if scale else rows
 
-    def item_part(self, ids: torch.Tensor) -> torch.Tensor:
-        """(...) ids -> (..., D): W_w[phi sqrt(d)] + b_w + W_w[W_a a + b_psi], the context-free part of e."""
-        out = self.w_phi(self._phi(ids))
+    def _project_rows(self) -> None:
+        """max_norm > 0: scale the stored id rows longer than it down to it, in place (torch's
+        embedding_renorm_, on every row). nn.Embedding(max_norm), which 004's port uses, does this to the rows
+        a batch reads when it reads them: the same rows for every row a step reads; a row not read is
+        projected earlier, which keeps torchrun's processes, each reading its own batch, on equal weights.
+        Walk 41e #6: scaling on the fly alone left the stored rows at norm ~1, so an Adam step of ~lr barely
+        turned them, where 004's rows of norm nmax turn fast."""
+        if self.cfg.max_norm > 0:
+            with torch.no_grad():
+                w = self.items.weight
+                w.mul_((self.cfg.max_norm / w.norm(dim=-1, keepdim=True).clamp(min=1e-12)).clamp(max=1.0))
+
+    def item_part(self, ids: torch.Tensor, candidates: bool = False) -> torch.Tensor:
+        """(...) ids -> (..., D): W_w[phi sqrt(d)] + b_w + W_w[W_a a + b_psi], the context-free part of e
+        (`candidates`: items scored, whose phi is unscaled under models.carca.scale_candidates false)."""
+        out = self.w_phi(self._phi(ids, scale=self.cfg.scale_candidates or not candidates))
         if self.psi_a is not None:
             out = out + self.w_psi(self.psi_a(self.attributes[ids]))
         return out
@@ -215,12 +246,13 @@ class CARCA(Recommender):
     def table(self) -> torch.Tensor:
         """item_part of every item (N, D); cached in inference until a weight or the buffer changes."""
         if torch.is_grad_enabled():
-            return self.item_part(torch.arange(self.n_items + 1, device=self.items.weight.device))
+            return self.item_part(torch.arange(self.n_items + 1, device=self.items.weight.device), candidates=True)
         tensors = [self.items.weight, self.w_phi.weight, self.w_phi.bias] + (
             [self.attributes, self.psi_a.weight, self.psi_a.bias, self.w_psi.weight] if self.psi_a is not None else [])
         key = tuple((t.data_ptr(), t._version) for t in tensors)
         if key != self._table_key:
-            self._table = self.item_part(torch.arange(self.n_items + 1, device=self.items.weight.device))
+            self._table = self.item_part(torch.arange(self.n_items + 1, device=self.items.weight.device),
+                                         candidates=True)
             self._table_key = key
         return self._table
 
@@ -254,7 +286,7 @@ class CARCA(Recommender):
         prefix, target = self._split_context(context)
         h, pos = self.profile(seqs, prefix)
         k, v = self.cross.keys(h)
-        o = self.item_part(items) if torch.is_grad_enabled() else self.table()[items]   # (B, M, D)
+        o = self.item_part(items, candidates=True) if torch.is_grad_enabled() else self.table()[items]  # (B, M, D)
         row = self.context_part(target)
         if row is not None:
             o = o + row[:, None, :]
@@ -283,6 +315,7 @@ class CARCA(Recommender):
         """CARCA's objective on (prefix, next item) samples: mean over predictions of
         -log sigma(s_target) - sum_k log(1 - sigma(s_neg_k)) (+ the l2_emb penalty)."""
         assert targets.dim() == 1, "CARCA trains on (prefix, next item) samples (train.objective: prefixes)"
+        self._project_rows()
         negatives = sample_negatives(targets[:, None].expand(-1, self.cfg.negatives), self.n_items, generator)
         items = torch.cat([targets[:, None], negatives], 1)               # (B, 1 + K)
         s = self.score_items(seqs, items, context)                        # (B, 1 + K)
@@ -336,7 +369,8 @@ _DATASETS = {
 _STUDY_DATASETS = {name: {**variant, "models": {"carca": {**variant.get("models", {}).get("carca", {}),
                                                           **({"max_norm": 0.0} if "games" in name else {})}}}
                    for name, variant in _DATASETS.items()}
-_PRESETS = {"paper": {"train": _BASE, "models": {"carca": {"residual": True, "l2_emb": 1e-4}}, "datasets": _DATASETS},
+_PRESETS = {"paper": {"train": _BASE, "models": {"carca": {"residual": True, "l2_emb": 1e-4, "scale_candidates": False}},
+                      "datasets": _DATASETS},
             "study": {"train": _BASE, "models": {"carca": {"residual": True, "l2_emb": 0.0, "max_norm": 1e-4}},
                       "datasets": _STUDY_DATASETS}}
 

@@ -76,7 +76,8 @@ class LearnedConcatConfig:
 
 @dataclass(frozen=True)
 class RotatoryConfig:
-    """Rotatory (004 §3, the study's code): PE = [sin ; cos](2 pi Embed[l - 1 - pos] / scale)."""
+    """Rotatory (004 §3, the study's code): PE[2i] = sin(a_2i), PE[2i + 1] = cos(a_2i), a = 2 pi Embed[l - 1 - pos]
+    / scale (sines and cosines interleaved, from the even columns' learned angles)."""
     scale: float = 10000.0            # divisor of the learned angles (the code's 10000.0)
 
     def check(self, name: str) -> None:

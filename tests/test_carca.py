@@ -149,7 +149,49 @@ def test_max_norm_bounds_the_id_embedding_rows():
     model = make(options={"max_norm": 0.01})
     rows = model._phi(torch.arange(1, N_ITEMS + 1)) / TP.dim ** 0.5
     assert rows.norm(dim=-1).max().item() == pytest.approx(0.01, rel=1e-5)
-    assert torch.equal(make().items.weight, model.items.weight)       # the stored table is not rewritten
+    assert torch.equal(make().items.weight, model.items.weight)       # reading (evaluation) rewrites nothing
+
+
+def test_max_norm_trains_as_nn_embedding_max_norm_does():
+    """004's nmax is nn.Embedding(max_norm): the rows a batch reads are rewritten to the bound, so Adam turns rows
+    of norm nmax. Scaling on the fly alone kept the stored rows at norm ~1, and 20 steps barely turned them (walk
+    41e #6). Every row read every step here, so the stored rows equal torch's step for step."""
+    ids = torch.arange(1, 9)
+    target = torch.randn(8, 4, generator=torch.Generator().manual_seed(3))
+    model = make(options={"max_norm": 1e-2}, side=None, tp=TrainParams(dim=4, layers=1, heads=1, dropout=0.0,
+                                                                       max_len=4), n_items=8)
+    ref = torch.nn.Embedding(9, 4, max_norm=1e-2)
+    with torch.no_grad():
+        ref.weight.copy_(model.items.weight)
+    opts = [torch.optim.Adam([model.items.weight], lr=1e-3), torch.optim.Adam([ref.weight], lr=1e-3)]
+    for _ in range(20):
+        model._project_rows()                                            # as training_loss does first
+        for rows, opt in ((model._phi(ids, scale=False), opts[0]), (ref(ids), opts[1])):
+            opt.zero_grad()
+            (rows - target).pow(2).sum().backward()
+            opt.step()
+    model._project_rows()
+    ref(ids)
+    assert torch.allclose(model.items.weight[1:], ref.weight[1:], atol=1e-6)
+    assert model.items.weight[1:].norm(dim=-1).max().item() <= 1e-2 * (1 + 1e-5)
+    turned = F.cosine_similarity(model.items.weight[1:], target, dim=-1).mean().item()
+    assert turned > 0.5                                                  # the rows turned toward the target
+
+
+def test_candidates_are_unscaled_under_the_paper_preset():
+    """CARCA.py looks the scored items up in the unscaled id table (only the profile's are times sqrt(d));
+    004's port scales both, seqpe's default (walk 41e #5)."""
+    model, plain = make(options={"scale_candidates": False}), make()
+    ids = torch.tensor([3, 5])
+    assert torch.allclose(model.item_part(ids), plain.item_part(ids))                     # the profile's
+    want = model.w_phi(model.items(ids)) + model.w_psi(model.psi_a(model.attributes[ids]))
+    assert torch.allclose(model.item_part(ids, candidates=True), want)
+    assert not torch.allclose(plain.item_part(ids, candidates=True), want)
+    ctx, tctx = context()
+    with torch.no_grad():
+        full = model.eval()(SEQS, context=(ctx, tctx))
+        some = model.score_items(SEQS, torch.tensor([[1, 2]] * 4), context=(ctx, tctx))
+    assert torch.allclose(full[:, 1:3], some, atol=1e-6)               # full ranking reads the same table
 
 
 @pytest.mark.parametrize("options, match", [({"activation": "gelu"}, "activation"), ({"negatives": 0}, "negatives"),
@@ -168,7 +210,9 @@ def test_paper_preset_has_carcas_settings_per_dataset():
     got = {ds: resolve(MODELS["carca"].presets, "paper", "carca", ds)
            for ds in ("carca_beauty", "carca_games", "carca_men", "carca_fashion")}
     assert got["carca_beauty"].train | {} == {**carca._BASE}
-    assert got["carca_beauty"].models == {"carca": {"residual": True, "l2_emb": 1e-4}}
+    assert got["carca_beauty"].models == {"carca": {"residual": True, "l2_emb": 1e-4, "scale_candidates": False}}
+    study = resolve(MODELS["carca"].presets, "study", "carca", "carca_beauty")
+    assert study.models["carca"].get("scale_candidates", True) is True      # 004's port scales both
     assert got["carca_games"].train["heads"] == 3 and got["carca_games"].train["max_len"] == 50
     assert got["carca_games"].models["carca"]["l2_emb"] == 0.0
     for ds in ("carca_men", "carca_fashion"):

@@ -86,7 +86,7 @@ ENCODINGS: dict[str, EncodingSpec] = {s.name: s for s in [
     _spec("learnt_con", "004 §3 (CLE)", "study", "LearntCon", True, False, True, LearnedConcatConfig,
           "[x ; learned] -> Linear"),
     _spec("rotatory", "004 §3 (Rotatory; the study's code)", "study", "Rotatory", True, False, True, RotatoryConfig,
-          "x + [sin ; cos] of learned angles, reversed"),
+          "x + interleaved sin / cos of learned angles, reversed"),
     _spec("rotatory_con", "004 §3 (Rotatory+Con)", "study", "RotatoryCon", True, False, True, RotatoryConConfig,
           "[x ; rotatory PE] -> Linear"),
     _spec("rope", "004 Eqs. 9-10 (Su et al.)", "rotary", "RoPE", False, False, False, SinusoidConfig,

@@ -34,6 +34,12 @@ class RMHA(PositionalEncoding):
     (not shared among heads, as the study), indexed by clip(j - i, -k, k):
 
         logits_ij += q_i . a^K_ij / sqrt(E)      values: out_i += sum_j alpha_ij a^V_ij
+
+    004's released RMHA (src/Attention_blocks.py) departs from its Eqs. 7-8 (walk 41e #3): it applies the
+    softmax twice (weights = softmax(logits) * mask, then softmax again), so attention is nearly uniform and
+    reaches padding keys (0.68 of a 3-item row's mass there); one table per layer is shared by the heads; and
+    an output projection follows. seqpe computes Shaw's formula as the paper writes it (checked to 3e-17), so
+    004's RMHA-4 numbers come from another function.
     """
 
     fusable = False         # overrides `values` (needs the attention probabilities)

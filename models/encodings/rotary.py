@@ -8,6 +8,14 @@ pick positions and blocks. q and k of each head are rotated pair-wise, (2i, 2i+1
 angle pos * base^(-2i/E), so q_i . k_j depends on positions only through i - j (the
 scores are shift invariant; 000 Cor. 3.5: neither forward- nor backward-aware).
 Positions are reversed as in 004 §3 (backward positions; the target query sits at -1).
+
+004's released code (researcher1741/Position_encoding_SRS, src/Encoding.py RotaryPositionalEmbeddings)
+does not rotate by position: its cache is sized and indexed by the first dimension of q and k, which
+Attention_blocks.py has made batch x heads, so every vector of a row turns by one angle and q . k is
+unchanged (walk 41e #1: its logits equal no encoding's to 4e-16). Its Rope and RopeOne rows are therefore
+`none` trained again (004's Beauty table agrees: Rope 56.30, RopeOne 55.3-56.0, None 56.00 HR@10); seqpe's
+`rope` / `rope_one` are the paper's Eqs. 9-10 (RoFormer's rotation, checked to 3e-16), so they are not
+expected to reproduce those rows.
 """
 from __future__ import annotations
 

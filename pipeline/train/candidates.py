@@ -5,8 +5,10 @@ Each valid / test row ranks its target among N negatives drawn for it: CARCA's c
 max_len - 1, both uniformly and outside the user's train items (with replacement, the target not excluded).
 Here, per row, N distinct items are drawn WITHOUT replacement from the eligible ones: never the padding
 item or the target, and with `evaluate.mask_history` never an item of the row's stored prefix either
-(the history exclusion of CARCA / 004, as mask_history is for full ranking; the whole prefix as the
-samples folder keeps it, not the model's train.max_len window, so the draw is the same for every model).
+(as mask_history is for full ranking; the whole prefix as the samples folder keeps it, not the model's
+train.max_len window, so the draw is the same for every model). That is close to CARCA's / 004's
+exclusion, not equal: theirs is the user's train items, so a test row's valid item can be drawn there and
+not here (walk 41e #9; one item of the catalogue).
 `evaluate.candidate_sampling`: uniform (CARCA, 004) or popularity (probability proportional to the
 item's count in the train split; never-seen items are never drawn). With N >= the eligible count every
 eligible item is a candidate, so the metrics equal full ranking; with mask_history only where the target is
@@ -24,6 +26,14 @@ candidates and comparisons stay paired.
 Scoring: the target and its candidates are scored (a model's `score_items(seqs, items)` when it has
 one, e.g. CARCA; else the full score row, gathered) and the target's (greater, ties) counts come from
 models.metrics.greater_and_ties on that candidate set, so the exact tie rule is kept.
+
+Where the released evaluations differ (walk 41e #7-#9): CARCA's and 004's code rank by
+argsort().argsort(), which puts a target tied with candidates first (004 ranks float32 sigmoids, equal
+at 1.0 from logits of about 17 up), where the tie rule here gives it its expected rank; they evaluate
+10,000 sampled users (004 with replacement, never the last user), here every user; and they cast the
+evaluation rows' context to integers (CARCA.py's int32 profile context, 004's also the candidates'), so
+features in [0, 1) such as month / 12 read as 0, where here context stays as the data has it. Without
+ties, on the same candidates and context, the metrics are the same (checked to 1e-17).
 """
 from __future__ import annotations
 
