@@ -527,7 +527,7 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
     if (raw_ids or users) and sessions is None:
         raise ParamsError(f"{'--user' if users else '--raw-ids'} needs the dataset's sessions folder (its "
                           f"{'users' if users else 'items'}.parquet maps raw ids)", "pass --sessions data/sessions/DATASET")
-    model = rec.load_run(run, sessions, device=device)
+    model = rec.load_run(run, sessions, device=device, cli=True)
     import polars as pl
     if users:
         frame = model.recommend_frame(model.user_sessions(users), k, exclude_seen=exclude_seen,

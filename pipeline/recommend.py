@@ -25,7 +25,8 @@ training, scored in batches on the device (auto: CUDA when present); `cut` then 
 longer than that. `exclude_seen` (default: the run's evaluate.mask_history) takes a session's own items
 out of its list, all of them, those before its last max_len too. The top K are the K
 highest scores, ties broken by the lower item id (a stable sort), so the output is the same on
-every run. Scores are the model's raw scores (logits; POP / S-POP / Item-KNN: their counts or
+every run of the same input, batch size and device (a session's scores can move in their last bits
+with the other sessions of its batch, as with the batch size; walk 41f #11). Scores are the model's raw scores (logits; POP / S-POP / Item-KNN: their counts or
 similarities), not probabilities; an item with no finite score (padding, excluded) is never listed,
 so a list is shorter than K only when fewer items can be ranked. A NaN or infinite score is an
 error (a diverged model), as in evaluation.
@@ -59,6 +60,22 @@ pl = lazy("polars")
 _ONE_SEPARATOR = re.compile(r"\s*[,^|;]\s*|\s+")   # one of , ^ | ; (spaces around it allowed), or spaces
 
 
+# how messages name an option: the CLI's flags, or the Python keywords (walk 41f #9: a notebook has no --device)
+_NAMES = {True: {"k": "-k {}", "batch_size": "--batch-size {}", "drop_unknown": "--drop-unknown",
+                 "sessions": "--sessions DIR", "user": "--user"},
+          False: {"k": "k={}", "batch_size": "batch_size={}", "drop_unknown": "drop_unknown=True",
+                  "sessions": "load_run(run, sessions_dir)", "user": "user_sessions"}}
+
+
+def _count(value, name: str, say: str) -> int:
+    """An integer option (k, batch_size) from an int, a NumPy integer or an integral float; else a ParamsError
+    naming it (k=5.0 was NumPy's "'float' object cannot be interpreted as an integer", k=None a comparison)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float, np.floating)) or \
+            (isinstance(value, (float, np.floating)) and not float(value).is_integer()):
+        raise ParamsError(f"{name} is {printable(repr(value), 40)}, not a whole number", f"pass e.g. {say}")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class TopK:
     items: np.ndarray    # (S, K) int64 internal ids, -1 where a list is shorter than K
@@ -69,8 +86,9 @@ class RunModel:
     """A trained next-item model ready to rank items (see the module docstring)."""
 
     def __init__(self, run_dir: Path, net, record: dict, device, items: Optional["pl.DataFrame"] = None,
-                 sessions_dir: Optional[Path] = None):
+                 sessions_dir: Optional[Path] = None, cli: bool = False):
         self.run_dir, self.net, self.record, self.device = run_dir, net, record, device
+        self.names = _NAMES[cli]            # options named as the caller sets them (`seqpe recommend`'s flags)
         self.sessions_dir = sessions_dir    # the checked sessions folder (raw ids, a leave-one-out one's users)
         self.n_items = int(record["n_items"])
         self.max_len = int(record["max_len"])
@@ -87,7 +105,8 @@ class RunModel:
         """Raw ids -> internal ids through items.parquet; `session_ids` name the sessions in errors (default:
         their position)."""
         if self.items is None:
-            raise ParamsError("raw ids need the dataset's items.parquet", "pass the sessions folder (--sessions DIR)")
+            raise ParamsError("raw ids need the dataset's items.parquet", f"pass the sessions folder "
+                              f"({self.names['sessions']})")
         table = dict(zip(self.items.get_column("raw_id").to_list(), self.items.get_column("item_id").to_list()))
         out, dropped, touched = [], 0, 0
         for s, session in enumerate(sessions):
@@ -101,31 +120,39 @@ class RunModel:
                     raise DataError(f"raw item id {printable(str(raw), 40)!r} ({_where(sid)}) is "
                                     f"not in the vocabulary of "
                                     f"{self.run_dir} ({self.n_items:,} items)",
-                                    "check the ids, or pass --drop-unknown to leave such clicks out")
+                                    f"check the ids, or pass {self.names['drop_unknown']} to leave such clicks out")
                 if new is not None:
                     ids.append(int(new))
             touched += len(ids) < len(session)
             out.append(ids)
         if dropped:                       # --drop-unknown: said, so a session scored on fewer clicks is known
-            sys.stderr.write(f"note: --drop-unknown left out {dropped:,} click{'s' * (dropped != 1)} of raw ids not in "
+            sys.stderr.write(f"note: {self.names['drop_unknown'].split('=')[0]} left out {dropped:,} click{'s' * (dropped != 1)} of raw ids not in "
                              f"the vocabulary, in {touched:,} of {len(out):,} session{'s' * (len(out) != 1)}\n")
         return out
 
-    def to_raw(self, items: np.ndarray) -> list[list[Optional[str]]]:
+    def to_raw(self, items) -> list[list[Optional[str]]]:
+        """Internal ids (S, K) (TopK.items, or lists) -> raw ids, None where there is no item (-1 or 0)."""
+        if self.items is None:
+            raise ParamsError("raw ids need the dataset's items.parquet", f"pass the sessions folder "
+                              f"({self.names['sessions']})")
         raw = np.array([None] + self.items.sort("item_id").get_column("raw_id").to_list(), dtype=object)
-        return [[raw[i] if i > 0 else None for i in row] for row in items.tolist()]
+        return [[raw[self._item_id(i)] if _as_id(i) > 0 else None for i in row] for row in np.asarray(items).tolist()]
 
     # -- ranking
     def recommend(self, sessions: Sequence[Sequence[int]], k: int = 10, *, exclude_seen: Optional[bool] = None,
                   batch_size: int = 512) -> TopK:
         """The top `k` items of each session (internal ids), batched on the run's device."""
         import torch
+        name_k, name_b = self.names["k"], self.names["batch_size"]
+        k = _count(k, name_k.format("").strip(" ="), name_k.format(min(10, self.n_items)))
+        batch_size = _count(batch_size, name_b.format("").strip(" ="), name_b.format(512))
         if not 1 <= k <= self.n_items:
-            raise ParamsError(f"-k {k} is outside 1..{self.n_items} (the run's n_items)",
-                              f"pass e.g. -k {min(10, self.n_items)}")
+            raise ParamsError(f"{name_k.format(k)} is outside 1..{self.n_items} (the run's n_items)",
+                              f"pass e.g. {name_k.format(min(10, self.n_items))}")
         if batch_size < 1:
-            raise ParamsError(f"batch size {batch_size} is not positive", "pass e.g. --batch-size 512")
+            raise ParamsError(f"batch size {batch_size} is not positive", f"pass e.g. {name_b.format(512)}")
         exclude = self.exclude_seen if exclude_seen is None else exclude_seen
+        sessions = _sessions_list(sessions)
         seqs = self._matrix(sessions)                                           # (S, L)
         self.cut = sum(len(s) > self.max_len for s in sessions)                 # scored on their last max_len
         items = np.full((len(sessions), k), -1, dtype=np.int64)
@@ -160,7 +187,16 @@ class RunModel:
     def recommend_frame(self, sessions: "pl.DataFrame", k: int = 10, *, raw_ids: bool = False,
                         drop_unknown: bool = False, exclude_seen: Optional[bool] = None,
                         batch_size: int = 512) -> "pl.DataFrame":
-        """(session_id, items) frame -> top-K long frame: session_id, rank, item, score."""
+        """(session_id, items) frame -> top-K long frame: session_id, rank, item, score. The frame takes
+        read_sessions' layouts (a list or text `items` column, or long session_id, item_id rows), checked as
+        read_sessions checks a file."""
+        if isinstance(sessions, pl.LazyFrame):
+            sessions = sessions.collect()
+        if not isinstance(sessions, pl.DataFrame):
+            raise ParamsError(f"sessions is a {type(sessions).__name__}, not a Polars DataFrame",
+                              "pass a frame of session_id, items (a list of ids per session), or use recommend() "
+                              "for a list of sessions")
+        sessions = sessions_frame(sessions, "the sessions frame", unnamed=sessions.height == 1)
         ids = sessions.get_column("session_id")
         lists = sessions.get_column("items").to_list()
         internal = self.to_internal(lists, drop_unknown, ids.to_list()) if raw_ids else \
@@ -191,12 +227,16 @@ class RunModel:
         files, whose session ids are the file's user ids, from those ids themselves."""
         folder = self.sessions_dir
         if folder is None:
-            raise ParamsError("--user needs the dataset's sessions folder (its users.parquet maps raw user ids)",
-                              "pass --sessions data/sessions/DATASET")
+            raise ParamsError(f"{self.names['user']} needs the dataset's sessions folder (its users.parquet maps raw "
+                              "user ids)", "pass --sessions data/sessions/DATASET" if self.names is _NAMES[True] else
+                              "load the run with it: load_run(run, 'data/sessions/DATASET')")
+        if isinstance(users, (str, bytes, int, np.integer)):       # one user: its characters were users (walk 41f #8)
+            users = [users.decode() if isinstance(users, bytes) else users]
         manifest = read_manifest(folder)
         wanted = [str(u).strip() for u in users]
         if len(set(wanted)) != len(wanted):
-            raise ParamsError("a --user is given twice", "list each user once")
+            raise ParamsError(f"a {'--user' if self.names is _NAMES[True] else 'user'} is given twice",
+                              "list each user once")
         own_ids = (manifest.get("protocol_info") or {}).get("session_ids") == "the file's user ids"
         if (folder / "users.parquet").is_file():
             verify_shards(folder, manifest, only=("users.parquet",))
@@ -230,7 +270,7 @@ class RunModel:
         return pl.DataFrame({"session_id": pl.Series(wanted, dtype=pl.String),
                              "items": pl.Series([list(found[ids[u]]) for u in wanted], dtype=pl.List(pl.Int64))})
 
-    def _matrix(self, sessions: Sequence[Sequence[int]]) -> np.ndarray:
+    def _matrix(self, sessions: list) -> np.ndarray:
         """Left-padded (S, max_len) int32 of the most recent max_len items, ids checked."""
         from .batches import pad_left
         if len(sessions) == 0:
@@ -281,11 +321,19 @@ def _as_id(value) -> int:
     return int(value)
 
 
-def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, device: str = "auto") -> RunModel:
+def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, device: str = "auto", *,
+             cli: bool = False) -> RunModel:
     """A seed's run folder as a ready model; `sessions_dir` (the dataset's sessions folder) is
-    checked against the run's vocabulary and gives raw ids."""
+    checked against the run's vocabulary and gives raw ids. `cli`: messages name `seqpe recommend`'s flags
+    (-k, --device), not the Python keywords (k=, device=)."""
+    import os
     from .params import TrainParams, from_dict
     from .train.setup import build_encoding, pick_device
+    for name, value in (("run_dir", run_dir), ("sessions_dir", sessions_dir)):
+        if not isinstance(value, (str, os.PathLike)) and not (value is None and name == "sessions_dir"):
+            raise ParamsError(f"{name} is {printable(repr(value), 40)}, not a folder path",
+                              "pass a seed's run folder, e.g. load_run('data/runs/sample/sasrec-lpe/seed-1')"
+                              if name == "run_dir" else "pass the dataset's sessions folder, e.g. data/sessions/sample")
     run_dir = Path(run_dir)
     if not (run_dir / "checkpoint.pt").is_file() or not (run_dir / "run.json").is_file():
         seeds = sorted(p.name for p in run_dir.glob("seed-*") if (p / "checkpoint.pt").is_file()) \
@@ -311,7 +359,7 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
                    "train", run=True)                                                      # never reads (ModelSpec.ignores)
     spec = MODELS[cfg["model"]]
     encoding = build_encoding(tp.encoding, tp, cfg.get("encoding_options", {})) if spec.uses_encoding else None
-    dev = pick_device(device, "--device")
+    dev = pick_device(device, "--device" if cli else "device")
     net = build_model(cfg["model"], n_items=cfg["n_items"], max_len=cfg["max_len"], train=tp,
                       options=cfg.get("options", {}), encoding=encoding)
     extra = sorted(set(ckpt["model"]) - set(net.state_dict()))
@@ -327,7 +375,8 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
                         f"({str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else exc})",
                         "re-run `seqpe train` for it") from None
     net.to(dev).eval()
-    return RunModel(run_dir, net, record, dev, items, Path(sessions_dir) if sessions_dir is not None else None)
+    return RunModel(run_dir, net, record, dev, items, Path(sessions_dir) if sessions_dir is not None else None,
+                    cli=cli)
 
 
 def _vocabulary(folder: Path, n_items: int, run_dir: Path, dataset: Optional[str] = None,
@@ -336,8 +385,14 @@ def _vocabulary(folder: Path, n_items: int, run_dir: Path, dataset: Optional[str
     `made_from` (run.json's sha256 of the sessions manifest its samples were augmented from; runs before it was
     recorded have none): a folder re-made with as many items (the sample regenerated with another seed)
     numbered other raw ids, and --raw-ids mapped them through it silently."""
+    from .io import manifest_kind
     manifest = read_manifest(folder)
     owner = manifest.get("dataset")
+    kind = manifest_kind(manifest)
+    if kind != "sessions":                      # a samples folder was "re-made since" (walk 41f #6)
+        name = dataset if isinstance(dataset, str) else owner if isinstance(owner, str) else "DATASET"
+        raise DataError(f"{folder} is a {kind} folder, and raw ids come from the dataset's sessions folder "
+                        "(items.parquet)", f"pass data/sessions/{name}")
     if isinstance(dataset, str) and isinstance(owner, str) and owner != dataset:
         raise DataError(f"{folder} holds {owner}'s sessions, but {run_dir} was trained on {dataset}",
                         f"pass {dataset}'s sessions folder (data/sessions/{dataset})")
@@ -391,6 +446,15 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
     except (pl.exceptions.ComputeError, pl.exceptions.NoDataError, OSError) as e:
         raise DataError(f"{path} could not be read as Parquet or CSV ({printable(str(e).splitlines()[0], 120)})",
                         "pass a Parquet file or a CSV with a header line") from None
+    return sessions_frame(df, str(path), from_text=True)
+
+
+def sessions_frame(df: "pl.DataFrame", where: str, unnamed: bool = False, from_text: bool = False) -> "pl.DataFrame":
+    """A frame in one of read_sessions' layouts -> session_id, items (a list of ids per session), checked:
+    `where` names it in errors (a file's path, or "the sessions frame"). `unnamed`: a one-row frame may have a
+    null session_id (`--items`, whose messages then name no id). `from_text`: read from a CSV, whose integer
+    session ids are read as text and made integers again (a frame's ids are kept as they are)."""
+    path = where
     if "items" in df.columns:
         col = df.get_column("items")
         if col.dtype == pl.String:
@@ -410,16 +474,45 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
                  .agg(pl.col("item_id").alias("items")))
     else:
         raise DataError(f"{path} has columns {', '.join(df.columns[:8]) or 'none'}: neither an `items` list column nor "
-                        "`session_id`, `item_id`", "see `seqpe recommend --help` for the two layouts")
+                        "`session_id`, `item_id`", "see `seqpe recommend --help` (or pipeline/recommend.py's "
+                        "docstring) for the two layouts")
     ids = out.get_column("session_id")
-    if ids.dtype == pl.String:                   # CSV: integer ids stay integers
+    if ids.dtype == pl.String and from_text:     # CSV: integer ids stay integers
         as_int = ids.str.strip_chars().cast(pl.Int64, strict=False)
         if as_int.null_count() == ids.null_count():
             out = out.with_columns(as_int.alias("session_id"))
-    if out.get_column("session_id").null_count() or out.get_column("items").null_count():
+    if (out.get_column("session_id").null_count() and not (unnamed and out.height == 1)) or \
+            out.get_column("items").null_count():
         raise DataError(f"{path} has a session without an id or items", "fill or drop those rows")
     if out.get_column("session_id").n_unique() != out.height:
         raise DataError(f"{path} lists a session_id twice", "give every session one row (list layout)")
+    return out
+
+
+def _sessions_list(sessions) -> list:
+    """`recommend`'s sessions as a list of sessions, each a sequence of ids; a flat list of ids, a string or
+    None is a DataError (walk 41f #1, #3: "125" was scored as the session [1, 2, 5], [12, 55, 9] was a
+    TypeError)."""
+    if sessions is None or isinstance(sessions, (str, bytes)):
+        raise DataError(f"sessions is {printable(repr(sessions), 40)}, not a list of sessions",
+                        "pass a list of sessions, each a list of item ids, e.g. [[12, 55, 9]]")
+    if isinstance(sessions, np.ndarray) and sessions.ndim == 1 and sessions.dtype != object:
+        raise DataError("sessions is one flat array of item ids, not a list of sessions",
+                        "pass a list of sessions, e.g. [[12, 55, 9]] (a 2-D array is taken row by row)")
+    try:
+        out = list(sessions)
+    except TypeError:
+        raise DataError(f"sessions is a {type(sessions).__name__}, not a list of sessions",
+                        "pass a list of sessions, each a list of item ids, e.g. [[12, 55, 9]]") from None
+    for n, s in enumerate(out):
+        if isinstance(s, (str, bytes)):
+            raise DataError(f"session {n} is the string {printable(repr(s), 40)}, not a list of item ids",
+                            "pass each session as a list, e.g. [[12, 55, 9]] (read a file with read_sessions)")
+        if s is None or isinstance(s, (int, np.integer, float, np.floating)):
+            flat = all(isinstance(x, (int, np.integer)) for x in out)
+            raise DataError("sessions is one flat list of item ids, not a list of sessions" if flat else
+                            f"session {n} is {printable(repr(s), 40)}, not a list of item ids",
+                            "pass a list of sessions, each a list of item ids, e.g. [[12, 55, 9]]")
     return out
 
 

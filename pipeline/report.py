@@ -63,7 +63,14 @@ def metric_order(key: str) -> tuple:
 
 
 def find_runs(roots: Iterable[str | Path]) -> list[dict]:
-    """Every run.json under `roots` (a runs folder of one dataset, or a parent of several)."""
+    """Every run.json under `roots` (a runs folder of one dataset, or a parent of several; one folder may be
+    given as it is, not in a list: its characters were folders, walk 41f #7)."""
+    import os
+    if isinstance(roots, (str, os.PathLike)):
+        roots = [roots]
+    roots = list(roots)
+    if not roots:
+        raise ParamsError("no runs folder given", "pass one or more, e.g. data/runs/sample")
     seen, records = set(), []
     for root in roots:
         root = Path(root)

@@ -123,7 +123,7 @@ def test_raw_ids_map_through_items_parquet(trained, capsys):
                               k=5, raw_ids=True)                   # the file's session_id, not its row (1)
     kept = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [["nope", raw_of[3]]]}), k=5,
                                  raw_ids=True, drop_unknown=True)
-    assert "note: --drop-unknown left out 1 click of raw ids not in the vocabulary, in 1 of 1 session" \
+    assert "note: drop_unknown left out 1 click of raw ids not in the vocabulary, in 1 of 1 session" \
         in capsys.readouterr().err                                  # was silent (walk 28)
     alone = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [[raw_of[3]]]}), k=5, raw_ids=True)
     assert kept.equals(alone) and "--drop-unknown" not in capsys.readouterr().err
@@ -206,7 +206,7 @@ def test_refusals_are_one_line_errors(trained, tmp_path):
     model = recommend.load_run(run)
     with pytest.raises(DataError, match=rf"item id {model.n_items + 1} is outside 1..{model.n_items}"):
         model.recommend([[1, model.n_items + 1]], k=3)
-    with pytest.raises(ParamsError, match=r"-k 0 is outside"):
+    with pytest.raises(ParamsError, match=r"k=0 is outside .*Fix: pass e.g. k=10"):
         model.recommend([[1]], k=0)
     with pytest.raises(DataError, match="is not a run folder.*pass one seed's folder"):
         recommend.load_run(run.parent)
@@ -382,7 +382,10 @@ def test_device_errors_name_the_option_the_user_set(trained, monkeypatch):
             recommend.load_run(run, device=other)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ParamsError, match="--device is 'cuda' but no CUDA device.*pass --device auto"):
-        recommend.load_run(run, device="cuda")
+        recommend.load_run(run, device="cuda", cli=True)
+    with pytest.raises(ParamsError, match="device is 'cuda' but no CUDA device.*pass device='auto'"):
+        recommend.load_run(run, device="cuda")                          # from Python, its keyword (walk 41f #9)
+    assert recommend.load_run(run, device=None).device == recommend.load_run(run, device=torch.device("cpu")).device
     with pytest.raises(ParamsError, match="train.device is 'cuda' .*set train.device: auto"):
         pick_device("cuda")
     # a machine with one GPU: cuda:1 would only fail later, inside torch, with a traceback
@@ -430,6 +433,7 @@ def test_recommend_for_leave_one_out_users_by_raw_id(trained, tmp_path):
     test = dict(read_json_rows(sessions))
     frame = model.user_sessions(["117", "102"])
     assert frame["session_id"].to_list() == ["117", "102"]
+    assert model.user_sessions("117").equals(model.user_sessions(["117"]))   # one id, not its characters (41f #8)
     assert frame["items"].to_list() == [test[sid["117"]], test[sid["102"]]] and len(test[sid["117"]]) == 8
     want = model.recommend([test[sid["117"]]], k=4, exclude_seen=True)
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--user", "117", "-k", "4",
@@ -471,3 +475,46 @@ def test_recommend_for_leave_one_out_users_by_raw_id(trained, tmp_path):
 def read_json_rows(sessions: Path) -> list[tuple[int, list[int]]]:
     """(session_id, items) of a sessions folder's test split."""
     return pl.read_parquet(sessions / "test" / "*.parquet").select("session_id", "items").rows()
+
+
+def test_the_python_api_refuses_what_it_cannot_read_in_one_line_naming_its_keywords(trained):
+    """Walk 41f: from a notebook, a session given as a string was scored as its characters ("125" as [1, 2, 5]),
+    a flat list of ids, k=5.0, load_run(None), a frame of other columns or one user id as a string were
+    TypeErrors or wrong messages, and errors named the CLI's flags."""
+    root, run, sessions = trained
+    model = recommend.load_run(run)
+    for bad, match in ((["125"], r"session 0 is the string '125', not a list of item ids"),
+                       ([12, 55, 9], "one flat list of item ids"), (None, "sessions is None"),
+                       ([None], "one flat list|session 0 is None"), (np.array([12, 55]), "one flat array")):
+        with pytest.raises(DataError, match=match):
+            model.recommend(bad, k=3)
+    assert model.recommend(iter([[12, 55]]), k=3).items.tolist() == model.recommend([[12, 55]], k=3).items.tolist()
+    assert model.recommend(np.array([[12, 55]]), k=3).items.tolist() == model.recommend([[12, 55]], k=3).items.tolist()
+    assert model.recommend([[12, 55]], k=3.0).items.shape == (1, 3)                 # an integral float is a count
+    for k, match in ((2.5, "k is 2.5, not a whole number"), (None, "k is None"), ("5", "k is '5'")):
+        with pytest.raises(ParamsError, match=match):
+            model.recommend([[12, 55]], k=k)
+    with pytest.raises(ParamsError, match="batch_size is 2.5"):
+        model.recommend([[12, 55]], k=3, batch_size=2.5)
+    frame = model.recommend_frame(pl.DataFrame({"session_id": [7], "items": ["12 55"]}), k=3)     # text, as CSV
+    assert frame.get_column("item").to_list() == model.recommend([[12, 55]], k=3).items[0].tolist()
+    long = model.recommend_frame(pl.DataFrame({"session_id": [7, 7], "item_id": [12, 55]}).lazy(), k=3)
+    assert long.equals(frame)
+    for bad, match in ((pl.DataFrame({"sid": [1], "item_list": [[12]]}), "has columns sid, item_list"),
+                       (pl.DataFrame({"session_id": [1, 1], "items": [[12], [55]]}), "lists a session_id twice"),
+                       (pl.DataFrame({"session_id": [1, 2], "items": [[12], None]}), "without an id or items"),
+                       ({"session_id": [1], "items": [[12]]}, "sessions is a dict, not a Polars DataFrame")):
+        with pytest.raises((DataError, ParamsError), match=match):
+            model.recommend_frame(bad, k=3)
+    for bad in (None, 3, b"x"):
+        with pytest.raises(ParamsError, match="run_dir is .*, not a folder path"):
+            recommend.load_run(bad)
+    with pytest.raises(DataError, match=r"samples is a samples folder.*Fix: pass data/sessions/sample"):
+        recommend.load_run(run, root / "samples")
+    with pytest.raises(ParamsError, match=r"raw ids need .*Fix: pass the sessions folder \(load_run\(run, sessions_dir"):
+        model.to_raw(np.array([[1, 2]]))
+    assert recommend.load_run(run, sessions).to_raw([[1, -1]])[0][1] is None
+    from pipeline import report
+    assert [r["name"] for r in report.run(str(root / "runs"))] == [r["name"] for r in report.run([root / "runs"])]
+    with pytest.raises(ParamsError, match="no runs folder given"):
+        report.run([])

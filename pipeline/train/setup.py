@@ -152,7 +152,12 @@ def pick_device(name: str, option: str = "train.device"):
     """The torch device for `name` (auto | cpu | cuda | cuda:N); `option` is how the user set it
     (train.device in params, --device on `seqpe recommend`), for the error's fix."""
     import torch
-    fix = "set train.device: auto" if option == "train.device" else f"pass {option} auto"
+    fix = "set train.device: auto" if option == "train.device" else \
+        "pass device='auto'" if option == "device" else f"pass {option} auto"
+    if name is None or isinstance(name, torch.device):      # from Python: None is the default, a torch.device
+        name = "auto" if name is None else str(name)        # is what a torch user passes (walk 41f #5)
+    if not isinstance(name, str):
+        raise ParamsError(f"{option} is {name!r}, not a device name", "use auto, cpu, cuda or cuda:N")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
