@@ -105,20 +105,23 @@ def _mtime(path: Path) -> float:
 
 
 def _dead_writers(dst: Path) -> Iterator[Path]:
-    """The `.NAME.p<pid>.*` (and older pid-less `.NAME.*`) entries next to `dst` whose writer is gone, `.old`
-    ones first and newest first."""
-    parent, head = dst.parent, f".{dst.name}."
+    """The `.NAME.p<pid>.<random>.{tmp,old,gen}` entries next to `dst` (the exact names `_temp_prefix` with
+    mkstemp / mkdtemp gives: 8 characters of a-z, 0-9, _) whose writer is gone, `.old` ones first and newest
+    first. Nothing else is ever taken for a leftover: pid-less `.NAME.*.old` names (written before runs carried
+    a pid) matched a user's own `mv sess .sess.old` backup, which a writer deleted and a reader renamed into
+    the output (walk 41d #1)."""
+    parent = dst.parent
     if not parent.is_dir():
         return
+    shape = re.compile(re.escape(f".{dst.name}.") + r"p(\d+)\.[a-z0-9_]{8}(?:" +
+                       "|".join(map(re.escape, LEFTOVER_SUFFIXES)) + ")")
     for entry in sorted(parent.iterdir(), key=lambda e: (not e.name.endswith(".old"), -_mtime(e), e.name)):
-        name = entry.name
-        if not name.startswith(head) or not name.endswith(LEFTOVER_SUFFIXES):
+        found = shape.fullmatch(entry.name)
+        if found is None:
             continue
-        tag = name[len(head):].split(".", 1)[0]
-        if tag.startswith("p") and tag[1:].isdigit():
-            pid = int(tag[1:])
-            if pid == os.getpid() or _pid_alive(pid):
-                continue
+        pid = int(found.group(1))
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
         yield entry
 
 

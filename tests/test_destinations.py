@@ -455,14 +455,21 @@ def test_a_killed_runs_temporary_folder_is_swept_by_the_next_run(prepared, tmp_p
 
 def test_a_live_runs_temporary_folder_is_left_alone(tmp_path):
     (tmp_path / "out").mkdir()
-    live = tmp_path / f".out.p{os.getppid()}.abc.tmp"      # the test runner's parent: alive
+    live = tmp_path / f".out.p{os.getppid()}.abc12345.tmp"  # the test runner's parent: alive
     live.mkdir()
-    legacy = tmp_path / ".out.xyz123.old"                  # written before runs carried a pid
-    legacy.mkdir()
-    dead = tmp_path / ".out.p999999999.q.gen"
+    dead = tmp_path / ".out.p999999999.q_9x0abc.gen"
     dead.mkdir()
-    assert io.sweep_leftovers(tmp_path / "out") == 2
-    assert live.is_dir() and not legacy.exists() and not dead.exists()
+    # walk 41d #1: names that only look like leftovers are a user's (`mv out .out.old`), and were deleted (or, with
+    # no `out`, renamed into it by a reader): only mkstemp / mkdtemp's exact shape with a dead pid is swept
+    users = [tmp_path / name for name in (".out.old", ".out.xyz123.old", ".out.p999999999.k1.old",
+                                          ".out.p999999999.backup_01.tmp", ".out.draft.tmp")]
+    for path in users:
+        path.mkdir()
+        (path / "notes.txt").write_text("mine")
+    assert io.sweep_leftovers(tmp_path / "out") == 1
+    assert live.is_dir() and not dead.exists() and all((p / "notes.txt").is_file() for p in users)
+    (tmp_path / "out").rmdir()
+    assert io.put_back(tmp_path / "out") is None and not (tmp_path / "out").exists()
 
 
 def test_a_writer_killed_between_its_two_renames_loses_nothing(tmp_path, monkeypatch):
@@ -477,10 +484,10 @@ def test_a_writer_killed_between_its_two_renames_loses_nothing(tmp_path, monkeyp
     assert io._exchange(a, b)                              # Linux (CI): one step, no moment without dst
     assert (a / "who").read_text() == "b" and (b / "who").read_text() == "a"
     dst = tmp_path / "out"
-    old = tmp_path / ".out.p999999999.k1.old"              # what the kill left: the old output aside, no dst
+    old = tmp_path / ".out.p999999999.k1abcdef.old"              # what the kill left: the old output aside, no dst
     old.mkdir()
     (old / "manifest.json").write_text("previous")
-    newer_tmp = tmp_path / ".out.p999999999.k2.tmp"
+    newer_tmp = tmp_path / ".out.p999999999.k2abcdef.tmp"
     newer_tmp.mkdir()
     assert io.sweep_leftovers(dst) == 1                    # the .tmp removed; the .old put back
     assert (dst / "manifest.json").read_text() == "previous" and sorted(p.name for p in tmp_path.iterdir()) == \
@@ -498,9 +505,9 @@ def test_a_reader_puts_back_the_previous_output_a_killed_writer_left_aside(tmp_p
     lay beside it (walk 35c #9). A reader now puts it back (a note says so), as the next writer's sweep does."""
     from test_cli import tiny_samples
     samples = tiny_samples(tmp_path / "samples" / "toyset")
-    aside = samples.with_name(".toyset.p999999999.k1.old")
+    aside = samples.with_name(".toyset.p999999999.k1abcdef.old")
     samples.rename(aside)
-    live = samples.with_name(f".toyset.p{os.getpid()}.k2.old")      # a live writer's: left alone
+    live = samples.with_name(f".toyset.p{os.getpid()}.k2abcdef.old")      # a live writer's: left alone
     live.mkdir()
     proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "pop", "--check")
     assert proc.returncode == 0, proc.stderr
@@ -511,7 +518,7 @@ def test_a_reader_puts_back_the_previous_output_a_killed_writer_left_aside(tmp_p
     # walk 36c: an imported name's folder (the name check refused first) and `seqpe stats` put back too
     project = tmp_path / "project"
     mine = tiny_samples(project / "data" / "samples" / "toyset")
-    mine.rename(mine.with_name(".toyset.p999999999.k3.old"))
+    mine.rename(mine.with_name(".toyset.p999999999.k3abcdef.old"))
     proc = seqpe("stats", "toyset", str(mine), cwd=project)
     assert proc.returncode == 0 and "note: put back" in proc.stderr and mine.is_dir(), proc.stderr
     # a linked folder (data/samples/X -> /big/X): the writer swaps at the target, so its .old lies there, and the
@@ -519,10 +526,10 @@ def test_a_reader_puts_back_the_previous_output_a_killed_writer_left_aside(tmp_p
     big = tiny_samples(tmp_path / "big" / "toyset")
     link = project / "data" / "samples" / "linked"
     link.symlink_to(big, target_is_directory=True)
-    big.rename(big.with_name(".toyset.p999999999.k4.old"))
-    assert io.put_back(link) == big.with_name(".toyset.p999999999.k4.old")
+    big.rename(big.with_name(".toyset.p999999999.k4abcdef.old"))
+    assert io.put_back(link) == big.with_name(".toyset.p999999999.k4abcdef.old")
     assert (link / "manifest.json").is_file() and sorted(p.name for p in big.parent.iterdir()) == ["toyset"]
-    mine.rename(mine.with_name(".toyset.p999999999.k4.old"))
+    mine.rename(mine.with_name(".toyset.p999999999.k4abcdef.old"))
     proc = seqpe("train", "toyset", "--model", "pop", "--check", cwd=project)
     assert proc.returncode == 0 and "note: put back data/samples/toyset" in proc.stderr and mine.is_dir(), proc.stderr
 

@@ -162,7 +162,7 @@ def test_a_reused_seed_takes_away_what_a_killed_rerun_left_beside_it(tmp_path, t
     samples = make_samples(tmp_path / "samples")
     stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
     config = tmp_path / "runs" / "toy-toy_lpe"
-    (config / ".seed-1.p999999999.abc.tmp").mkdir()                  # a dead writer's
+    (config / ".seed-1.p999999999.abc12345.tmp").mkdir()                  # a dead writer's
     before = (config / "seed-1" / "timing.json").read_bytes()
     stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
     assert (config / "seed-1" / "timing.json").read_bytes() == before          # reused, not trained again
