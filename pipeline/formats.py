@@ -44,7 +44,8 @@ kuaivideo_x1 / amazonelectronics_x1  CTR files in the layout of the BARS benchma
 `export_dataset` turns a sessions folder back into SR-GNN pickles (train.txt from train +
 valid = the protocol's train set) or S3-Rec text (every user's full sequence: its test row, or the
 train row of a user kept for training only, as CARCA keeps users with < 3 interactions), built
-in memory and swapped in as one folder; it never overwrites a folder holding other files.
+in memory and swapped in as one folder, with export.json (the files' sha256); it replaces only an
+earlier export whose files are unchanged, never a folder of other or edited files.
 """
 from __future__ import annotations
 
@@ -619,12 +620,42 @@ def export_dataset(sessions_dir: str | Path, out_dir: str | Path, fmt: str = "sr
     if out_dir.exists() and not out_dir.is_dir():
         raise DataError(f"{out_dir} is a file, and export writes a folder of files there",
                         "pass the path of a new folder (export writes train.txt / test.txt or DATASET.txt into it)")
-    if out_dir.exists() and set(p.name for p in out_dir.iterdir()) - set(files):
-        raise DataError(f"{out_dir} already holds other files", _NO_CLOBBER)
+    _check_previous_export(out_dir)
+    import hashlib
     with atomic_dir(out_dir) as tmp:
         for name, data in files.items():
             write_bytes(tmp / name, data)
+        write_json(tmp / EXPORT_RECORD, {"stage": "export", "format": fmt, "dataset": manifest.get("dataset"),
+                                         "files": {n: hashlib.sha256(d).hexdigest() for n, d in sorted(files.items())}})
     return {**summary, "folder": str(out_dir), "files": ", ".join(sorted(files))}
+
+
+EXPORT_RECORD = "export.json"      # in an export's folder: its files and their sha256
+
+
+def _check_previous_export(out_dir: Path) -> None:
+    """An existing, non-empty `out_dir` is replaced only when it is an earlier export, as its export.json says,
+    with its files unchanged: a folder of the same names was taken for one, and a user's own SR-GNN pickles
+    (the real all_train_seq.txt / test.txt an `imports:` entry reads) were replaced (walk 41d #2)."""
+    from .io import read_json
+    if not out_dir.exists() or not any(out_dir.iterdir()):
+        return
+    names = {p.name for p in out_dir.iterdir()}
+    try:
+        record = read_json(out_dir / EXPORT_RECORD) if EXPORT_RECORD in names else None
+    except DataError:
+        record = None
+    listed = record.get("files") if isinstance(record, dict) and record.get("stage") == "export" else None
+    if not isinstance(listed, dict):
+        raise DataError(f"{out_dir} already holds files that `seqpe export` did not write (no {EXPORT_RECORD}: "
+                        f"{', '.join(sorted(names)[:3])}{', ...' if len(names) > 3 else ''})", _NO_CLOBBER)
+    if names - set(listed) - {EXPORT_RECORD}:
+        raise DataError(f"{out_dir} already holds other files ({', '.join(sorted(names - set(listed) - {EXPORT_RECORD})[:3])})",
+                        _NO_CLOBBER)
+    changed = [n for n, sha in listed.items() if not (out_dir / n).is_file() or sha256_file(out_dir / n) != sha]
+    if changed:
+        raise DataError(f"{out_dir} is an earlier export whose {', '.join(changed[:3])} changed since it was written",
+                        _NO_CLOBBER)
 
 
 def _export_srgnn(src: Path, frames: dict, modes: dict, manifest: dict) -> tuple[dict, dict]:

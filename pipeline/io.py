@@ -900,10 +900,11 @@ def read_json(path: str | Path) -> Any:
                         "it is damaged: re-run the stage that writes it (or `dvc checkout` it)") from None
 
 
-def write_parquet(dst: str | Path, df: pl.DataFrame) -> None:
-    """Write one Parquet file atomically with the fixed options (byte-identical output)."""
+def write_parquet(dst: str | Path, df: pl.DataFrame, metadata: Optional[dict[str, str]] = None) -> None:
+    """Write one Parquet file atomically with the fixed options (byte-identical output); `metadata`: the file's
+    key-value metadata (a writer's mark, e.g. recommend's top-K files)."""
     with atomic_path(dst) as tmp:
-        df.write_parquet(tmp, **_PARQUET)
+        df.write_parquet(tmp, **_PARQUET, **({"metadata": metadata} if metadata else {}))
 
 
 def _compact(df: pl.DataFrame) -> pl.DataFrame:

@@ -571,14 +571,20 @@ def check_out(out: str | Path) -> Path:
     return out
 
 
+TOPK_MARK = {"seqpe": "recommend-topk"}     # write_topk's key-value metadata: what _is_topk recognises
+
+
 def _is_topk(path: Path) -> bool:
-    """A top-K file `recommend` wrote: its Parquet schema is write_topk's columns (a user's sessions file,
-    even the --input itself, is not)."""
+    """A top-K file `recommend` wrote: write_topk's columns and its mark in the file's key-value metadata. The
+    columns alone took another tool's top-K file (session_id, rank, item, score: the obvious schema for one)
+    for seqpe's, and replaced it (walk 41d #3); a user's sessions file, even the --input itself, has neither."""
     import pyarrow.parquet as pq
-    return pq.read_schema(path).names == ["session_id", "rank", "item", "score"]
+    meta = pq.ParquetFile(path).metadata.metadata or {}
+    return pq.read_schema(path).names == ["session_id", "rank", "item", "score"] and \
+        all(meta.get(k.encode()) == v.encode() for k, v in TOPK_MARK.items())
 
 
 def write_topk(frame: "pl.DataFrame", out: str | Path) -> Path:
     out = check_out(out)
-    write_parquet(out, frame)
+    write_parquet(out, frame, metadata=TOPK_MARK)
     return out

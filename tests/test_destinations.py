@@ -380,8 +380,14 @@ def test_a_users_file_is_never_replaced_by_a_report_metrics_or_top_k_file(prepar
     pl.DataFrame({"session_id": [1], "items": [[1, 2]]}).write_parquet(sessions)
     with pytest.raises(DataError, match="sessions.parquet exists and is not a top-K file seqpe wrote"):
         recommend.check_out(sessions)
-    pl.DataFrame({"session_id": [1], "rank": [1], "item": [3], "score": [0.5]}).write_parquet(tmp_path / "top.parquet")
-    recommend.check_out(tmp_path / "top.parquet")
+    theirs = pl.DataFrame({"session_id": [1], "rank": [1], "item": [3], "score": [0.5]})
+    theirs.write_parquet(tmp_path / "top.parquet")          # another tool's top-K file, the same four columns
+    with pytest.raises(DataError, match="top.parquet exists and is not a top-K file seqpe wrote"):   # walk 41d #3
+        recommend.check_out(tmp_path / "top.parquet")
+    (tmp_path / "top.parquet").unlink()
+    recommend.write_topk(theirs, tmp_path / "top.parquet")
+    recommend.check_out(tmp_path / "top.parquet")           # seqpe's own: replaced
+    recommend.write_topk(theirs, tmp_path / "top.parquet")
     with pytest.raises(DataError, match="is a folder"):
         recommend.check_out(tmp_path / "dir.parquet" if (tmp_path / "dir.parquet").mkdir() is None else None)
 

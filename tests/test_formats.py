@@ -225,13 +225,27 @@ def test_export_refuses_other_files_and_other_protocols(tmp_path):
     formats.import_dataset("tiny", tmp_path / "in", "srgnn", tmp_path / "s", tmp_path / "a", params())
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.md").write_text("mine")
-    with pytest.raises(DataError, match="busy already holds other files"):
+    with pytest.raises(DataError, match="busy already holds files that `seqpe export` did not write"):
         formats.export_dataset(tmp_path / "s", tmp_path / "busy")
     assert (tmp_path / "busy" / "notes.md").read_text() == "mine"
     with pytest.raises(DataError, match="holds srgnn sessions, not leave-one-out ones"):
         formats.export_dataset(tmp_path / "s", tmp_path / "o", "sasrec")
     formats.export_dataset(tmp_path / "s", tmp_path / "o")
     formats.export_dataset(tmp_path / "s", tmp_path / "o")  # a previous export may be replaced
+    # walk 41d #2: a folder of the export's names that export did not write (a user's real SR-GNN pickles, which
+    # an `imports:` entry reads) was replaced; an edited export too
+    dump(tmp_path / "real" / "all_train_seq.txt", SEQS)
+    dump(tmp_path / "real" / "test.txt", TEST)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "real").iterdir()}
+    with pytest.raises(DataError, match=r"real already holds files that `seqpe export` did not write \(no export.json"):
+        formats.export_dataset(tmp_path / "s", tmp_path / "real")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "real").iterdir()} == before
+    dump(tmp_path / "o" / "test.txt", TEST[:1])
+    with pytest.raises(DataError, match=r"o is an earlier export whose test.txt changed since it was written"):
+        formats.export_dataset(tmp_path / "s", tmp_path / "o")
+    formats.export_dataset(tmp_path / "s", tmp_path / "o2")
+    assert (tmp_path / "o2" / "export.json").is_file()                   # an export still imports, its record aside
+    formats.import_dataset("tiny2", tmp_path / "o2", "srgnn", tmp_path / "s2", tmp_path / "a2", params())
     ctr = tmp_path / "ctr_sessions"            # CTR rows have no session_id: a ColumnNotFoundError traceback
     ctr.mkdir()
     io.write_json(ctr / "manifest.json", {"stage": "preprocess", "kind": "sessions", "dataset": "sample_ctr",
