@@ -57,7 +57,7 @@ class GCSAN(Recommender):
         super().__init__()
         self.n_items, self.cfg = n_items, cfg
         self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)        # (N, D) nodes and scores
-        self.gnn = GatedGraphLayer(dim)                                 # shared over the steps (GGNN)
+        self.gnn = GatedGraphLayer(dim, sum_bias=True)                  # shared over the steps (GGNN); SR-GNN's biases
         self.layers = nn.ModuleList(SelfAttentionLayer(dim, heads, dropout, i) for i in range(layers))
         bound = 1.0 / math.sqrt(dim)                                    # SR-GNN's uniform init, as GC-SAN's code
         for p in self.parameters():

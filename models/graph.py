@@ -172,15 +172,27 @@ def _row_normalise(w: torch.Tensor) -> torch.Tensor:
 
 
 class GatedGraphLayer(nn.Module):
-    """One GGNN propagation step (000 Eqs. 7-8; SR-GNN): x' = GRU(x, [A_in x W_in || A_out x W_out])."""
+    """One GGNN propagation step (000 Eqs. 7-8; SR-GNN): x' = GRU(x, [A_in x W_in || A_out x W_out]).
 
-    def __init__(self, dim: int):
+    Biases: 000's Eq. 7 has none. SR-GNN's code (GNNCell) has two: the edge Linear's own (`edge_bias`),
+    added to every x W before the weighted sum, so a node's message gains (its row's total weight) x b, and
+    b_iah / b_oah added after the sum (`sum_bias`). SR-GNN and GC-SAN take both, as SR-GNN's code; PosRec
+    the edge bias by default and none under `--preset paper` (models.posrec.bias: false, Eq. 7; walk 41g
+    #1: with raw anchor weights the edge bias term grew with the session, 1.7x Eq. 7's part at d = 100)."""
+
+    def __init__(self, dim: int, *, edge_bias: bool = True, sum_bias: bool = False):
         super().__init__()
-        self.w_in = nn.Linear(dim, dim)
-        self.w_out = nn.Linear(dim, dim)
+        self.w_in = nn.Linear(dim, dim, bias=edge_bias)
+        self.w_out = nn.Linear(dim, dim, bias=edge_bias)
+        self.b_in = nn.Parameter(torch.zeros(dim)) if sum_bias else None
+        self.b_out = nn.Parameter(torch.zeros(dim)) if sum_bias else None
         self.gru = nn.GRUCell(2 * dim, dim)
 
     def forward(self, x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
         B, n, D = x.shape
-        msg = torch.cat([w_in @ self.w_in(x), w_out @ self.w_out(x)], dim=-1)  # (B, n, 2D)
+        w_in, w_out = w_in.to(x.dtype), w_out.to(x.dtype)              # the graph's weights are float32
+        m_in, m_out = w_in @ self.w_in(x), w_out @ self.w_out(x)        # (B, n, D) each
+        if self.b_in is not None:
+            m_in, m_out = m_in + self.b_in, m_out + self.b_out
+        msg = torch.cat([m_in, m_out], dim=-1)                          # (B, n, 2D)
         return self.gru(msg.reshape(B * n, 2 * D), x.reshape(B * n, D)).view(B, n, D)  # (B, n, D)

@@ -22,6 +22,7 @@ class PosRecConfig:
     lambda1: float = 1.0          # weight of H_last
     lambda2: float = 1.0          # weight of H_first (paper: 1 on Diginetica, 0.5 on Yoochoose)
     norm: str = "post"            # readout LayerNorm: post (Vaswani et al.'s Transformer) | pre
+    bias: bool = True             # the edge Linears' bias (SR-GNN's code); False = Eq. 7, no bias (`paper`)
     normalise: bool = True        # divide each node's in/out message weights by their sum (SR-GNN's degree
                                   # normalisation); False = Eq. 7's raw weighted sums (the `paper` preset).
     # Why the option exists: with anchors, Eq. 7's raw weights add hop distances (up to n - 1) to the

@@ -8,7 +8,11 @@ Notation used for tensor shapes:
        edges (models/graph.py, batched on the device)
     2. PGGNN (§4.3.2): GGNN message passing (Eqs. 7-8) whose in-/out-neighbourhoods also
        hold the anchors: the first item joins every N_in, the last item every N_out,
-       repeated items both, weighted by hop distance on the undirected graph
+       repeated items both, weighted by hop distance on the undirected graph. An anchor that is
+       also a neighbour sends both messages (its transition count and its distance: 000 writes
+       N'_in as a set union, whose weight for such a node it does not give; models/graph.py).
+       Eq. 7 has no bias: `--preset paper` builds none (models.posrec.bias: false); the default
+       keeps the edge Linear's bias of SR-GNN's code (models/graph.py GatedGraphLayer)
     3. readout (§4.3.3): H = Transformer(X' + P) over the NODES, bidirectional, where P
        is the injected encoding of the node positions: a repeated item takes the forward
        part of its first appearance and the backward part of its last (Eq. 9)
@@ -46,7 +50,7 @@ class PosRec(Recommender):
         self.n_items, self.cfg = n_items, cfg
         self.emb = item_table(n_items, dim)                             # (N, D) X: nodes and scores
         self.drop = Dropout(dropout)
-        self.pggnn = GatedGraphLayer(dim)                               # shared over the steps (GGNN)
+        self.pggnn = GatedGraphLayer(dim, edge_bias=cfg.bias)           # shared over the steps (GGNN)
         self.encoding = encoding
         qk = encoding.needs_qk
         self.blocks = nn.ModuleList(
@@ -97,7 +101,8 @@ _PAPER_TRAIN = {"encoding": "ldpe", "epochs": 4, "batch_size": 100, "dim": 100, 
                 "dropout": 0.0, "patience": 0, "max_len": 200}
 _LAMBDAS = {"diginetica": {"lambda0": 1.0, "lambda1": 1.0, "lambda2": 1.0},
             "yoochoose": {"lambda0": 1.0, "lambda1": 1.0, "lambda2": 0.5}}
-_LAMBDAS = {ds: {**lam, "normalise": False} for ds, lam in _LAMBDAS.items()}    # Eq. 7: raw weighted sums
+_LAMBDAS = {ds: {**lam, "normalise": False, "bias": False} for ds, lam in _LAMBDAS.items()}   # Eq. 7: raw weighted
+                                                                                # sums, no bias
 _PRESETS = {
     "paper": {"train": _PAPER_TRAIN, "models": {"posrec": _LAMBDAS["diginetica"]},
               "datasets": {ds: {"models": {"posrec": lam}} for ds, lam in _LAMBDAS.items()}},

@@ -37,7 +37,7 @@ class SRGNN(Recommender):
         super().__init__()
         self.n_items, self.cfg = n_items, cfg
         self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
-        self.gnn = GatedGraphLayer(dim)                                 # shared over the steps (GGNN)
+        self.gnn = GatedGraphLayer(dim, sum_bias=True)                  # shared over the steps (GGNN); SR-GNN's biases
         self.w1 = nn.Linear(dim, dim)
         self.w2 = nn.Linear(dim, dim, bias=False)
         self.q = nn.Linear(dim, 1, bias=False)

@@ -134,8 +134,9 @@ def test_paper_preset_resolves():
     m = build_model("posrec", n_items=5, max_len=tp.max_len, train=tp, options={}, encoding=None)
     assert isinstance(m, PosRec) and len(m.blocks) == 1 and m.emb.weight.shape == (6, 100)
     from pipeline.presets import resolve
-    for ds in ("diginetica", "yoochoose_1_64", "beauty"):               # Eq. 7: raw weighted sums
+    for ds in ("diginetica", "yoochoose_1_64", "beauty"):               # Eq. 7: raw weighted sums, no bias
         assert resolve(MODELS["posrec"].presets, "paper", "posrec", ds).models["posrec"]["normalise"] is False
+        assert resolve(MODELS["posrec"].presets, "paper", "posrec", ds).models["posrec"]["bias"] is False
     for name, variant, lambda2 in (("paper_diginetica", "diginetica", 1.0), ("paper_yoochoose", "yoochoose", 0.5)):
         forced = resolve(MODELS["posrec"].presets, name, "posrec", "my_sessions")   # a variant by name
         assert forced.models["posrec"]["normalise"] is False and forced.models["posrec"]["lambda2"] == lambda2
@@ -155,3 +156,26 @@ def test_normalise_false_feeds_eq_7_raw_sums_to_the_gnn():
         x = raw.pggnn(raw.emb(g.items), r_in, r_out)
         assert torch.allclose(raw.encode(seqs), at_slot(x, g.last), atol=1e-6)
         assert not torch.allclose(raw.encode(seqs), norm.encode(seqs), atol=1e-3)
+
+
+def test_the_pggnn_message_is_eq_7_under_the_paper_preset():
+    """Walk 41g #1: the message step's Linear had a bias, so each node's message gained (its row's total weight)
+    x b, which Eq. 7 has not; with raw anchor weights that term grew with the session. models.posrec.bias
+    false (the paper preset) computes Eq. 7 exactly, and GRU(x, x_hat) is Eq. 8."""
+    torch.manual_seed(0)
+    m = build_model("posrec", n_items=9, max_len=10, train=TP, options={"bias": False, "normalise": False},
+                    encoding=None).double().eval()
+    layer = m.pggnn
+    assert layer.w_in.bias is None and layer.w_out.bias is None and layer.b_in is None
+    g = build_graph(SESSION)
+    w_in, w_out = neighbour_weights(g, anchors=True, normalise=False)
+    x = m.emb(g.items)                                                  # (1, n, D) float64
+    want_msg = torch.cat([w_in.double() @ x @ layer.w_in.weight.T, w_out.double() @ x @ layer.w_out.weight.T], -1)
+    want = layer.gru(want_msg[0], x[0])[None]
+    assert torch.allclose(layer(x, w_in, w_out), want, atol=1e-12)      # float64 too (walk 41g #2)
+    m.encode(SESSION)
+    biased = build_model("posrec", n_items=9, max_len=10, train=TP, options={}, encoding=None)
+    assert biased.pggnn.w_in.bias is not None                           # the default keeps SR-GNN's edge bias
+    srgnn = build_model("srgnn", n_items=9, max_len=10, train=TP, options={}, encoding=None)
+    assert srgnn.gnn.b_in is not None and srgnn.gnn.w_in.bias is not None   # SR-GNN's code: both biases
+    srgnn.double().encode(SESSION)

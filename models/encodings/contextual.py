@@ -35,10 +35,18 @@ self-attention query i plays the target, 001: "can be easily extended to self-at
                                                      attention adds it to its logits (an attention
                                                      without softmax, DIN's, adds it to its weights)
 
+Readings where 001's text is loose (walk 41g #5): Eq. 6 numbers positions 1..n, here 0..n, since the last
+key's count can be below 1 (its own gate); the remark that every gate 1 gives "p_j = j + 1" reads n - j + 1
+for Eq. 2's backward sum, which is what is computed; and §4.2's "dot production as the sim_item" is, as in
+the authors' CAPE code, the attention's own score (DIN's unit, DIEN's bilinear form; q.k in dot-product
+attention).
+
 With every gate 1, p_j = (keys from j to the target): plain relative positions (001, remark after
 Eq. 2), so neither forward- nor backward-aware (000 Cor. 3.5). CoPE is the same machinery with
-similarity gates g = sigmoid(q.k / sqrt(E)) and z[p] = q . e[p] per head (its positions share the
-head size, 001 §5.1.1: "the dimension of position embedding is same as item embedding"). The gates
+similarity gates g = sigmoid(q.k / sqrt(E)) and z[p] = q . e[p] per head, with one position table e of
+the head size E shared by the heads, as CoPE's code has it (a (head_dim, npos_max) table for all heads).
+001 §5.1.1's "the dimension of position embedding is same as item embedding" holds with one head; with
+H heads (BST, DMIN's interests, SASRec with heads > 1) the table is D / H wide (walk 41g #4). The gates
 divide by sqrt(E) as CoPE's published code does (facebookresearch/RAM, projects/cope: sigmoid of the
 gate logits over sqrt(head_dim)), though its paper writes sigmoid(q.k) (walk 39b #4 checked). z is added
 to the already scaled logits, the code's `--cope-nodiv`; its default divides q.k + z by sqrt(E)
