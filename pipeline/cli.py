@@ -500,6 +500,7 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
               as_json: JsonOpt = False, quiet: QuietOpt = False):
     """Top-K items from a trained next-item run, for one session (--items) or a file of them (--input)."""
     from . import recommend as rec
+    users = [u.strip() for u in users] if users else users      # as user_sessions reads them (walk 41a #3)
     given = [name for name, v in (("--items", items), ("--input", input_file), ("--user", users)) if v]
     if len(given) != 1:
         raise ParamsError("give one of --items (one session), --input FILE (many) or --user RAW_ID (leave-one-out "

@@ -255,6 +255,11 @@ class RunModel:
                                f"its {protocol} sessions are not users"),
                             f"re-run `seqpe preprocess {manifest.get('dataset')}`" if ours else
                             "recommend for sessions with --items or --input")
+        seen: dict = {}
+        for u in wanted:                             # `--user 7 --user 007` of an import: one user (walk 41a #4)
+            if ids.get(u) is not None and seen.setdefault(ids[u], u) != u:
+                raise ParamsError(f"users {printable(seen[ids[u]], 40)!r} and {printable(u, 40)!r} are the same user",
+                                  "list each user once")
         test = [e["path"] for e in manifest.get("shards", []) if str(e.get("path", "")).startswith("test/")]
         verify_shards(folder, manifest, only=tuple(test))
         from .io import scan_split

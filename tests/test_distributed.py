@@ -412,3 +412,22 @@ def test_torchrun_variables_set_by_hand_wrong_are_one_line_also_for_check(sample
                           cwd=tmp_path, env=full, capture_output=True, text=True, timeout=120)
     assert_one_line_error(proc, said, "Fix: start distributed training with torchrun")
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_settings_ranks_must_share_leave_out_what_each_machine_resolves(samples):
+    """Walk 41a #1: `threads: auto` resolves to each machine's cores (and OMP_NUM_THREADS), so identical commands
+    on two nodes were refused as "train.threads: 1 vs 2"; a real difference is said as the resume check says it
+    (the samples by name, not two raw shard hashes, walk 41a #2)."""
+    import dataclasses
+    from pipeline import io
+    from pipeline.train import runs
+    from pipeline.train.stage import job_inputs
+    from test_train import params
+    p = params(model="sasrec", encoding="lpe")
+    manifest = io.read_manifest(samples)
+    a = job_inputs(dataclasses.replace(p.train, threads=1), p, manifest, 1, 2)
+    b = job_inputs(dataclasses.replace(p.train, threads=2, compile=True), p, manifest, 1, 2)
+    assert a == b and "threads" not in a["train"]
+    other = dict(manifest, shards=manifest["shards"][:-1])
+    c = job_inputs(dataclasses.replace(p.train, threads=2), p, other, 1, 2)
+    assert runs.inputs_change(runs.shown_inputs(a), c) == "the samples (their shards)"

@@ -436,10 +436,10 @@ def test_recommend_for_leave_one_out_users_by_raw_id(trained, tmp_path):
     assert model.user_sessions("117").equals(model.user_sessions(["117"]))   # one id, not its characters (41f #8)
     assert frame["items"].to_list() == [test[sid["117"]], test[sid["102"]]] and len(test[sid["117"]]) == 8
     want = model.recommend([test[sid["117"]]], k=4, exclude_seen=True)
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--user", "117", "-k", "4",
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--user", " 117", "-k", "4",
                            "--sessions", str(sessions), "--exclude-seen", "--json"], cwd=tmp_path,
                           capture_output=True, text=True, env=dict(os.environ, COLUMNS="120"))
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0 and "fewer" not in proc.stderr, proc.stderr    # " 117" is 117 (walk 41a #3)
     assert [(r["user"], r["item"]) for r in json.loads(proc.stdout)] == [("117", i) for i in want.items[0].tolist()]
     raw_of = dict(zip(model.items["item_id"].to_list(), model.items["raw_id"].to_list()))
     out = tmp_path / "topk.parquet"
@@ -466,6 +466,8 @@ def test_recommend_for_leave_one_out_users_by_raw_id(trained, tmp_path):
     with pytest.raises(DataError, match=r"user '8' not in the test split of .*imp_s \(2 users kept .*Fix: pass raw "
                                         r"user ids as in the raw log \(the imported file's user ids\)"):
         imported.user_sessions(["8"])
+    with pytest.raises(ParamsError, match="users '7' and '007' are the same user"):      # walk 41a #4
+        imported.user_sessions(["7", "007"])
     _, srgnn_run, srgnn_sessions = trained                 # sessions, not users: no users.parquet
     with pytest.raises(DataError, match="has no users.parquet: its srgnn sessions are not users. Fix: recommend for "
                                         "sessions with --items or --input"):

@@ -232,6 +232,24 @@ def test_a_cgroup_memory_limit_bounds_the_available_memory(tmp_path):
     (v1 / "memory.limit_in_bytes").write_text("9223372036854771712")
     assert streaming.cgroup_memory_left(tmp_path / "v1") is None
     assert streaming.cgroup_memory_left(tmp_path / "none") is None
+    # walk 41a #5: a limit below the top, where /proc/self/cgroup puts the process (this machine's own layout,
+    # `4:memory:/process_api/<id>`, and a v2 `0::/user.slice/job`), bounds it too; the least of the path wins
+    member = tmp_path / "cgroup"
+    member.write_text("9:name=systemd:/\n4:memory:/process_api/abc\n0::/\n")
+    leaf = v1 / "process_api" / "abc"
+    leaf.mkdir(parents=True)
+    (leaf / "memory.limit_in_bytes").write_text(str(4 << 30))
+    (leaf / "memory.usage_in_bytes").write_text(str(1 << 30))
+    assert streaming.cgroup_memory_left(tmp_path / "v1", member) == 3 << 30
+    assert streaming.cgroup_memory_left(tmp_path / "v1", tmp_path / "no-such") is None     # the top: no limit
+    member.write_text("0::/user.slice/job\n")
+    job = v2 / "user.slice" / "job"
+    job.mkdir(parents=True)
+    (job / "memory.max").write_text(str(2 << 30))
+    (job / "memory.current").write_text(str(1 << 29))
+    (v2 / "user.slice" / "memory.max").write_text(str(1 << 30))                # a tighter parent
+    (v2 / "user.slice" / "memory.current").write_text(str(1 << 28))
+    assert streaming.cgroup_memory_left(v2, member) == (1 << 30) - (1 << 28)
 
 
 def test_shard_bytes_do_not_depend_on_chunks(tmp_path):

@@ -89,22 +89,49 @@ def available_memory() -> int:
     return found if left is None else min(found, left)
 
 
-def cgroup_memory_left(root: Path = Path("/sys/fs/cgroup")) -> Optional[int]:
-    """Bytes this process's cgroup may still allocate (v2 memory.max - memory.current, v1 limit - usage), or None
-    without a limit."""
-    for limit, usage in (("memory.max", "memory.current"), ("memory/memory.limit_in_bytes",
-                                                            "memory/memory.usage_in_bytes")):
-        try:
-            text = (root / limit).read_text().strip()
-            if text == "max":
-                return None
-            cap, used = int(text), int((root / usage).read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if cap >= 1 << 60:                     # cgroup v1's "no limit" is a page-rounded 2^63
+def cgroup_memory_left(root: Path = Path("/sys/fs/cgroup"), membership: Path = Path("/proc/self/cgroup")) \
+        -> Optional[int]:
+    """Bytes this process's cgroup may still allocate, or None without a limit: the least, over the cgroup this
+    process is in and its ancestors, of v2 memory.max - memory.current (v1: limit - usage). The process's
+    cgroup is read from `membership` (/proc/self/cgroup: `0::/path` for v2, `N:memory:/path` for v1), so a
+    limit set below the hierarchy's top (systemd-run, Slurm, a container runtime's `memory:/<id>` without a
+    cgroup namespace) bounds it too: the top alone was read, and such a limit went unseen (walk 41a #5)."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        lines = []
+    where = {"v2": "/", "v1": "/"}
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[0] == "0" and parts[1] == "":
+            where["v2"] = parts[2]
+        elif len(parts) == 3 and "memory" in parts[1].split(","):
+            where["v1"] = parts[2]
+    found = []
+    for bases, rel, limit, usage in (((root, root / "unified"), where["v2"], "memory.max", "memory.current"),
+                                     ((root / "memory",), where["v1"], "memory.limit_in_bytes",
+                                      "memory.usage_in_bytes")):
+        for base in bases:
+            names = [p for p in rel.strip("/").split("/") if p and p not in (".", "..")]
+            for depth in range(len(names), -1, -1):           # the process's cgroup, then each ancestor
+                left = _memory_left(base.joinpath(*names[:depth]), limit, usage)
+                if left is not None:
+                    found.append(left)
+    return min(found) if found else None
+
+
+def _memory_left(folder: Path, limit: str, usage: str) -> Optional[int]:
+    """limit - usage of one cgroup folder, None without a limit (or without the files)."""
+    try:
+        text = (folder / limit).read_text().strip()
+        if text == "max":
             return None
-        return max(0, cap - used)
-    return None
+        cap, used = int(text), int((folder / usage).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if cap >= 1 << 60:                     # cgroup v1's "no limit" is a page-rounded 2^63
+        return None
+    return max(0, cap - used)
 
 
 def use_streaming(spec, raw_dir: Path, setting: bool | str) -> bool:

@@ -188,17 +188,27 @@ def _same_on_every_rank(dist, tp, params: Params, manifest: dict, seeds) -> None
     (walk 40g #2). Compared: the seeds and the first seed's fingerprint inputs (settings, samples' shards, code)."""
     if not dist.active:
         return
-    mine = {"seeds": list(seeds),
-            "inputs": runs.shown_inputs(runs.fingerprint_inputs(tp, params, manifest, seeds[0], world=dist.world))}
-    every = dist.gather_objects(mine)
+    every = dist.gather_objects({"seeds": list(seeds), "inputs": job_inputs(tp, params, manifest, seeds[0],
+                                                                            dist.world)})
     for rank, other in enumerate(every):
         if other != every[0]:
-            from ..report import _differences
-            found = ([f"seeds: {every[0]['seeds']} vs {other['seeds']}"] if other["seeds"] != every[0]["seeds"]
-                     else _differences(every[0]["inputs"], other["inputs"]))
+            found = f"seeds: {every[0]['seeds']} vs {other['seeds']}" if other["seeds"] != every[0]["seeds"] \
+                else runs.inputs_change(runs.shown_inputs(every[0]["inputs"]), other["inputs"])
             raise ParamsError(f"the processes of this torchrun job were started with other settings (rank 0 vs "
-                              f"rank {rank}: {'; '.join(found[:3]) or 'their inputs'})",
+                              f"rank {rank}: {found or 'their inputs'})",
                               "start every node's command with the same params, --set values, seeds and samples")
+
+
+MACHINE_KEYS = ("threads", "device", "compile")      # train keys each machine resolves for itself
+
+
+def job_inputs(tp, params: Params, manifest: dict, seed: int, world: int) -> dict:
+    """What the processes of one torchrun job must agree on: the fingerprint's inputs but the train keys a
+    machine resolves for itself (`threads: auto` or 0 is each machine's core count, `device: auto` its
+    device): identical commands on two nodes, one with OMP_NUM_THREADS=1, were refused as "train.threads: 1 vs
+    2" (walk 41a #1). Rank 0's, with its own, names the run."""
+    key = runs.fingerprint_inputs(tp, params, manifest, seed, world=world)
+    return {**key, "train": {k: v for k, v in key["train"].items() if k not in MACHINE_KEYS}}
 
 
 def _deterministic(device) -> Optional[tuple[bool, bool]]:
