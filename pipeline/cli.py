@@ -821,10 +821,12 @@ INTERRUPTED = {
 def _interrupted_note(argv: list[str]) -> str:
     from .io import INTERRUPT
     if INTERRUPT.wrote == "ran on":
-        return ("it reached seqpe where Python drops it (a callback, or a library being imported), and the command "
-                "ran on to its end: the output is the new one, complete")
+        return ("it came too late to stop the command (inside a library call that does not let it through), which "
+                "ran to its end: the output is the new one, complete; the exit status still says interrupted, so "
+                "`dvc repro` runs this stage again (the same bytes)")
     if INTERRUPT.wrote:                 # Ctrl-C came while the outputs were being swapped in, and waited for it
-        return "it came as the new output was being put in place, which finished first: the output is the new one, complete"
+        return ("it came as the new output was being put in place, which finished first: the output is the new one, "
+                "complete; the exit status still says interrupted, so `dvc repro` runs this stage again")
     command = next((a for a in argv if not a.startswith("-")), None)
     if command == "train" and "--check" in argv:
         return "nothing was written: --check trains nothing"

@@ -27,7 +27,7 @@ from typing import Optional
 
 from . import figures, report
 from .errors import DataError, ParamsError
-from .io import absent, atomic_dir, claim_dir, dumps_json, not_runs
+from .io import absent, atomic_dir, claim_dir, dumps_json, not_runs, pull_hint
 from .params import Params
 
 
@@ -158,7 +158,8 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
             hand = _train_command(dataset, runs_dir, samples_dir, params_file, *_one(missing))
             raise DataError(f"the study grid of '{dataset}' has no runs for {', '.join(missing[:4])}"
                             + (f" and {len(missing) - 4} more" if len(missing) > 4 else ""),
-                            f"run `dvc repro` (or `{hand}`) first, or add --all to report the runs {runs_dir} holds")
+                            f"{pull_hint(runs_dir)}run `dvc repro` (or `{hand}`) first, or add --all to report the "
+                            f"runs {runs_dir} holds")
         _check_trained_as_grid(dataset, records, params, task, runs_dir, samples_dir, params_file)
     else:
         task = "ctr" if any(r.get("task") == "ctr" or r.get("protocol") == "ctr" for r in records) else "next_item"

@@ -738,6 +738,30 @@ def starts_with(path: Path, *heads: str) -> bool:
     return any(first.startswith(h) for h in heads)
 
 
+def locked_output(path: str | Path, lock: Path = Path("dvc.lock")) -> bool:
+    """Whether the project's dvc.lock (in the working folder) records `path`, or a folder holding it, as a stage's
+    output: a missing one is then a `dvc pull` away, which the "does not exist" errors say first (walk 41c #3:
+    they offered only retraining or recomputing to a teammate who had not pulled)."""
+    try:
+        import yaml
+        stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
+        here = Path(os.path.normpath(Path(path).absolute()))
+        root = lock.absolute().parent
+        for stage in stages.values():
+            for out in (stage or {}).get("outs") or []:
+                where = Path(os.path.normpath(root / str((out or {}).get("path", ""))))
+                if here == where or where in here.parents:
+                    return True
+    except Exception:       # a lock seqpe cannot read (a YAML error, another shape): nothing to say from it
+        return False
+    return False
+
+
+def pull_hint(path: str | Path) -> str:
+    """"`dvc pull` it (dvc.lock records it), or " when `path` is a recorded output, else ""."""
+    return "`dvc pull` it (dvc.lock records it), or " if locked_output(path) else ""
+
+
 def absent(folder: str | Path) -> str:
     """Why a folder that must exist is not there, for a message: "does not exist", or "is a file, not a folder"
     (`seqpe evaluate D runs.csv` said a file that was there did not exist)."""
@@ -768,7 +792,7 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str, usage: Op
                             + (f" (did you mean '{close}'?)" if close else ""),
                             f"pass the {kind} folder that `seqpe {_MAKER[kind]} DATASET` or `seqpe import {dataset} "
                             f"...` wrote, with its dataset's name (`seqpe datasets` lists both)")
-        made = f"run `seqpe {_MAKER[kind]} {dataset}` first (or `seqpe import`, or `dvc repro`)"
+        made = f"{pull_hint(src)}run `seqpe {_MAKER[kind]} {dataset}` first (or `seqpe import`, or `dvc repro`)"
         raise DataError(f"{kind} folder {src} does not exist",
                         made if src == Path("data") / kind / dataset else f"{made}, or pass {right}")
     if src.is_file():                   # its manifest.json, a shard: "no manifest.json in .../manifest.json" (38b D2)

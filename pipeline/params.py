@@ -606,8 +606,10 @@ def _read_yaml(path: Path) -> Any:
                           "only the last)", "give each key once: merge the two") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        if getattr(e, "context", None) == "while scanning a simple key" and getattr(e, "context_mark", None):
-            mark = e.context_mark                # `  epochs 5`: PyYAML finds the missing ':' a line later
+        if getattr(e, "context", None) in ("while scanning a simple key", "while parsing a flow sequence",
+                                           "while parsing a flow mapping") and getattr(e, "context_mark", None):
+            mark = e.context_mark                # `  epochs 5`: PyYAML finds the missing ':' a line later; an
+                                                 # unclosed `[` / `{` where it opens, not the line after (41c #6)
         where = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(e, "problem", None)
         tab = r"'\t'" in str(problem or "")       # PyYAML: "found character '\t' that cannot start any token"

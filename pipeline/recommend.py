@@ -343,8 +343,9 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
     if not (run_dir / "checkpoint.pt").is_file() or not (run_dir / "run.json").is_file():
         seeds = sorted(p.name for p in run_dir.glob("seed-*") if (p / "checkpoint.pt").is_file()) \
             if run_dir.is_dir() else []
+        from .io import pull_hint
         fix = f"pass one seed's folder, e.g. {run_dir / seeds[0]}" if seeds else \
-            "pass a run folder written by `seqpe train` (data/runs/DATASET/MODEL-ENCODING/seed-N)"
+            f"{pull_hint(run_dir)}pass a run folder written by `seqpe train` (data/runs/DATASET/MODEL-ENCODING/seed-N)"
         raise DataError(f"{run_dir} is not a run folder (it needs checkpoint.pt and run.json)", fix)
     record = read_json(run_dir / "run.json")
     if record.get("task") == "ctr" or record.get("protocol") == "ctr":

@@ -78,7 +78,10 @@ def find_runs(roots: Iterable[str | Path]) -> list[dict]:
             raise DataError(f"{root} is a file, not a runs folder", "pass a runs folder, e.g. data/runs/DATASET "
                             "(--out names the report file to write)")
         if not root.is_dir():
-            raise DataError(f"runs folder {root} does not exist", "run `seqpe train DATASET` first or fix the path")
+            from .io import pull_hint
+            name = root.name if root.parent.name == "runs" else "DATASET"       # data/runs/<dataset>
+            raise DataError(f"runs folder {root} does not exist",
+                            f"{pull_hint(root)}run `seqpe train {name}` first, or fix the path")
         hidden = lambda p: any(part.startswith(".") for part in p.relative_to(root).parts)  # noqa: E731
         for path in sorted(root.rglob("run.json")):
             key = path.resolve()

@@ -630,3 +630,21 @@ def test_keys_a_run_never_read_do_not_split_old_and_new_records():
     trimmed = {"train": {**old["train"], "trim_padding": True, "model": "sasrec"}}
     assert "train.bucket: 50 vs 10" in report.settings_change(trimmed, {"train": {**trimmed["train"], "bucket": 10}})
     assert "train.heads: 1 vs 2" in report.settings_change(trimmed, {"train": {**trimmed["train"], "heads": 2}})
+
+
+def test_a_missing_folder_dvc_lock_records_says_dvc_pull_first(tmp_path, monkeypatch):
+    """Walk 41c #3: a teammate who had not pulled was told to retrain or recompute what dvc.lock records (and
+    report named a placeholder DATASET); the error now says `dvc pull` first where the lock records the folder."""
+    from pipeline import io
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages:\n  train_sample:\n    cmd: seqpe train sample\n"
+                                       "    outs:\n    - path: data/runs/sample\n      md5: abc.dir\n")
+    assert io.locked_output("data/runs/sample") and io.locked_output(tmp_path / "data/runs/sample/sasrec-lpe/seed-1")
+    assert not io.locked_output("data/runs/other") and not io.locked_output("data/runs")
+    with pytest.raises(DataError, match=r"runs folder data/runs/sample does not exist\. Fix: `dvc pull` it \(dvc.lock "
+                                        r"records it\), or run `seqpe train sample` first"):
+        report.find_runs(["data/runs/sample"])
+    with pytest.raises(DataError, match=r"data/runs/other does not exist\. Fix: run `seqpe train other` first"):
+        report.find_runs(["data/runs/other"])
+    (tmp_path / "dvc.lock").write_text("stages: [unclosed\n")           # a lock it cannot read: no hint, no crash
+    assert not io.locked_output("data/runs/sample")
