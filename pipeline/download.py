@@ -105,7 +105,8 @@ def _local(path: Path, src) -> tuple[Path, bool]:
     """(path, extracted?) for `--from PATH`."""
     if not path.exists():
         also = f" (or {' or '.join(src.alternates)})" if src.alternates else ""
-        raise DownloadError(f"--from {path} does not exist", f"pass the path of {src.filename}{also} or of a "
+        from .io import missing
+        raise DownloadError(f"--from {path} {missing(path)}", f"pass the path of {src.filename}{also} or of a "
                             f"folder holding {', '.join(src.files)}")
     if path.is_dir():
         if (path / src.filename).is_file():
@@ -538,6 +539,8 @@ def _check_readable(dataset: str, folder: Path, given: str, itself: bool = False
                     problem = re.sub(rf"(?<![\w./-]){re.escape(p.name)}",  # .csv starts with a header line" of
                                      lambda _: Path(given).name, problem)  # the user's own file)
             problem = problem.replace(str(tmp), str(given))
+            if Path(given).name.lower().endswith(".gz") and Path(given).is_file():   # recognised by content: text
+                problem = f"it is named .gz but is not gzip, so it was read as text ({problem})"   # (walk 41d #5)
             raise DownloadError(f"{given} does not read as {dataset}'s {', '.join(p.name for p in files)}: "
                                 f"{problem}", _original(spec.source)) from None
 

@@ -762,6 +762,21 @@ def pull_hint(path: str | Path) -> str:
     return "`dvc pull` it (dvc.lock records it), or " if locked_output(path) else ""
 
 
+def missing(path: str | Path, default: str = "does not exist") -> str:
+    """Why `path` cannot be opened, for a message: a link loop or a dangling link said as such (walk 41d #4: a
+    loop given to --from or --params read "does not exist" / "not found"), else `default`."""
+    path = Path(path)
+    if path.is_symlink():
+        try:
+            os.stat(path)
+        except OSError as e:
+            import errno
+            if e.errno == errno.ELOOP:
+                return "is a symbolic link loop (it points, through links, at itself)"
+            return f"is a link to {os.readlink(path)}, which does not exist"
+    return default
+
+
 def absent(folder: str | Path) -> str:
     """Why a folder that must exist is not there, for a message: "does not exist", or "is a file, not a folder"
     (`seqpe evaluate D runs.csv` said a file that was there did not exist)."""

@@ -637,7 +637,9 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None =
         raise ParamsError(f"--params {path} is a folder, not a params file", f"pass the YAML file itself, e.g. "
                           f"--params {path / 'params.yaml'}{hint}")
     elif required:
-        raise ParamsError(f"params file {path} not found", "run from the project root or pass --params PATH")
+        from .io import missing
+        raise ParamsError(f"params file {path} {missing(path, 'not found')}",
+                          "run from the project root or pass --params PATH")
     else:
         strict = False
         # Without a file, `--set models.posrec.anchors=false` adds to the built-in name -> options

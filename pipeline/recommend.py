@@ -431,7 +431,8 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
     from . import sniff
     path = Path(path)
     if not path.is_file():
-        what = "does not exist" if not path.exists() else "is a folder" if path.is_dir() else \
+        from .io import missing
+        what = missing(path) if not path.exists() else "is a folder" if path.is_dir() else \
             f"is not a regular file ({special_kind(path)})"
         raise DataError(f"sessions file {path} {what}", "pass a Parquet or CSV file")
     head = sniff.head(path, 4)
@@ -439,7 +440,8 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
         if head == b"PAR1":
             df = pl.read_parquet(path)
         else:
-            sniff.require_text(path, "write a header line and one session per row (`seqpe recommend --help`)")
+            sniff.require_text(path, "write a header line and one session per row (`seqpe recommend --help`)",
+                               fix="write it as a UTF-8 CSV with a header line (session_id,items) or as Parquet")
             if sniff.starts_as_json(path):      # was read as a CSV: "has columns [{"session_id":1, items":[1..."
                 raise DataError(f"{path} is JSON, and the sessions file is Parquet or CSV",
                                 "write it as a CSV with a header line (session_id,items) or as Parquet "

@@ -178,8 +178,11 @@ def test_cli_names_a_missing_key_and_a_missing_params_file(tmp_path):
     import subprocess
     import sys
     text = (ROOT / "params.yaml").read_text().replace("  valid_fraction: 0.1", "", 1)
+    (tmp_path / "loop.yaml").symlink_to("loop.yaml")
     for path, message in ((write(tmp_path, text), "error: missing params key 'preprocess.valid_fraction'"),
                           (tmp_path / "nope.yaml", f"error: params file {tmp_path / 'nope.yaml'} not found"),
+                          (tmp_path / "loop.yaml", f"error: params file {tmp_path / 'loop.yaml'} is a symbolic link "
+                                                   "loop"),                                   # walk 41d #4
                           (tmp_path, f"error: --params {tmp_path} is a folder, not a params file. Fix: pass the YAML "
                                      f"file itself, e.g. --params {tmp_path / 'params.yaml'} ({tmp_path / 'params.yaml'} "
                                      "is there)")):

@@ -516,6 +516,10 @@ def test_the_python_api_refuses_what_it_cannot_read_in_one_line_naming_its_keywo
     with pytest.raises(ParamsError, match=r"raw ids need .*Fix: pass the sessions folder \(load_run\(run, sessions_dir"):
         model.to_raw(np.array([[1, 2]]))
     assert recommend.load_run(run, sessions).to_raw([[1, -1]])[0][1] is None
+    u16 = root / "u16.csv"                                  # walk 41d #6: the user's own file, not a download
+    u16.write_text("session_id,item_id\n1,3\n", encoding="utf-16")
+    with pytest.raises(DataError, match=r"is UTF-16 text .*Fix: write it as a UTF-8 CSV with a header line"):
+        recommend.read_sessions(u16)
     from pipeline import report
     assert [r["name"] for r in report.run(str(root / "runs"))] == [r["name"] for r in report.run([root / "runs"])]
     with pytest.raises(ParamsError, match="no runs folder given"):
