@@ -108,10 +108,10 @@ _PAPER = {"epochs": 200, "layers": 2, "dim": 64, "lr": 1e-3, "dropout": 0.2, "ma
 _VARIANTS = {"ml_1m": {"train": {"max_len": 500}}, "movielens": {"train": {"max_len": 500}}}
 
 register_model(ModelSpec("parec", _builder("parec", "parec"), "PARec: learned positional attention (values only)",
-                         "003 Eq. 6", uses_encoding=True, causal=True, encoding="parec", ignores=("heads",),
+                         "003 Eq. 6", uses_encoding=True, causal=True, encoding="parec", ignores={"heads": 1},
                          presets={"paper": {"train": {**_PAPER, "encoding": "parec"}, "datasets": _VARIANTS}}), options=PARecConfig)
 register_model(ModelSpec("fparec", _builder("fparec", "fparec"),
                          "FPARec: factorised positional attention; handcrafted patterns via --encoding",
-                         "003 Eq. 7, §4.4", uses_encoding=True, causal=True, encoding="fparec", ignores=("heads",),
+                         "003 Eq. 7, §4.4", uses_encoding=True, causal=True, encoding="fparec", ignores={"heads": 1},
                          presets={"paper": {"train": {**_PAPER, "encoding": "fparec"},
                                             "encodings": {"fparec": {"rank": 40}}, "datasets": _VARIANTS}}), options=PARecConfig)

@@ -88,5 +88,5 @@ _PRESETS = {"paper": {**{k: v for k, v in SASREC_PRESETS["paper"].items() if k !
 register_model(ModelSpec("token_mixing", build_token_mixing,
                          "SASRec with a causal MLP-Mixer token-mixing MLP; input-stage encodings",
                          "Tolstikhin et al. 2021; 003 Table 3", causal=True, presets=_PRESETS,
-                         ignores=("heads",),
+                         ignores={"heads": 1},                      # one mixer, no heads: runs as 1
                          takes="input-stage only (no q.k logits)"), options=TokenMixingConfig)

@@ -1174,8 +1174,8 @@ def _main(quiet_after: tuple = ()) -> None:
         # (signalled while starting; a rank started by hand whose master never came was silent, walk 38a D4): the
         # first of this machine's
         joined = getattr(sys.modules.get(f"{__package__}.train.distributed"), "JOINED", False)
-        if not joined and _another_said():     # another process's error stopped the job, and torchrun's SIGTERM
-            sys.exit(code)                     # to this one is no user's (walk 40g #3)
+        if _another_said():                    # another process's error stopped the job, and torchrun's SIGTERM
+            sys.exit(code)                     # to this one is no user's (walk 40g #3), rank 0 too (walk 41a #9)
         if not (os.environ.get("RANK", "0") == "0" if joined else _first_to_say(f"{what}: {note}")):
             sys.exit(code)
         err_console.print(f"[bold red]{what}[/]: {escape(note)}", highlight=False, soft_wrap=True)

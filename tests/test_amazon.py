@@ -175,6 +175,12 @@ def test_blank_lines_in_the_ratings_csv_are_skipped(tmp_path):
     write_csv(tmp_path / "t" / "ratings_Beauty.csv", "A1,B1,5.0,100\nA1,B2,4.0,101\n,,,\n")   # last, too
     with pytest.raises(DataError, match="ratings_Beauty.csv line 3 has only empty fields"):   # (walk 40e #6)
         read_ratings_csv(tmp_path / "t" / "ratings_Beauty.csv")
+    for name, text, line in (("u", "A1,B1,5.0,100\r\nA1,B2,4.0,101\r\n" + "\r\n" * 40000 + ",,,\r\n", 40003),
+                             ("v", "A1,B1,5.0,100\nA1,B2,4.0,101\n,,,\n" + "\n" * 70000, 3),   # past the 64 KiB
+                             ("w", ",,,\n,,,\n", 1)):                   # only such lines (walk 41a #6, #7)
+        write_csv(tmp_path / name / "ratings_Beauty.csv", text)
+        with pytest.raises(DataError, match=f"ratings_Beauty.csv line {line} has only empty fields"):
+            read_ratings_csv(tmp_path / name / "ratings_Beauty.csv")
     write_csv(tmp_path / "e" / "ratings_Beauty.csv", "\n\nA1,B1,5.0,100\nA1,B2,4.0,x\n")
     with pytest.raises(DataError, match="line 4: timestamp 'x' is not a number"):           # numbered as in the file
         read_ratings_csv(tmp_path / "e" / "ratings_Beauty.csv")

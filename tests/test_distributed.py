@@ -198,6 +198,9 @@ def test_a_lost_peer_is_named_in_one_line():
     lost = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:51121: "
                         "Connection reset by peer. This is typically caused by a remote worker hanging")
     assert distributed.peer_lost(lost) and not distributed.peer_lost(RuntimeError("shape mismatch"))
+    own = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:446] op.preamble.length <= op.nbytes. "
+                       "4 vs 2")                                           # gloo's own assertion: no lost peer
+    assert not distributed.peer_lost(own)                                  # (walk 41a #9)
     assert distributed.first_line(lost) == "Read error [127.0.0.1]:51121: Connection reset by peer"
 
 
@@ -393,6 +396,38 @@ def test_a_rank_waiting_for_a_master_that_never_comes_stops_on_a_signal(samples,
     assert err.strip().splitlines() == [f"{said}: while waiting for the other processes of the job (rank 0 at "
                                         f"127.0.0.1:{env['MASTER_PORT']}) to join; nothing was written"]
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_signal_torchrun_sends_after_another_processs_error_is_not_said(samples, tmp_path):
+    """Walk 40g #3 / 41a #9: after one process's one-line error torchrun stops the others with SIGTERM, and each
+    said "terminated (SIGTERM)", a signal no user sent. A process that finds another's error said (a marker in
+    torchrun's attempt folder, cli._first_to_say) stops without a word."""
+    import signal
+    import socket
+    import time
+    attempt = tmp_path / "attempt"
+    for rank in ("0", "1"):
+        (attempt / rank).mkdir(parents=True)
+    (attempt / "seqpe-said-0123456789abcdef").touch()               # rank 0's error line, said
+    master = socket.socket()
+    master.bind(("127.0.0.1", 0))
+    master.listen()
+    env = dict(os.environ, SEQPE_STATE=str(tmp_path / "s"), WORLD_SIZE="2", RANK="1", LOCAL_RANK="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master.getsockname()[1]), OMP_NUM_THREADS="1",
+               TORCHELASTIC_ERROR_FILE=str(attempt / "1" / "error.json"))
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "train", "toyset", str(samples),
+                             str(tmp_path / "runs"), "--params", str(params_file(tmp_path)), "--quiet"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        master.settimeout(120)
+        peer, _ = master.accept()                                  # held open: the rank waits inside its join
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        master.close()
+    assert proc.returncode == 128 + signal.SIGTERM and err.strip() == "", err
 
 
 @pytest.mark.parametrize("env, said", [

@@ -524,3 +524,25 @@ def test_the_python_api_refuses_what_it_cannot_read_in_one_line_naming_its_keywo
     assert [r["name"] for r in report.run(str(root / "runs"))] == [r["name"] for r in report.run([root / "runs"])]
     with pytest.raises(ParamsError, match="no runs folder given"):
         report.run([])
+
+
+def test_each_batch_is_scored_at_its_own_width(trained):
+    """Walk 41a #10 (a guard for walk 40h #8): a batch is scored at the width of its longest session, not at
+    max_len, as the run was scored (train.trim_padding), with the same lists."""
+    root, run, sessions = trained
+    model = recommend.load_run(run)
+    widths = []
+    real = model.net
+
+    class Recording(torch.nn.Module):
+        def forward(self, seqs):
+            widths.append(seqs.shape[1])
+            return real(seqs)
+    lists = [[1, 2], [3], [4, 5, 6], [7]]
+    model.net = Recording()
+    top = model.recommend(lists, k=5, batch_size=2)
+    assert widths == [2, 3]
+    model.net, model.trim = real, False
+    untrimmed = model.recommend(lists, k=5, batch_size=2)
+    assert top.items.tolist() == untrimmed.items.tolist()
+    assert np.allclose(top.scores, untrimmed.scores, atol=1e-5)

@@ -1888,6 +1888,22 @@ def test_backbones_refuse_the_train_keys_they_never_read(tmp_path, model, key):
                   overrides=[f"train.{key}=3"], progress=False, check=True)
 
 
+def test_the_value_a_model_runs_with_is_no_ignored_setting(tmp_path):
+    """Walk 41a #11: `--set train.heads=1` for token mixing (one mixer, run as one head) and train.bucket=0 beside
+    trim_padding false (no bucketing either way) were refused as settings "that would be ignored"; a script setting
+    them for every model failed. Both now run, recorded as null like the unset key."""
+    samples = make_samples(tmp_path / "samples")
+    p = params("token_mixing", "none", epochs=1, trim_padding=False, bucket=0)
+    [res] = stage.run("toyset", samples, tmp_path / "runs", p, model="token_mixing",
+                      overrides=["train.heads=1", "train.bucket=0", "train.trim_padding=false"], progress=False)
+    record = json.loads((tmp_path / "runs" / "token_mixing-none" / "seed-1" / "run.json").read_text())
+    assert record["train"]["heads"] is None and record["train"]["bucket"] is None
+    with pytest.raises(ParamsError, match="train.bucket is 5, and train.trim_padding is false"):
+        stage.run("toyset", samples, tmp_path / "runs", params("token_mixing", "none", epochs=1, trim_padding=False,
+                                                               bucket=5), model="token_mixing",
+                  overrides=["train.bucket=5", "train.trim_padding=false"], progress=False, check=True)
+
+
 @pytest.mark.parametrize("model, said", [("stamp", "'stamp' does not read train.heads"),
                                          ("sasrec", "train.dim (64) must be divisible by train.heads (3), which "
                                                     "'sasrec' splits it into")])

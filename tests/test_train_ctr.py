@@ -306,3 +306,21 @@ def test_the_paper_preset_gives_cape_the_width_001_found_best_for_each_backbone(
     assert widths == {"din": 16, "sasrec_ctr": 64}
     _, p, _, _, tp, _, _ = resolve_config("amazon_electronics", manifest, Params(), "sasrec_ctr", "rope", "paper")
     assert tp.encoding == "rope" and p.encodings.get("rope") == {}      # what a rope run records: no cape width
+
+
+def test_a_bf16_ctr_run_scores_valid_and_test_in_fp32(ctr_samples, tmp_path, monkeypatch):
+    """Walk 41a #8: the next-item bf16 test left the CTR half of walk 40c #1 untested (autocast put back into
+    CTRTask's scoring passed). Autocast is entered for training steps only (grad on), never while scoring."""
+    import torch
+    from pipeline.train import loop, setup
+    entered = []
+    real = setup.autocast
+
+    def recording(tp, device):
+        entered.append(torch.is_grad_enabled())
+        return real(tp, device)
+    monkeypatch.setattr(setup, "autocast", recording)
+    monkeypatch.setattr(loop, "autocast", recording)
+    stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "cape", epochs=1, precision="bf16"),
+              progress=False)
+    assert entered and all(entered)

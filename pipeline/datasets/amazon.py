@@ -120,7 +120,9 @@ def read_ratings_csv(path: Path) -> pl.DataFrame:
     df = raw.rename(dict(zip(raw.columns, CSV_COLUMNS))).with_row_index("lineno", offset=1 + skip)
     blank = pl.all_horizontal(pl.col(c).is_null() | (pl.col(c).str.strip_chars() == "") for c in CSV_COLUMNS)
     last = df.filter(~blank).get_column("lineno").max()
-    inner = df.filter(blank & (pl.col("lineno") < last)) if last is not None else df.clear()
+    # rows of empty fields before the last record, or every row when none has data (a file of only `,,,`
+    # lines said "has no interactions", walk 41a #7): found by one pass over the file
+    inner = df.filter(blank & (pl.col("lineno") < last)) if last is not None else df.filter(blank)
     trailing = df.filter(blank & (pl.col("lineno") > last)).height if last is not None else 0
     no = _empty_fields_line(path, inner.get_column("lineno").to_list()) if inner.height else None
     if no is None and trailing:        # the file's last lines, read from its end (walk 40e #6: `,,,` last was dropped)
@@ -185,7 +187,9 @@ def _empty_fields_tail(path: Path, count: int, last: int) -> Optional[int]:
         tail = f.read().split(b"\n")
     if tail and not tail[-1].strip():
         tail = tail[:-1]                       # the newline that ends the file
-    for offset, line in enumerate(tail[-count:] if count <= len(tail) else []):
+    if count > len(tail) - (size > 1 << 16):   # more trailing lines than the last 64 KiB hold whole (walk 41a #6):
+        return _empty_fields_line(path, list(range(last + 1, last + count + 1)))      # a pass over the file
+    for offset, line in enumerate(tail[-count:]):
         if line.strip():
             return last + 1 + offset
     return None

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -197,9 +198,9 @@ def peer_lost(e: BaseException) -> bool:
     if backend is not None and isinstance(e, backend):
         return True
     text = str(e)
-    return isinstance(e, RuntimeError) and any(s in text for s in (
-        "Connection reset by peer", "Connection closed by peer", "/gloo/", "NCCL error", "Socket Timeout",
-        "Timed out waiting"))
+    return isinstance(e, RuntimeError) and any(s in text for s in (     # not any gloo error: its own assertions
+        "Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL error", "Socket Timeout",
+        "Timed out waiting"))                                          # (a size mismatch) are no lost peer (41a #9)
 
 
 def first_line(e: BaseException) -> str:
@@ -293,8 +294,12 @@ def _interruptible(what: str):
         if not data:                                                      # the wait ended: the pipe was closed
             return
         name = "terminated (SIGTERM)" if data[0] == signal.SIGTERM else "interrupted"
-        os.write(2, f"{name}: while waiting for {what} to join; nothing was written\n".encode())
-        os._exit(128 + data[0])
+        said = next((getattr(m, "_another_said", None) for m in (sys.modules.get(f"{__package__.rsplit('.', 1)[0]}"
+                                                                             ".cli"), sys.modules.get("__main__"))
+                     if hasattr(m, "_another_said")), None)                # the command's (`python -m pipeline.cli`:
+        if said is None or not said():                                     # __main__): silent when torchrun stops
+            os.write(2, f"{name}: while waiting for {what} to join; nothing was written\n".encode())  # it after
+        os._exit(128 + data[0])                                            # another's error (walk 41a #9)
 
     watcher = threading.Thread(target=watch, name="seqpe-init-signals", daemon=True)
     watcher.start()

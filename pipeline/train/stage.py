@@ -440,7 +440,8 @@ def _given(overrides, key: str) -> Optional[str]:
 
 def _drop_ignored(tp, spec, params: Params, overrides):
     """`tp` with the train keys the model never reads (ModelSpec.ignores: DIN's layers and heads, a fitted
-    baseline's training keys, BPR-MF's loss settings) set to null, or a ParamsError for one given with --set.
+    baseline's training keys, BPR-MF's loss settings) set to null, or a ParamsError for one given with --set
+    (unless given the value the model runs with: an ignores mapping {key: value}, PARec's heads 1).
     Given by hand, the setting would be ignored and recorded as if it applied (a depth study of DIN retrained one
     model under each value); from params.yaml, where other models read them, they are neither shown as the run's
     settings nor part of its fingerprint, so raising train.layers for SASRec does not retrain a finished DIN
@@ -459,8 +460,13 @@ def _drop_ignored(tp, spec, params: Params, overrides):
             "train.trim_padding is false (every batch keeps max_len columns: nothing is grouped by length)",
             "train.trim_padding=true")),
     ) if why and key not in ignores}
+    # the value a run computes with anyway is no setting to refuse (walk 41a #11): bucket 0 (off) beside
+    # trim_padding false; an ignores mapping's value (PARec's heads 1: it builds one head)
+    agrees = {**({"bucket": 0} if "bucket" in unread else {}), **(ignores if isinstance(ignores, dict) else {})}
     for key in (*ignores, *unread):
         given = _given(overrides, f"train.{key}")
+        if given is not None and key in agrees and _given_value(given) == agrees[key]:
+            continue
         if given is not None and key in unread:
             raise ParamsError(f"{given.replace('=', ' is ', 1)}, and {unread[key][0]}, so it is not read: the setting "
                               "would be ignored (and recorded as if it applied)",
@@ -469,6 +475,15 @@ def _drop_ignored(tp, spec, params: Params, overrides):
             raise ParamsError(f"{given.replace('=', ' is ', 1)}, and '{spec.name}' does not read train.{key}: the "
                               "setting would be ignored (and recorded as if it applied)", f"drop --set {given}")
     return dataclasses.replace(tp, **{key: None for key in (*ignores, *unread)})
+
+
+def _given_value(given: str):
+    """The value of a `KEY=VALUE` override, read as params.yaml reads it (YAML), or the text itself."""
+    import yaml
+    try:
+        return yaml.safe_load(given.split("=", 1)[1])
+    except yaml.YAMLError:
+        return given.split("=", 1)[1]
 
 
 def _drop_unread_options(params: Params, spec, overrides) -> Params:
