@@ -188,6 +188,14 @@ class GatedGraphLayer(nn.Module):
         self.b_out = nn.Parameter(torch.zeros(dim)) if sum_bias else None
         self.gru = nn.GRUCell(2 * dim, dim)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """A checkpoint written before b_in / b_out existed (SR-GNN, GC-SAN before session 41) is that model with
+        them at zero: loaded as such, not refused as missing keys (walk 41h #1)."""
+        if self.b_in is not None and f"{prefix}w_in.weight" in state_dict:
+            for name in ("b_in", "b_out"):
+                state_dict.setdefault(prefix + name, torch.zeros_like(getattr(self, name)))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def forward(self, x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
         B, n, D = x.shape
         w_in, w_out = w_in.to(x.dtype), w_out.to(x.dtype)              # the graph's weights are float32

@@ -135,12 +135,14 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
                         "inside with it)", f"pass a folder outside it, e.g. data/reports/{dataset}")
     if not runs_dir.is_dir():
         raise DataError(f"runs folder {runs_dir} {absent(runs_dir)}",
-                        f"run `seqpe train {dataset}` first, or pass its runs folder, e.g. data/runs/{dataset}")
+                        f"{pull_hint(runs_dir)}run `seqpe train {dataset}` first, or pass its runs folder, e.g. "
+                        f"data/runs/{dataset}")
     if (wrong := not_runs(runs_dir, dataset)) is not None:
         raise wrong
     records = [r for r in report.find_runs([runs_dir]) if r.get("dataset") in (dataset, None)]
     if not records:
-        raise DataError(f"no runs of dataset '{dataset}' under {runs_dir}", f"run `seqpe train {dataset}` first")
+        raise DataError(f"no runs of dataset '{dataset}' under {runs_dir}",
+                        f"{pull_hint(runs_dir)}run `seqpe train {dataset}` first")
     grid = study_configs(params, dataset)
     order = {c: i for i, c in enumerate(grid[1])} if grid is not None else {}   # --all too: the grid's first leads
     if grid is not None and not all_runs:

@@ -647,14 +647,19 @@ def _check_previous_export(out_dir: Path) -> None:
         record = None
     listed = record.get("files") if isinstance(record, dict) and record.get("stage") == "export" else None
     if not isinstance(listed, dict):
-        raise DataError(f"{out_dir} already holds files that `seqpe export` did not write (no {EXPORT_RECORD}: "
-                        f"{', '.join(sorted(names)[:3])}{', ...' if len(names) > 3 else ''})", _NO_CLOBBER)
+        raise DataError(f"{out_dir} already holds files without the {EXPORT_RECORD} `seqpe export` writes since session "
+                        f"41 ({', '.join(sorted(names)[:3])}{', ...' if len(names) > 3 else ''}): another tool's "
+                        "files, or an older seqpe's export, which seqpe does not replace",
+                        f"{_NO_CLOBBER}, or delete {out_dir} yourself if it is an export")
     if names - set(listed) - {EXPORT_RECORD}:
         raise DataError(f"{out_dir} already holds other files ({', '.join(sorted(names - set(listed) - {EXPORT_RECORD})[:3])})",
                         _NO_CLOBBER)
-    changed = [n for n, sha in listed.items() if not (out_dir / n).is_file() or sha256_file(out_dir / n) != sha]
-    if changed:
-        raise DataError(f"{out_dir} is an earlier export whose {', '.join(changed[:3])} changed since it was written",
+    gone = [n for n in listed if not (out_dir / n).is_file()]
+    changed = [n for n, sha in listed.items() if n not in gone and sha256_file(out_dir / n) != sha]
+    if gone or changed:
+        what = "; ".join(part for part in (f"{', '.join(gone[:3])} deleted" if gone else "",
+                                           f"{', '.join(changed[:3])} changed" if changed else "") if part)
+        raise DataError(f"{out_dir} is an earlier export whose files were edited since it was written ({what})",
                         _NO_CLOBBER)
 
 

@@ -153,8 +153,8 @@ def put_back_noted(src: str | Path) -> None:
 
 
 def sweep_leftovers(dst: str | Path) -> int:
-    """Remove what killed runs left next to `dst`: `.NAME.p<pid>.*.{tmp,old,gen}` entries whose
-    process is gone (and pid-less `.NAME.*.{tmp,old,gen}` ones, written before runs carried a pid).
+    """Remove what killed runs left next to `dst`: `.NAME.p<pid>.<8 random>.{tmp,old,gen}` entries whose
+    process is gone (exactly those names, `_dead_writers`: never a user's `.NAME.old`).
     A live run's entries (another process writing the same destination) are left alone.
     Returns the number of entries removed. A dead writer's `.old` folder is put back instead when `dst` is
     missing: the writer was killed between its two renames (`_swap_in` without an exchange), and that folder is
@@ -700,11 +700,13 @@ def _unlisted(folder: Path, kind: str, allow: tuple[str, ...] = ()) -> list[str]
                   if path.is_symlink() or not path.is_dir() or (rel not in parents and not any(path.iterdir())))
 
 
-def claim_file(dst: str | Path, what: str, ours: Callable[[Path], bool], example: str) -> None:
+def claim_file(dst: str | Path, what: str, ours: Callable[[Path], bool], example: str,
+               older: Optional[Callable[[Path], Optional[str]]] = None) -> None:
     """Refuse to replace an existing file `dst` unless its content shows it is seqpe's own `what` (`ours`
     reads it; any error reading it counts as not ours): `seqpe report --out README.md` and `train
     --metrics notes.md` used to overwrite the user's file. A folder is refused too. `example`: a path
-    to suggest in the fix."""
+    to suggest in the fix. `older(dst)`: why a file of an earlier seqpe that lacks today's mark is refused
+    (said instead of "not a ... seqpe wrote"), or None."""
     dst = Path(dst)
     if dst.is_dir():
         raise DataError(f"{dst} is a folder, not a {what}", f"pass a file path, e.g. {example}")
@@ -715,6 +717,14 @@ def claim_file(dst: str | Path, what: str, ours: Callable[[Path], bool], example
         mine = bool(ours(dst))
     except Exception:                                   # unreadable, not UTF-8, not Parquet: not ours
         mine = False
+    why = None
+    if not mine and older is not None:
+        try:
+            why = older(dst)
+        except Exception:
+            why = None
+    if why:
+        raise DataError(f"{dst} exists and {why}", f"pass a new file path, e.g. {example}, or delete {dst} yourself")
     if not mine:
         raise DataError(f"{dst} exists and is not a {what} seqpe wrote; seqpe replaces only its own",
                         f"pass a new file path, e.g. {example} (or delete {dst} yourself if it is not needed)")
@@ -739,8 +749,8 @@ def starts_with(path: Path, *heads: str) -> bool:
 
 
 def locked_output(path: str | Path, lock: Path = Path("dvc.lock")) -> bool:
-    """Whether the project's dvc.lock (in the working folder) records `path`, or a folder holding it, as a stage's
-    output: a missing one is then a `dvc pull` away, which the "does not exist" errors say first (walk 41c #3:
+    """Whether the project's dvc.lock (in the working folder) records `path`, a folder holding it, or an output
+    inside it (a runs folder of recorded configurations) as a stage's output: a missing one is then a `dvc pull` away, which the "does not exist" errors say first (walk 41c #3:
     they offered only retraining or recomputing to a teammate who had not pulled)."""
     try:
         import yaml
@@ -750,8 +760,8 @@ def locked_output(path: str | Path, lock: Path = Path("dvc.lock")) -> bool:
         for stage in stages.values():
             for out in (stage or {}).get("outs") or []:
                 where = Path(os.path.normpath(root / str((out or {}).get("path", ""))))
-                if here == where or where in here.parents:
-                    return True
+                if here == where or where in here.parents or here in where.parents:   # dvc.yaml's train stage
+                    return True                              # records data/runs/D/MODEL-ENC, inside data/runs/D
     except Exception:       # a lock seqpe cannot read (a YAML error, another shape): nothing to say from it
         return False
     return False

@@ -606,11 +606,15 @@ def _read_yaml(path: Path) -> Any:
                           "only the last)", "give each key once: merge the two") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        if getattr(e, "context", None) in ("while scanning a simple key", "while parsing a flow sequence",
-                                           "while parsing a flow mapping") and getattr(e, "context_mark", None):
-            mark = e.context_mark                # `  epochs 5`: PyYAML finds the missing ':' a line later; an
-                                                 # unclosed `[` / `{` where it opens, not the line after (41c #6)
-        where = f" at line {mark.line + 1}" if mark else ""
+        opened = None
+        if getattr(e, "context", None) == "while scanning a simple key" and getattr(e, "context_mark", None):
+            mark = e.context_mark                # `  epochs 5`: PyYAML finds the missing ':' a line later
+        elif getattr(e, "context", None) in ("while parsing a flow sequence", "while parsing a flow mapping") and \
+                getattr(e, "context_mark", None) and mark and e.context_mark.line != mark.line:
+            opened = e.context_mark              # the line of the `[` / `{`: an unclosed one is the error there
+        where = f" at line {mark.line + 1}" if mark else ""          # (walk 41c #6), a bad item inside one is not
+        if opened is not None:                                        # (41h #3): both are said
+            where += f" (inside the {'[' if 'sequence' in e.context else '{'} opened at line {opened.line + 1})"
         problem = getattr(e, "problem", None)
         tab = r"'\t'" in str(problem or "")       # PyYAML: "found character '\t' that cannot start any token"
         raise ParamsError(f"{path} is not valid YAML{where}" + (f" ({problem})" if problem else ""),

@@ -62,9 +62,11 @@ _ONE_SEPARATOR = re.compile(r"\s*[,^|;]\s*|\s+")   # one of , ^ | ; (spaces arou
 
 # how messages name an option: the CLI's flags, or the Python keywords (walk 41f #9: a notebook has no --device)
 _NAMES = {True: {"k": "-k {}", "batch_size": "--batch-size {}", "drop_unknown": "--drop-unknown",
-                 "sessions": "--sessions DIR", "user": "--user"},
+                 "sessions": "--sessions DIR", "user": "--user", "raw_ids": "--raw-ids",
+                 "sessions_in": "--items or --input"},
           False: {"k": "k={}", "batch_size": "batch_size={}", "drop_unknown": "drop_unknown=True",
-                  "sessions": "load_run(run, sessions_dir)", "user": "user_sessions"}}
+                  "sessions": "load_run(run, sessions_dir)", "user": "user_sessions", "raw_ids": "raw_ids=True",
+                  "sessions_in": "recommend() or recommend_frame()"}}
 
 
 def _count(value, name: str, say: str) -> int:
@@ -204,7 +206,7 @@ class RunModel:
         for sid, s, given in zip(ids.to_list(), internal, lists):
             if not s and given and raw_ids:              # --drop-unknown dropped every one of its ids
                 raise DataError(f"{_which(sid)} has no item in the run's vocabulary: "
-                                f"--drop-unknown dropped all {len(given)} of its raw ids",
+                                f"{self.names['drop_unknown'].split('=')[0]} dropped all {len(given)} of its raw ids",
                                 "check they are this dataset's raw ids (items.parquet raw_id, as in the raw log), "
                                 "or leave that session out")
             if not s:
@@ -254,7 +256,7 @@ class RunModel:
                             + ("it was written before seqpe kept users.parquet" if ours else
                                f"its {protocol} sessions are not users"),
                             f"re-run `seqpe preprocess {manifest.get('dataset')}`" if ours else
-                            "recommend for sessions with --items or --input")
+                            f"recommend for sessions with {self.names['sessions_in']}")
         seen: dict = {}
         for u in wanted:                             # `--user 7 --user 007` of an import: one user (walk 41a #4)
             if ids.get(u) is not None and seen.setdefault(ids[u], u) != u:
@@ -303,7 +305,7 @@ class RunModel:
         if not 1 <= v <= self.n_items:
             raise DataError(f"item id {printable(str(v), 40)} is outside 1..{self.n_items:,}, the vocabulary of "
                             f"{self.run_dir}", "pass seqpe's internal ids (items.parquet item_id), or raw ids with "
-                            "--raw-ids")
+                            f"{self.names['raw_ids']}")
         return v
 
 
@@ -322,7 +324,7 @@ def _as_id(value) -> int:
         integral = True
     if not integral:
         raise DataError(f"item id {printable(str(value), 40)!r} is not an integer",
-                        "pass seqpe's internal ids, or raw ids with --raw-ids")
+                        "pass seqpe's internal ids, or raw ids with --raw-ids (raw_ids=True from Python)")
     return int(value)
 
 
@@ -409,8 +411,8 @@ def _vocabulary(folder: Path, n_items: int, run_dir: Path, dataset: Optional[str
     if isinstance(made_from, str) and sha256_file(folder / MANIFEST) != made_from:
         raise DataError(f"{folder} is not the sessions folder {run_dir}'s samples were made from (its manifest.json "
                         "differs: the sessions were re-made since, so item ids may stand for other raw ids)",
-                        "pass the sessions folder the run was trained from with --sessions, or retrain on samples "
-                        "augmented from this one")
+                        "pass the sessions folder the run was trained from (--sessions; load_run's sessions_dir), or "
+                        "retrain on samples augmented from this one")
     path = folder / "items.parquet"
     if not path.is_file():
         raise DataError(f"{folder} has no items.parquet (raw ids): it is not a sessions folder",
@@ -504,6 +506,11 @@ def _sessions_list(sessions) -> list:
     if sessions is None or isinstance(sessions, (str, bytes)):
         raise DataError(f"sessions is {printable(repr(sessions), 40)}, not a list of sessions",
                         "pass a list of sessions, each a list of item ids, e.g. [[12, 55, 9]]")
+    if type(sessions).__module__.split(".")[0] in ("polars", "pandas"):   # its columns were scored as sessions
+        raise DataError(f"sessions is a {type(sessions).__name__}, and recommend() takes a list of sessions",
+                        "pass the frame to recommend_frame(), or a list of sessions, e.g. [[12, 55, 9]]")
+    if hasattr(sessions, "tolist") and not isinstance(sessions, np.ndarray):    # a torch tensor (walk 41h #5):
+        sessions = sessions.tolist()                                           # its rows, as ints
     if isinstance(sessions, np.ndarray) and sessions.ndim == 1 and sessions.dtype != object:
         raise DataError("sessions is one flat array of item ids, not a list of sessions",
                         "pass a list of sessions, e.g. [[12, 55, 9]] (a 2-D array is taken row by row)")
@@ -575,7 +582,7 @@ def check_out(out: str | Path) -> Path:
     if out.suffix.lower() != ".parquet":
         raise ParamsError(f"output file '{out}' must end in .parquet", "pass e.g. --out topk.parquet")
     refuse_nested(out, "top-K file", "e.g. --out topk.parquet")
-    claim_file(out, "top-K file", _is_topk, "--out topk.parquet")
+    claim_file(out, "top-K file", _is_topk, "--out topk.parquet", _unmarked_topk)
     return out
 
 
@@ -590,6 +597,16 @@ def _is_topk(path: Path) -> bool:
     meta = pq.ParquetFile(path).metadata.metadata or {}
     return pq.read_schema(path).names == ["session_id", "rank", "item", "score"] and \
         all(meta.get(k.encode()) == v.encode() for k, v in TOPK_MARK.items())
+
+
+def _unmarked_topk(path: Path) -> Optional[str]:
+    """Why a file with the top-K columns but no mark is refused: recommend before session 41 wrote no mark, and
+    another tool's top-K file has the same columns, so the two cannot be told apart."""
+    import pyarrow.parquet as pq
+    if pq.read_schema(path).names == ["session_id", "rank", "item", "score"]:
+        return ("has the top-K columns but not the mark `recommend` writes since session 41: an older seqpe's top-K "
+                "file, or another tool's, which seqpe does not replace")
+    return None
 
 
 def write_topk(frame: "pl.DataFrame", out: str | Path) -> Path:

@@ -752,6 +752,8 @@ def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Opt
     receives the configurations left out (`aggregate`); `empty`: every one left out gives no rows, not an error
     (`report --json` without --out: its entries then list them all, each with its reason)."""
     left_out = [] if left_out is None else left_out
+    import os
+    roots = [roots] if isinstance(roots, (str, os.PathLike)) else list(roots)    # one folder (walk 41h #4)
     if out is not None:
         check_out(out)
     records = find_runs(roots)

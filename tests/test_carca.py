@@ -178,6 +178,15 @@ def test_max_norm_trains_as_nn_embedding_max_norm_does():
     assert turned > 0.5                                                  # the rows turned toward the target
 
 
+def test_a_training_step_projects_the_stored_rows():
+    """training_loss puts the stored id rows inside max_norm before it reads them (walk 41h #7)."""
+    model = make(options={"max_norm": 0.01}).train()
+    assert model.items.weight[1:].norm(dim=-1).max().item() > 0.01
+    ctx, tctx = context()
+    model.training_loss(SEQS, torch.tensor([1, 2, 3, 4]), torch.Generator().manual_seed(0), context=(ctx, tctx))
+    assert model.items.weight.norm(dim=-1).max().item() <= 0.01 * (1 + 1e-5)
+
+
 def test_candidates_are_unscaled_under_the_paper_preset():
     """CARCA.py looks the scored items up in the unscaled id table (only the profile's are times sqrt(d));
     004's port scales both, seqpe's default (walk 41e #5)."""

@@ -225,7 +225,7 @@ def test_export_refuses_other_files_and_other_protocols(tmp_path):
     formats.import_dataset("tiny", tmp_path / "in", "srgnn", tmp_path / "s", tmp_path / "a", params())
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.md").write_text("mine")
-    with pytest.raises(DataError, match="busy already holds files that `seqpe export` did not write"):
+    with pytest.raises(DataError, match="busy already holds files without the export.json"):
         formats.export_dataset(tmp_path / "s", tmp_path / "busy")
     assert (tmp_path / "busy" / "notes.md").read_text() == "mine"
     with pytest.raises(DataError, match="holds srgnn sessions, not leave-one-out ones"):
@@ -237,11 +237,11 @@ def test_export_refuses_other_files_and_other_protocols(tmp_path):
     dump(tmp_path / "real" / "all_train_seq.txt", SEQS)
     dump(tmp_path / "real" / "test.txt", TEST)
     before = {p.name: p.read_bytes() for p in (tmp_path / "real").iterdir()}
-    with pytest.raises(DataError, match=r"real already holds files that `seqpe export` did not write \(no export.json"):
+    with pytest.raises(DataError, match=r"real already holds files without the export.json `seqpe export` writes"):
         formats.export_dataset(tmp_path / "s", tmp_path / "real")
     assert {p.name: p.read_bytes() for p in (tmp_path / "real").iterdir()} == before
     dump(tmp_path / "o" / "test.txt", TEST[:1])
-    with pytest.raises(DataError, match=r"o is an earlier export whose test.txt changed since it was written"):
+    with pytest.raises(DataError, match=r"o is an earlier export whose files were edited since it was written \(test.txt changed\)"):
         formats.export_dataset(tmp_path / "s", tmp_path / "o")
     formats.export_dataset(tmp_path / "s", tmp_path / "o2")
     assert (tmp_path / "o2" / "export.json").is_file()                   # an export still imports, its record aside

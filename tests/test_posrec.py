@@ -179,3 +179,20 @@ def test_the_pggnn_message_is_eq_7_under_the_paper_preset():
     srgnn = build_model("srgnn", n_items=9, max_len=10, train=TP, options={}, encoding=None)
     assert srgnn.gnn.b_in is not None and srgnn.gnn.w_in.bias is not None   # SR-GNN's code: both biases
     srgnn.double().encode(SESSION)
+
+
+def test_srgnn_takes_its_sum_biases_and_loads_a_checkpoint_written_without_them():
+    """SR-GNN's code adds b_iah / b_oah after the message sum (they change the output), and a checkpoint written
+    before they existed is that model with them at zero, loaded as such (walk 41h #1, #8)."""
+    torch.manual_seed(0)
+    srgnn = build_model("srgnn", n_items=9, max_len=10, train=TP, options={}, encoding=None).eval()
+    with torch.no_grad():
+        before = srgnn.encode(SESSION)
+        srgnn.gnn.b_in.add_(1.0)
+        assert not torch.allclose(srgnn.encode(SESSION), before)       # the bias is in the forward
+        srgnn.gnn.b_in.zero_(), srgnn.gnn.b_out.zero_()
+        old = {k: v for k, v in srgnn.state_dict().items() if not k.endswith(("b_in", "b_out"))}
+        fresh = build_model("srgnn", n_items=9, max_len=10, train=TP, options={}, encoding=None).eval()
+        fresh.load_state_dict(old)                                      # strict: no missing-key error
+        assert torch.equal(fresh.gnn.b_in, torch.zeros(TP.dim)) and torch.allclose(fresh.encode(SESSION),
+                                                                                  srgnn.encode(SESSION))

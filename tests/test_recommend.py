@@ -127,7 +127,7 @@ def test_raw_ids_map_through_items_parquet(trained, capsys):
         in capsys.readouterr().err                                  # was silent (walk 28)
     alone = model.recommend_frame(pl.DataFrame({"session_id": [0], "items": [[raw_of[3]]]}), k=5, raw_ids=True)
     assert kept.equals(alone) and "--drop-unknown" not in capsys.readouterr().err
-    with pytest.raises(DataError, match=r"session 4 has no item in the run's vocabulary: --drop-unknown dropped all 2 "
+    with pytest.raises(DataError, match=r"session 4 has no item in the run's vocabulary: drop_unknown dropped all 2 "
                                         r"of its raw ids\. Fix: check they are this dataset's raw ids"):
         model.recommend_frame(pl.DataFrame({"session_id": [4], "items": [["nope", "nix"]]}), k=5, raw_ids=True,
                               drop_unknown=True)
@@ -469,8 +469,8 @@ def test_recommend_for_leave_one_out_users_by_raw_id(trained, tmp_path):
     with pytest.raises(ParamsError, match="users '7' and '007' are the same user"):      # walk 41a #4
         imported.user_sessions(["7", "007"])
     _, srgnn_run, srgnn_sessions = trained                 # sessions, not users: no users.parquet
-    with pytest.raises(DataError, match="has no users.parquet: its srgnn sessions are not users. Fix: recommend for "
-                                        "sessions with --items or --input"):
+    with pytest.raises(DataError, match=r"has no users.parquet: its srgnn sessions are not users. Fix: recommend for "
+                                        r"sessions with recommend\(\) or recommend_frame\(\)"):
         recommend.load_run(srgnn_run, srgnn_sessions).user_sessions(["1"])
 
 
@@ -490,6 +490,12 @@ def test_the_python_api_refuses_what_it_cannot_read_in_one_line_naming_its_keywo
                        ([None], "one flat list|session 0 is None"), (np.array([12, 55]), "one flat array")):
         with pytest.raises(DataError, match=match):
             model.recommend(bad, k=3)
+    with pytest.raises(DataError, match="sessions is a DataFrame, and recommend.. takes a list.*recommend_frame"):
+        model.recommend(pl.DataFrame({"session_id": [1, 1], "item_id": [12, 55]}), k=3)    # walk 41h #5
+    assert model.recommend(torch.tensor([[12, 55]]), k=3).items.tolist() == \
+        model.recommend([[12, 55]], k=3).items.tolist()
+    with pytest.raises(DataError, match="one flat list of item ids"):
+        model.recommend(torch.tensor([12, 55]), k=3)
     assert model.recommend(iter([[12, 55]]), k=3).items.tolist() == model.recommend([[12, 55]], k=3).items.tolist()
     assert model.recommend(np.array([[12, 55]]), k=3).items.tolist() == model.recommend([[12, 55]], k=3).items.tolist()
     assert model.recommend([[12, 55]], k=3.0).items.shape == (1, 3)                 # an integral float is a count
@@ -521,6 +527,8 @@ def test_the_python_api_refuses_what_it_cannot_read_in_one_line_naming_its_keywo
     with pytest.raises(DataError, match=r"is UTF-16 text .*Fix: write it as a UTF-8 CSV with a header line"):
         recommend.read_sessions(u16)
     from pipeline import report
+    with pytest.raises(DataError, match=r"no run.json under .*samples|samples is a samples folder|holds .* samples"):
+        report.run(str(root / "samples"))                                 # one folder, not its characters (41h #4)
     assert [r["name"] for r in report.run(str(root / "runs"))] == [r["name"] for r in report.run([root / "runs"])]
     with pytest.raises(ParamsError, match="no runs folder given"):
         report.run([])

@@ -640,7 +640,15 @@ def test_a_missing_folder_dvc_lock_records_says_dvc_pull_first(tmp_path, monkeyp
     (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages:\n  train_sample:\n    cmd: seqpe train sample\n"
                                        "    outs:\n    - path: data/runs/sample\n      md5: abc.dir\n")
     assert io.locked_output("data/runs/sample") and io.locked_output(tmp_path / "data/runs/sample/sasrec-lpe/seed-1")
-    assert not io.locked_output("data/runs/other") and not io.locked_output("data/runs")
+    assert not io.locked_output("data/runs/other") and not io.locked_output("data/other")
+    assert io.locked_output("data/runs")        # it holds a recorded output (dvc.yaml's train stage records
+    (tmp_path / "dvc.lock").write_text(          # data/runs/D/MODEL-ENC, inside the runs folder: walk 41h #2)
+        "schema: '2.0'\nstages:\n  train_sample:\n    outs:\n    - path: data/runs/sample/sasrec-lpe\n")
+    assert io.locked_output("data/runs/sample")
+    with pytest.raises(DataError, match=r"Fix: `dvc pull` it \(dvc.lock records it\), or run `seqpe train sample`"):
+        report.find_runs(["data/runs/sample"])
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages:\n  train_sample:\n    cmd: seqpe train sample\n"
+                                       "    outs:\n    - path: data/runs/sample\n      md5: abc.dir\n")
     with pytest.raises(DataError, match=r"runs folder data/runs/sample does not exist\. Fix: `dvc pull` it \(dvc.lock "
                                         r"records it\), or run `seqpe train sample` first"):
         report.find_runs(["data/runs/sample"])
