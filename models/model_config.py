@@ -22,7 +22,10 @@ class PosRecConfig:
     lambda1: float = 1.0          # weight of H_last
     lambda2: float = 1.0          # weight of H_first (paper: 1 on Diginetica, 0.5 on Yoochoose)
     norm: str = "post"            # readout LayerNorm: post (Vaswani et al.'s Transformer) | pre
-    bias: bool = True             # the edge Linears' bias (SR-GNN's code); False = Eq. 7, no bias (`paper`)
+    bias: bool = True             # the edge Linears' bias (SR-GNN's code); False = Eq. 7, no bias (`paper`).
+    # On the embedded sample, `seqpe train sample --model posrec --preset paper --seed 1 --seed 2 --seed 3
+    # [--set models.posrec.bias=true]` (raw weights, threads 1): test HR@10 66.15 +- 1.02 without the bias vs
+    # 66.82 +- 3.00 with it, MRR@10 40.65 +- 0.49 vs 41.42 +- 3.18 (95% CIs): no difference there.
     normalise: bool = True        # divide each node's in/out message weights by their sum (SR-GNN's degree
                                   # normalisation); False = Eq. 7's raw weighted sums (the `paper` preset).
     # Why the option exists: with anchors, Eq. 7's raw weights add hop distances (up to n - 1) to the
