@@ -1657,19 +1657,24 @@ def test_bf16_autocast_scores_stay_close_and_a_bf16_run_trains(tmp_path):
 
 
 
-def test_a_bf16_run_scores_valid_and_test_in_fp32(tmp_path, monkeypatch):
-    """Walk 40c #1: scores computed under autocast and cast to fp32 afterwards kept bf16's 8-bit mantissa: on
-    Beauty, 3,682 of 4,000 test rows had ~16 items tied with the target and the tie rule moved HR@10. Autocast is
-    entered for training steps only (grad on), never while scoring (inference mode)."""
+def record_autocast(monkeypatch) -> list[bool]:
+    """Each entry into train.precision's autocast context, as whether gradients were on (training) at the time."""
     from pipeline.train import loop, setup
-    entered = []
-    real = setup.autocast
+    entered, real = [], setup.autocast
 
     def recording(tp, device):
         entered.append(torch.is_grad_enabled())
         return real(tp, device)
     monkeypatch.setattr(setup, "autocast", recording)
     monkeypatch.setattr(loop, "autocast", recording)
+    return entered
+
+
+def test_a_bf16_run_scores_valid_and_test_in_fp32(tmp_path, monkeypatch):
+    """Walk 40c #1: scores computed under autocast and cast to fp32 afterwards kept bf16's 8-bit mantissa: on
+    Beauty, 3,682 of 4,000 test rows had ~16 items tied with the target and the tie rule moved HR@10. Autocast is
+    entered for training steps only (grad on), never while scoring (inference mode)."""
+    entered = record_autocast(monkeypatch)
     samples = make_samples(tmp_path / "samples")
     stage.run("toyset", samples, tmp_path / "runs", params("sasrec", "lpe", epochs=2, precision="bf16"),
               progress=False)

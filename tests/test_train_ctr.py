@@ -311,16 +311,8 @@ def test_the_paper_preset_gives_cape_the_width_001_found_best_for_each_backbone(
 def test_a_bf16_ctr_run_scores_valid_and_test_in_fp32(ctr_samples, tmp_path, monkeypatch):
     """Walk 41a #8: the next-item bf16 test left the CTR half of walk 40c #1 untested (autocast put back into
     CTRTask's scoring passed). Autocast is entered for training steps only (grad on), never while scoring."""
-    import torch
-    from pipeline.train import loop, setup
-    entered = []
-    real = setup.autocast
-
-    def recording(tp, device):
-        entered.append(torch.is_grad_enabled())
-        return real(tp, device)
-    monkeypatch.setattr(setup, "autocast", recording)
-    monkeypatch.setattr(loop, "autocast", recording)
+    from test_train import record_autocast
+    entered = record_autocast(monkeypatch)
     stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "cape", epochs=1, precision="bf16"),
               progress=False)
     assert entered and all(entered)
