@@ -405,7 +405,8 @@ def evaluate(dataset: str,
              baseline: Annotated[Optional[str], typer.Option(
                  "--baseline", help="configuration the others are tested against (default study.reference, "
                                     "else the grid's first; outside the grid the first in sorted order; runs of "
-                                    "another protocol, e.g. sampled candidates, against their own first)")] = None,
+                                    "another protocol, e.g. sampled candidates, against their own first); an "
+                                    "encoding, e.g. none: each model against its own MODEL-none")] = None,
              params: ParamsOpt = None, overrides: ReportSetOpt = None, quiet: QuietOpt = False):
     """Report the study grid's runs of DATASET: mean, std and 95% CI over seeds, tables and figures
     (comparison bars, learning curves).
@@ -433,7 +434,8 @@ def evaluate(dataset: str,
     if not all_runs and stage.study_configs(the_params, dataset) is None:     # it used to say nothing of either
         err_console.print(f"note: '{dataset}' is in no study grid, so every configuration under the runs folder is "
                           f"reported (as with --all), tested against {summary['reference']}"
-                          + ("" if baseline else " (the first in sorted order; --baseline names another)"),
+                          + ("" if baseline else " (the first in sorted order; --baseline names another, or "
+                                                  "--baseline none tests each model against its own MODEL-none)"),
                           highlight=False, markup=False, soft_wrap=True)
     if not quiet:
         _print_runs(summary.get("runs", []))
@@ -447,7 +449,8 @@ def report(runs: Annotated[Optional[list[Path]], typer.Argument(help="runs folde
            out: Annotated[Optional[Path], typer.Option("--out", help="also write FILE.md or FILE.csv")] = None,
            baseline: Annotated[Optional[str], typer.Option(
                "--baseline", help="configuration the others are tested against, e.g. sasrec-lpe "
-                                  "(default: the first in sorted order of each dataset and protocol)")] = None,
+                                  "(default: the first in sorted order of each dataset and protocol); an "
+                                  "encoding, e.g. none: each model against its own MODEL-none")] = None,
            samples: Annotated[Optional[Path], typer.Option(
                "--samples", help="CTR runs: the samples folder whose test labels the per-sample tests need")] = None,
            as_json: JsonOpt = False, quiet: QuietOpt = False):

@@ -91,6 +91,13 @@ def _bar_label(row: dict, rows: list[dict]) -> str:
     return f"{row['name']} ({'; '.join(notes)})" if notes else row["name"]
 
 
+def _is_reference(name: str, reference: Optional[str], names: list[str]) -> bool:
+    """Whether configuration `name` is a reference: the one named, or, for an encoding (`--baseline none`: each
+    model against its own), each model's configuration with it."""
+    return name == reference or (reference not in names and reference is not None
+                                 and name.split("-")[1:] == [reference])
+
+
 def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: Optional[str],
                    per_seed: dict[str, dict[str, list[float]]]) -> bytes:
     """PNG bytes of the comparison figure; `per_seed[config][metric]` are the seeds' values (dots)."""
@@ -106,7 +113,7 @@ def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: 
         s = _scale(metric)
         means = [s * r["metrics"][metric]["mean"] if metric in r["metrics"] else 0.0 for r in rows]
         halves = [s * (r["metrics"].get(metric, {}).get("ci95") or 0.0) for r in rows]
-        colours = ["#d95f02" if n == reference else "#1b9e77" for n in names]
+        colours = ["#d95f02" if _is_reference(n, reference, names) else "#1b9e77" for n in names]
         y = list(range(len(names)))[::-1]                                 # first configuration on top
         ax.barh(y, means, xerr=halves, color=colours, alpha=0.85, capsize=4, height=0.6,
                 error_kw={"elinewidth": 1.2, "ecolor": "#333333"})
@@ -125,7 +132,8 @@ def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: 
                     clip_on=True)
         ax.grid(axis="x", alpha=0.3)
         ax.tick_params(labelsize=8)
-    ref = f"; orange = reference {reference}" if reference in names else ""
+    ref = f"; orange = reference {reference}" if reference in names else \
+        f"; orange = each model's {reference}" if any(_is_reference(n, reference, names) for n in names) else ""
     fig.suptitle(f"{title}{ref}; dots = seeds", fontsize=10)
     fig.tight_layout()
     buf = io.BytesIO()

@@ -793,6 +793,21 @@ def absent(folder: str | Path) -> str:
     return "is a file, not a folder" if Path(folder).exists() else "does not exist"
 
 
+def _first_steps(kind: str, dataset: str) -> str:
+    """The commands that make a registered dataset's missing `kind` folder, from the first whose default output
+    (data/raw/D, data/sessions/D) is not there: `seqpe train amazon_electronics` said "run `seqpe augment ...`
+    (or `seqpe import`)", augment then named preprocess, and import refuses a registered name (walk 41i #3)."""
+    chain = {"sessions": ("download", "preprocess"), "samples": ("download", "preprocess", "augment")}.get(kind)
+    if chain is None:
+        return f"run `seqpe {_MAKER.get(kind, 'train')} {dataset}` first (or `dvc repro`)"
+    made_by = {"download": Path("data") / "raw" / dataset / "source.json",
+               "preprocess": Path("data") / "sessions" / dataset / MANIFEST}
+    steps = list(chain)
+    while len(steps) > 1 and made_by[steps[0]].is_file():
+        steps.pop(0)
+    return "run " + ", then ".join(f"`seqpe {step} {dataset}`" for step in steps) + " (or `dvc repro`)"
+
+
 def require_kind(src: str | Path, kind: str, dataset: str, stage: str, usage: Optional[str] = None) -> dict:
     """The manifest of `src`, which `stage` reads as a `kind` ("sessions" | "samples") folder; a
     missing manifest or a folder of another kind is a DataError naming the folder to pass. `usage`: how the
@@ -817,7 +832,8 @@ def require_kind(src: str | Path, kind: str, dataset: str, stage: str, usage: Op
                             + (f" (did you mean '{close}'?)" if close else ""),
                             f"pass the {kind} folder that `seqpe {_MAKER[kind]} DATASET` or `seqpe import {dataset} "
                             f"...` wrote, with its dataset's name (`seqpe datasets` lists both)")
-        made = f"{pull_hint(src)}run `seqpe {_MAKER[kind]} {dataset}` first (or `seqpe import`, or `dvc repro`)"
+        made = pull_hint(src) + (_first_steps(kind, dataset) if maker != "import" else
+                                 f"run `seqpe import {dataset} FILES` first (or `dvc repro`, for an imports: entry)")
         raise DataError(f"{kind} folder {src} does not exist",
                         made if src == Path("data") / kind / dataset else f"{made}, or pass {right}")
     if src.is_file():                   # its manifest.json, a shard: "no manifest.json in .../manifest.json" (38b D2)

@@ -169,6 +169,15 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
                 entries = io.sink_split(tmp, split, df, rows_per_shard)
                 n = sum(e["rows"] for e in entries)
                 if n == 0 and split in ("train", "test"):
+                    rule = (result.extra or {}).get("valid_rule")
+                    valid = result.splits.get("valid")
+                    took = valid.select(pl.len()).collect().item() if split == "train" and rule and \
+                        isinstance(valid, pl.LazyFrame) else 0
+                    if took:                 # the files were complete: the valid rule took them (walk 41i #2)
+                        raise DataError(f"the train split of '{dataset}' is empty: the valid rule ({rule}) took all "
+                                        f"{took:,} train rows, every user having one train position",
+                                        "give each user at least two train positions (rows with distinct "
+                                        "histories): the rule holds out each user's last one")
                     raise DataError(f"the {split} split of '{dataset}' is empty under protocol {spec.protocol}",
                                     "check the raw files are complete")
                 manifest["splits"][split] = {"rows": n, "clicks": _positives(io.scan_split(tmp, split)) if n else 0}

@@ -350,11 +350,26 @@ def compare(records: list[dict], rows: list[dict], baseline: Optional[str] = Non
     runs of `baseline` (a default, not one the user named) is compared with its own first, as
     `seqpe report` does, rather than left uncompared. Returns the rows."""
     configs: dict[tuple, dict[str, list[dict]]] = {}
+    models: dict[str, str] = {}
     for (dataset, protocol, model, encoding, tag), recs in sorted(_by_config(records).items()):
-        configs.setdefault((dataset, protocol), {})[config_name(model, encoding, tag or None)] = recs
+        name = config_name(model, encoding, tag or None)
+        configs.setdefault((dataset, protocol), {})[name] = recs
+        models[name] = model
     names = sorted({name for group in configs.values() for name in group})
     check_baseline(baseline, names)
     results: dict[tuple, dict] = {}
+    if baseline is not None and baseline not in names:          # an encoding: each model against its own
+        for key, group in configs.items():                      # MODEL-ENCODING (001 compares within a backbone)
+            for model in sorted({models[n] for n in group}):
+                own = {n: recs for n, recs in group.items() if models[n] == model}
+                base = config_name(model, baseline, None)
+                if base in own and len(own) > 1:
+                    for comp in significance.compare(own, base, labels):
+                        results[(*key, comp["name"])] = comp
+        for row in rows:
+            row["comparison"] = results.get((row["dataset"], row["protocol"], row["name"]))
+            row["no_baseline"] = None
+        return rows
     for key, group in configs.items():
         base = baseline if baseline is not None and (baseline in group or not own_first) else next(iter(group))
         if base in group and len(group) > 1:
@@ -369,9 +384,13 @@ def compare(records: list[dict], rows: list[dict], baseline: Optional[str] = Non
 
 
 def check_baseline(baseline: Optional[str], names: list[str]) -> None:
-    """A ParamsError unless `baseline` (when given) is one of the configuration `names`; a model's name alone
-    (`pop`) is pointed at its configurations (`pop-none`)."""
+    """A ParamsError unless `baseline` (when given) is one of the configuration `names`, or an encoding some of
+    them have (`none`: each model against its own MODEL-none, walk 41i #5); a model's name alone (`pop`) is
+    pointed at its configurations (`pop-none`)."""
     if baseline is None or baseline in names:
+        return
+    import models.encodings as enc
+    if baseline in enc.ENCODINGS and any(n.split("-")[1:2] == [baseline] for n in names):
         return
     fix = unknown("configuration", baseline, names).fix
     own = sorted((n for n in names if n.startswith(f"{baseline}-")), key=lambda n: (not n.endswith("-none"), n))

@@ -487,7 +487,8 @@ def test_a_missing_prepared_folder_is_named_as_missing(tmp_path):
     samples folder seqpe prepared ... or pass data/samples/beauty': the very path it had tried."""
     proc = seqpe("train", "sample", "--params", str(ROOT / "params.yaml"), cwd=tmp_path)
     assert_one_line_error(proc, "samples folder data/samples/sample does not exist",
-                          "Fix: run `seqpe augment sample` first (or `seqpe import`, or `dvc repro`)")
+                          "Fix: run `seqpe download sample`, then `seqpe preprocess sample`, then `seqpe augment "
+                          "sample` (or `dvc repro`)")                       # from the first missing (walk 41i #3)
     assert "or pass" not in proc.stderr
     proc = seqpe("augment", "sample", str(tmp_path / "nope"), str(tmp_path / "out"), cwd=tmp_path)
     assert_one_line_error(proc, "sessions folder", "nope does not exist", "or pass data/sessions/sample")

@@ -257,3 +257,18 @@ def test_the_vocabularies_count_the_history_tokens_max_history_cuts_as_bars_does
     assert pl.read_parquet(tmp_path / "s0" / "history_overflow.parquet").height == 0        # nothing cut
     kept = pl.read_parquet(tmp_path / "a5" / "test" / "part-00000.parquet")["hist_items"].list.first()
     assert kept.ne(1).all()              # item 7 (sessions id 8) has its own row in test, not OOV
+
+
+def test_a_train_split_the_valid_rule_takes_whole_is_said_as_such(tmp_path):
+    """Walk 41i #2: AmazonElectronics_x1's valid rule holds out each user's last train position; with one position
+    per user it took every train row, and the error said "check the raw files are complete" of complete files."""
+    src = tmp_path / "allvalid"
+    src.mkdir()
+    head = "label,user_id,item_id,cate_id,item_history,cate_history\n"
+    (src / "train.csv").write_text(head + "1,1,5,1,3^4,1^1\n0,1,6,1,3^4,1^1\n1,2,5,1,7^8,1^1\n0,2,6,1,7^8,1^1\n")
+    (src / "test.csv").write_text(head + "1,1,5,1,3^4^5,1^1^1\n0,2,6,1,7^8^5,1^1^1\n")
+    proc = seqpe("import", "myallvalid", str(src), "--format", "amazonelectronics_x1", cwd=tmp_path)
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(err) == 1, proc.stderr
+    assert "the valid rule (per user, the train rows with the longest history (the last train position)) took all " \
+           "4 train rows" in err[0] and "give each user at least two train positions" in err[0], err[0]

@@ -334,6 +334,8 @@ def test_interpolation_is_exact():
     p.requires_grad_(True)
     interpolate(z, p).sum().backward()
     assert p.grad.tolist()[0][:3] == [2.0, 4.0, 1.0]                        # slope z[ceil] - z[floor]
+    got = interpolate(z, torch.tensor([[float("nan"), 1.0]]))               # a diverged model's position: NaN
+    assert got[0, 0].isnan() and got[0, 1] == 1.0                           # out, not an index error (walk 41i #1)
 
 
 def test_cape_target_attention_counts_from_the_target():

@@ -656,3 +656,20 @@ def test_a_missing_folder_dvc_lock_records_says_dvc_pull_first(tmp_path, monkeyp
         report.find_runs(["data/runs/other"])
     (tmp_path / "dvc.lock").write_text("stages: [unclosed\n")           # a lock it cannot read: no hint, no crash
     assert not io.locked_output("data/runs/sample")
+
+
+def test_an_encoding_as_baseline_tests_each_model_against_its_own(tmp_path):
+    """Walk 41i #5: `evaluate --all` on a CAPE grid tested dien-none against bst-cape, the first in sorted order;
+    001 compares each encoding within its backbone. `--baseline none` tests MODEL-ENC against MODEL-none."""
+    for model, base in (("bst", 0.60), ("dien", 0.70)):
+        for enc, gain in (("none", 0.0), ("cape", 0.02)):
+            for seed in (1, 2, 3):
+                write_run(tmp_path, model, enc, seed, {"auc": base + gain + 0.001 * seed})
+    rows = report.run([tmp_path], baseline="none")
+    against = {r["name"]: (r["comparison"] or {}).get("baseline") for r in rows}
+    assert against == {"bst-cape": "bst-none", "bst-none": None, "dien-cape": "dien-none", "dien-none": None}
+    with pytest.raises(ParamsError, match="baseline 'rope' is not a configuration"):      # no model has it
+        report.run([tmp_path], baseline="rope")
+    from pipeline.figures import _is_reference
+    names = [r["name"] for r in rows]
+    assert [n for n in names if _is_reference(n, "none", names)] == ["bst-none", "dien-none"]

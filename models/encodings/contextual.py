@@ -79,8 +79,8 @@ def interpolate(z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     p = p.clamp(0, n)
     lo = p.detach().floor()
     w = p - lo                                                               # (..., L), grad flows to p
-    lo_i = lo.long()
-    hi_i = (lo_i + 1).clamp(max=n)
+    lo_i = torch.nan_to_num(lo, nan=0.0).long()    # a NaN position (a diverged model) reads slot 0 and stays NaN
+    hi_i = (lo_i + 1).clamp(max=n)                  # through w: the loss check says "diverged", not an index error
     return (1 - w) * z.gather(-1, lo_i) + w * z.gather(-1, hi_i)             # (..., L)
 
 
