@@ -231,6 +231,9 @@ class GridParams:
     baselines: list[str] = field(default_factory=list)   # models trained once, without an encoding (pop, gru4rec)
     train: dict[str, Any] = field(default_factory=dict)   # train: keys this task's runs override (CTR models
                                                           # want other learning rates and batch sizes)
+    preset: Optional[str] = None     # the preset this task's runs train with where no --preset is given (e.g.
+                                     # paper: 001's settings, its dataset variants per dataset), for the models
+                                     # that declare it; a model without it trains with these params (a note says)
 
     def configs(self) -> list[str]:
         """The grid's configuration names in grid order: every model x encoding, then the baselines."""

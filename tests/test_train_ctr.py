@@ -316,3 +316,28 @@ def test_a_bf16_ctr_run_scores_valid_and_test_in_fp32(ctr_samples, tmp_path, mon
     stage.run("sample_ctr", ctr_samples, tmp_path / "runs", params("din", "cape", epochs=1, precision="bf16"),
               progress=False)
     assert entered and all(entered)
+
+
+def test_a_grids_preset_trains_its_runs_as_the_preset_does(ctr_samples, tmp_path, capfd):
+    """Walk 41i #4: dvc.yaml's train stages pass no --preset, so the study grid could not run 001's settings;
+    study.ctr.preset: paper trains each run as `--preset paper` (its dataset variant), recorded as such, and a
+    model without the preset trains with the params, said in a note."""
+    import dataclasses
+    from pipeline.train.stage import resolve_config
+    from pipeline.train import samples_manifest
+    p = params("din", "none", epochs=1)
+    grid = dataclasses.replace(p.study, ctr=dataclasses.replace(p.study.ctr, preset="paper"))
+    gp = dataclasses.replace(p, study=grid)
+    manifest = samples_manifest("sample_ctr", ctr_samples)
+    by_grid = resolve_config("sample_ctr", manifest, gp, "din", "none")
+    by_flag = resolve_config("sample_ctr", manifest, p, "din", "none", preset="paper")
+    assert by_grid[4] == by_flag[4] and by_grid[5].record() == by_flag[5].record() and by_grid[5].record()
+    assert by_grid[4] != resolve_config("sample_ctr", manifest, p, "din", "none")[4]
+    from pipeline.train.stage import grid_preset
+    from models import MODELS
+    assert grid_preset(gp, "ctr", MODELS["din"]) == "paper"
+    assert grid_preset(gp, "ctr", MODELS["sasrec_ctr"]) == ("paper" if MODELS["sasrec_ctr"].presets and "paper" in
+                                                           MODELS["sasrec_ctr"].presets else None)
+    missing = dataclasses.replace(p, study=dataclasses.replace(grid, ctr=dataclasses.replace(grid.ctr, preset="x")))
+    assert grid_preset(missing, "ctr", MODELS["din"]) is None
+    assert "study.ctr.preset is x, and 'din' has no such preset" in capfd.readouterr().err

@@ -44,6 +44,7 @@ def resolve_config(dataset: str, manifest: dict, params: Params, model: Optional
     explicit = presets.explicit_train_keys(overrides)
     params = dataclasses.replace(params, train=params.train_for(kind, tuple(explicit)))   # study.<task>.train
     spec = setup.pick_model(model, kind, params, MODELS)
+    preset = preset if preset is not None else grid_preset(params, kind, spec)
     setup.check_option_names(params, MODELS)
     twin = _layout_twin(manifest) if kind == "ctr" else None
     res = presets.resolve(spec.presets, preset, spec.name, dataset, twin)
@@ -61,6 +62,22 @@ def resolve_config(dataset: str, manifest: dict, params: Params, model: Optional
     if machine and (tp.threads == "auto" or tp.threads == 0):     # the count auto / torch's default picks here, in run.json and
         tp = dataclasses.replace(tp, threads=threads.resolve(tp.threads))   # the fingerprint (walk 37b D3, 38a D7)
     return kind, params, spec, enc_name, tp, applied, res
+
+
+def grid_preset(params: Params, kind: str, spec) -> Optional[str]:
+    """study.<task>.preset for a run given no --preset: dvc.yaml's train stages pass none, so 001's settings
+    (lr, batch size per CTR dataset) could not be the grid's (walk 41i #4). A model that has no such preset trains
+    with params.yaml's settings, said in a note."""
+    name = getattr(getattr(params.study, kind, None), "preset", None)
+    if not name:
+        return None
+    known = set(spec.presets or {}) | {p.split("_", 1)[0] for p in (spec.presets or {})}
+    if name in known:
+        return name
+    if os.environ.get("RANK", "0") == "0":
+        sys.stderr.write(f"note: study.{kind}.preset is {name}, and '{spec.name}' has no such preset: it trains "
+                         "with params.yaml's settings\n")
+    return None
 
 
 def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, model: Optional[str] = None,
