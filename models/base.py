@@ -94,9 +94,9 @@ class ModelSpec:
     task: str = "next_item"              # next_item: Recommender ranking all items (srgnn, leave_one_out data) |
                                          # ctr: models.ctr.base.CTRModel scoring (user, target) pairs (ctr data)
     ignores: object = ()                 # train keys the model never reads (DIN: layers, heads; a fitted baseline:
-                                         # every training key; a mapping {key: the value it runs with}, PARec's
-                                         # {"heads": 1}, accepts that value given with --set;
-                                         # every training key), or a function of its options giving them (BPR-MF:
+                                         # every training key), a mapping {key: the value it runs with} (PARec's
+                                         # {"heads": 1}: that value is accepted with --set), or a function of its
+                                         # options giving them (BPR-MF:
                                          # train.loss unless models.bprmf.loss is ce): refused when given with
                                          # --set, recorded as null from params.yaml (pipeline/train/stage.py)
     options: Optional[type] = None       # the dataclass of params.yaml `models.<name>` (its defaults: what a run

@@ -81,7 +81,11 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
     from .train import setup
     from .train.stage import resolve_config
     from .train.tasks import selection
-    manifest = {"protocol": "ctr"} if task == "ctr" else {}     # all resolve_config reads of it without a preset
+    from .io import MANIFEST, read_manifest
+    # the samples' manifest where there is one: a preset (study.<task>.preset) picks its dataset variant from the
+    # layout it records (walk 41j #1); else what resolve_config reads of it without a preset
+    manifest = read_manifest(samples_dir) if samples_dir is not None and (Path(samples_dir) / MANIFEST).is_file() \
+        else {"protocol": "ctr"} if task == "ctr" else {}
     wanted: dict[str, tuple] = {}
     stale: list[tuple] = []                        # (configuration, seed, what differs, its train settings)
     for rec in sorted(records, key=lambda r: (r["name"], r["seed"])):

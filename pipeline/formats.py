@@ -647,9 +647,9 @@ def _check_previous_export(out_dir: Path) -> None:
         record = None
     listed = record.get("files") if isinstance(record, dict) and record.get("stage") == "export" else None
     if not isinstance(listed, dict):
-        raise DataError(f"{out_dir} already holds files without the {EXPORT_RECORD} `seqpe export` writes since session "
-                        f"41 ({', '.join(sorted(names)[:3])}{', ...' if len(names) > 3 else ''}): another tool's "
-                        "files, or an older seqpe's export, which seqpe does not replace",
+        raise DataError(f"{out_dir} already holds files without the {EXPORT_RECORD} record `seqpe export` writes "
+                        f"({', '.join(sorted(names)[:3])}{', ...' if len(names) > 3 else ''}): another tool's files, "
+                        "or an export seqpe wrote before it kept that record (2026-11-29), which seqpe does not replace",
                         f"{_NO_CLOBBER}, or delete {out_dir} yourself if it is an export")
     if names - set(listed) - {EXPORT_RECORD}:
         raise DataError(f"{out_dir} already holds other files ({', '.join(sorted(names - set(listed) - {EXPORT_RECORD})[:3])})",

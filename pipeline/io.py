@@ -803,8 +803,10 @@ def _first_steps(kind: str, dataset: str) -> str:
     made_by = {"download": Path("data") / "raw" / dataset / "source.json",
                "preprocess": Path("data") / "sessions" / dataset / MANIFEST}
     steps = list(chain)
-    while len(steps) > 1 and made_by[steps[0]].is_file():
-        steps.pop(0)
+    for i in range(len(chain) - 2, -1, -1):          # after the last stage whose output is there (41j #7)
+        if made_by[chain[i]].is_file():
+            steps = list(chain[i + 1:])
+            break
     return "run " + ", then ".join(f"`seqpe {step} {dataset}`" for step in steps) + " (or `dvc repro`)"
 
 

@@ -617,7 +617,8 @@ def _read_yaml(path: Path) -> Any:
             opened = e.context_mark              # the line of the `[` / `{`: an unclosed one is the error there
         where = f" at line {mark.line + 1}" if mark else ""          # (walk 41c #6), a bad item inside one is not
         if opened is not None:                                        # (41h #3): both are said
-            where += f" (inside the {'[' if 'sequence' in e.context else '{'} opened at line {opened.line + 1})"
+            where += (f" (the {'[' if 'sequence' in e.context else '{'} opened at line {opened.line + 1} is not closed "
+                      "before it, or holds a bad item)")
         problem = getattr(e, "problem", None)
         tab = r"'\t'" in str(problem or "")       # PyYAML: "found character '\t' that cannot start any token"
         raise ParamsError(f"{path} is not valid YAML{where}" + (f" ({problem})" if problem else ""),

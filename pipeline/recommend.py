@@ -506,11 +506,17 @@ def _sessions_list(sessions) -> list:
     if sessions is None or isinstance(sessions, (str, bytes)):
         raise DataError(f"sessions is {printable(repr(sessions), 40)}, not a list of sessions",
                         "pass a list of sessions, each a list of item ids, e.g. [[12, 55, 9]]")
-    if type(sessions).__module__.split(".")[0] in ("polars", "pandas"):   # its columns were scored as sessions
+    if type(sessions).__name__ in ("DataFrame", "LazyFrame") and \
+            type(sessions).__module__.split(".")[0] in ("polars", "pandas"):  # its columns were scored as sessions
         raise DataError(f"sessions is a {type(sessions).__name__}, and recommend() takes a list of sessions",
                         "pass the frame to recommend_frame(), or a list of sessions, e.g. [[12, 55, 9]]")
-    if hasattr(sessions, "tolist") and not isinstance(sessions, np.ndarray):    # a torch tensor (walk 41h #5):
-        sessions = sessions.tolist()                                           # its rows, as ints
+    if hasattr(sessions, "to_list") and not hasattr(sessions, "tolist"):      # a Polars Series of lists
+        sessions = sessions.to_list()
+    if hasattr(sessions, "tolist") and not isinstance(sessions, np.ndarray):   # a torch tensor (walk 41h #5):
+        sessions = sessions.tolist()                                          # its rows, as ints
+        if not isinstance(sessions, list):                                    # a 0-d one: a number
+            raise DataError(f"sessions is {sessions!r}, not a list of sessions",
+                            "pass a list of sessions, each a list of item ids, e.g. [[12, 55, 9]]")
     if isinstance(sessions, np.ndarray) and sessions.ndim == 1 and sessions.dtype != object:
         raise DataError("sessions is one flat array of item ids, not a list of sessions",
                         "pass a list of sessions, e.g. [[12, 55, 9]] (a 2-D array is taken row by row)")
@@ -604,8 +610,8 @@ def _unmarked_topk(path: Path) -> Optional[str]:
     another tool's top-K file has the same columns, so the two cannot be told apart."""
     import pyarrow.parquet as pq
     if pq.read_schema(path).names == ["session_id", "rank", "item", "score"]:
-        return ("has the top-K columns but not the mark `recommend` writes since session 41: an older seqpe's top-K "
-                "file, or another tool's, which seqpe does not replace")
+        return ("has the top-K columns but not the mark `recommend` writes into its files: another tool's top-K file, "
+                "or one seqpe wrote before it marked them (2026-11-29), which seqpe does not replace")
     return None
 
 

@@ -366,9 +366,10 @@ def compare(records: list[dict], rows: list[dict], baseline: Optional[str] = Non
                 if base in own and len(own) > 1:
                     for comp in significance.compare(own, base, labels):
                         results[(*key, comp["name"])] = comp
-        for row in rows:
+        for row in rows:                     # a model without its MODEL-ENCODING is said uncompared (41j #5)
             row["comparison"] = results.get((row["dataset"], row["protocol"], row["name"]))
-            row["no_baseline"] = None
+            base = config_name(models.get(row["name"], ""), baseline, None)
+            row["no_baseline"] = base if base not in configs.get((row["dataset"], row["protocol"]), {}) else None
         return rows
     for key, group in configs.items():
         base = baseline if baseline is not None and (baseline in group or not own_first) else next(iter(group))
@@ -390,7 +391,7 @@ def check_baseline(baseline: Optional[str], names: list[str]) -> None:
     if baseline is None or baseline in names:
         return
     import models.encodings as enc
-    if baseline in enc.ENCODINGS and any(n.split("-")[1:2] == [baseline] for n in names):
+    if baseline in enc.ENCODINGS and any(n.split("-")[1:] == [baseline] for n in names):   # an untagged MODEL-ENC
         return
     fix = unknown("configuration", baseline, names).fix
     own = sorted((n for n in names if n.startswith(f"{baseline}-")), key=lambda n: (not n.endswith("-none"), n))

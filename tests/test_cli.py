@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -490,6 +491,11 @@ def test_a_missing_prepared_folder_is_named_as_missing(tmp_path):
                           "Fix: run `seqpe download sample`, then `seqpe preprocess sample`, then `seqpe augment "
                           "sample` (or `dvc repro`)")                       # from the first missing (walk 41i #3)
     assert "or pass" not in proc.stderr
+    (tmp_path / "data" / "sessions" / "sample").mkdir(parents=True)       # sessions there, raw not: augment only
+    (tmp_path / "data" / "sessions" / "sample" / "manifest.json").write_text("{}")       # (walk 41j #7)
+    proc = seqpe("train", "sample", "--params", str(ROOT / "params.yaml"), cwd=tmp_path)
+    assert_one_line_error(proc, "Fix: run `seqpe augment sample` (or `dvc repro`)")
+    shutil.rmtree(tmp_path / "data")
     proc = seqpe("augment", "sample", str(tmp_path / "nope"), str(tmp_path / "out"), cwd=tmp_path)
     assert_one_line_error(proc, "sessions folder", "nope does not exist", "or pass data/sessions/sample")
     proc = seqpe("stats", "sample", cwd=tmp_path)

@@ -383,7 +383,7 @@ def test_a_users_file_is_never_replaced_by_a_report_metrics_or_top_k_file(prepar
     theirs = pl.DataFrame({"session_id": [1], "rank": [1], "item": [3], "score": [0.5]})
     theirs.write_parquet(tmp_path / "top.parquet")          # another tool's top-K file, the same four columns
     with pytest.raises(DataError, match="top.parquet exists and has the top-K columns but not the mark `recommend` "
-                                        "writes since session 41"):   # walk 41d #3, 41h #6
+                                        "writes into its files"):   # walk 41d #3, 41h #6
         recommend.check_out(tmp_path / "top.parquet")
     (tmp_path / "top.parquet").unlink()
     recommend.write_topk(theirs, tmp_path / "top.parquet")

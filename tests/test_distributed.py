@@ -26,8 +26,8 @@ pytestmark = pytest.mark.slow
 def params_file(tmp_path: Path, **train) -> Path:
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
     p["datasets"] = []
-    p["study"].update(seeds=[1], next_item={"datasets": [], "models": ["sasrec"], "encodings": ["lpe"], "baselines": [], "train": {}},
-                      ctr={"datasets": [], "models": [], "encodings": [], "baselines": [], "train": {}})
+    p["study"].update(seeds=[1], next_item={"datasets": [], "models": ["sasrec"], "encodings": ["lpe"], "baselines": [], "preset": None, "train": {}},
+                      ctr={"datasets": [], "models": [], "encodings": [], "baselines": [], "preset": None, "train": {}})
     p["train"].update({**dict(epochs=3, dim=16, layers=1, batch_size=32, max_len=8, threads=1, device="cpu",
                               select_metric="ndcg@5", dropout=0.1), **train})
     p["evaluate"]["ks"] = [1, 5]
@@ -42,8 +42,8 @@ def ctr_params_file(tmp_path: Path) -> Path:
     into uneven shares of trimmed batches."""
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
     p["datasets"] = []
-    p["study"].update(seeds=[1], next_item={"datasets": [], "models": [], "encodings": [], "baselines": [], "train": {}},
-                      ctr={"datasets": [], "models": ["din"], "encodings": ["cape"], "baselines": [], "train": {
+    p["study"].update(seeds=[1], next_item={"datasets": [], "models": [], "encodings": [], "baselines": [], "preset": None, "train": {}},
+                      ctr={"datasets": [], "models": ["din"], "encodings": ["cape"], "baselines": [], "preset": None, "train": {
                           "epochs": 2, "batch_size": 64, "max_len": 12, "lr": 0.005, "patience": 0}})
     p["train"].update(dim=16, threads=1, device="cpu")
     p["evaluate"]["batch_size"] = 37

@@ -237,7 +237,7 @@ def test_export_refuses_other_files_and_other_protocols(tmp_path):
     dump(tmp_path / "real" / "all_train_seq.txt", SEQS)
     dump(tmp_path / "real" / "test.txt", TEST)
     before = {p.name: p.read_bytes() for p in (tmp_path / "real").iterdir()}
-    with pytest.raises(DataError, match=r"real already holds files without the export.json `seqpe export` writes"):
+    with pytest.raises(DataError, match=r"real already holds files without the export.json record `seqpe export` writes"):
         formats.export_dataset(tmp_path / "s", tmp_path / "real")
     assert {p.name: p.read_bytes() for p in (tmp_path / "real").iterdir()} == before
     dump(tmp_path / "o" / "test.txt", TEST[:1])

@@ -97,7 +97,7 @@ def test_invalid_yaml_and_missing_required_file(tmp_path):
     with pytest.raises(ParamsError, match="not valid YAML at line 3 .could not find expected ':'"):
         load_params(write(tmp_path, "train:\n  lr: 0.1\n  epochs 5\n  dim: 4\n"))    # the line without ':', not the next
     for text in ("study:\n  seeds: [1, 2\n  x: 3\n", "study:\n  seeds: {a: 1\n  x: 3\n"):   # walk 41c #6: the line
-        with pytest.raises(ParamsError, match=r"not valid YAML at line 3 \(inside the . opened at line 2\)"):   # its opener
+        with pytest.raises(ParamsError, match=r"not valid YAML at line 3 \(the . opened at line 2 is not closed before it"):   # its opener
             load_params(write(tmp_path, text))
     with pytest.raises(ParamsError, match="not found"):
         load_params(tmp_path / "nope.yaml", required=True)

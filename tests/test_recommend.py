@@ -496,6 +496,10 @@ def test_the_python_api_refuses_what_it_cannot_read_in_one_line_naming_its_keywo
         model.recommend([[12, 55]], k=3).items.tolist()
     with pytest.raises(DataError, match="one flat list of item ids"):
         model.recommend(torch.tensor([12, 55]), k=3)
+    with pytest.raises(DataError, match="sessions is 5, not a list of sessions"):        # a 0-d tensor (41j #10)
+        model.recommend(torch.tensor(5), k=3)
+    assert model.recommend(pl.Series([[12, 55]]), k=3).items.tolist() == \
+        model.recommend([[12, 55]], k=3).items.tolist()                   # a Series of sessions (41j #8)
     assert model.recommend(iter([[12, 55]]), k=3).items.tolist() == model.recommend([[12, 55]], k=3).items.tolist()
     assert model.recommend(np.array([[12, 55]]), k=3).items.tolist() == model.recommend([[12, 55]], k=3).items.tolist()
     assert model.recommend([[12, 55]], k=3.0).items.shape == (1, 3)                 # an integral float is a count

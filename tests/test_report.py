@@ -673,3 +673,18 @@ def test_an_encoding_as_baseline_tests_each_model_against_its_own(tmp_path):
     from pipeline.figures import _is_reference
     names = [r["name"] for r in rows]
     assert [n for n in names if _is_reference(n, "none", names)] == ["bst-none", "dien-none"]
+
+
+def test_an_encoding_baseline_says_which_models_it_could_not_compare(tmp_path):
+    """Walk 41j #5: a model without MODEL-ENCODING runs was left uncompared without a word, and an encoding only a
+    tagged run has was accepted and compared nothing."""
+    for seed in (1, 2, 3):
+        write_run(tmp_path, "din", "none", seed, {"auc": 0.6 + 0.01 * seed})
+        write_run(tmp_path, "din", "cape", seed, {"auc": 0.62 + 0.01 * seed})
+        write_run(tmp_path, "bst", "cape", seed, {"auc": 0.61 + 0.01 * seed})
+        write_run(tmp_path, "dien", "rope", seed, {"auc": 0.6 + 0.01 * seed}, tag="long")
+    rows = {r["name"]: r for r in report.run([tmp_path], baseline="none")}
+    assert rows["bst-cape"]["comparison"] is None and rows["bst-cape"]["no_baseline"] == "bst-none"
+    assert rows["din-cape"]["comparison"]["baseline"] == "din-none" and rows["din-cape"]["no_baseline"] is None
+    with pytest.raises(ParamsError, match="baseline 'rope' is not a configuration"):
+        report.run([tmp_path], baseline="rope")

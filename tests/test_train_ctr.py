@@ -335,9 +335,23 @@ def test_a_grids_preset_trains_its_runs_as_the_preset_does(ctr_samples, tmp_path
     assert by_grid[4] != resolve_config("sample_ctr", manifest, p, "din", "none")[4]
     from pipeline.train.stage import grid_preset
     from models import MODELS
-    assert grid_preset(gp, "ctr", MODELS["din"]) == "paper"
-    assert grid_preset(gp, "ctr", MODELS["sasrec_ctr"]) == ("paper" if MODELS["sasrec_ctr"].presets and "paper" in
-                                                           MODELS["sasrec_ctr"].presets else None)
-    missing = dataclasses.replace(p, study=dataclasses.replace(grid, ctr=dataclasses.replace(grid.ctr, preset="x")))
-    assert grid_preset(missing, "ctr", MODELS["din"]) is None
-    assert "study.ctr.preset is x, and 'din' has no such preset" in capfd.readouterr().err
+    assert grid_preset(gp, "ctr", MODELS["din"], MODELS) == "paper"
+    # the grid's own train keys win over its preset, as --set keys over --preset (walk 41j #2)
+    short = dataclasses.replace(gp, study=dataclasses.replace(grid, ctr=dataclasses.replace(
+        grid.ctr, train={"epochs": 2, "max_len": 20})))
+    tp = resolve_config("sample_ctr", manifest, short, "din", "none")[4]
+    assert (tp.epochs, tp.max_len) == (2, 20) and tp.lr == by_flag[4].lr and tp.batch_size == by_flag[4].batch_size
+    # NAME_VARIANT names a preset too; a name no model of the grid has is an error, not a note (walk 41j #3)
+    variant = next(iter(MODELS["din"].presets["paper"].get("datasets") or {}), None)
+    if variant is not None:
+        named = dataclasses.replace(p, study=dataclasses.replace(grid, ctr=dataclasses.replace(
+            grid.ctr, preset=f"paper_{variant}")))
+        assert grid_preset(named, "ctr", MODELS["din"], MODELS) == f"paper_{variant}"
+    missing = dataclasses.replace(p, study=dataclasses.replace(grid, ctr=dataclasses.replace(grid.ctr, preset="papr")))
+    with pytest.raises(ParamsError, match="study.ctr.preset is 'papr', a preset no model of the ctr grid has"):
+        grid_preset(missing, "ctr", MODELS["din"], MODELS)
+    mixed = dataclasses.replace(gp, study=dataclasses.replace(grid, ctr=dataclasses.replace(
+        grid.ctr, models=["din", "sasrec_ctr"])))
+    if not (MODELS["sasrec_ctr"].presets or {}).get("paper"):
+        assert grid_preset(mixed, "ctr", MODELS["sasrec_ctr"], MODELS) is None
+        assert "study.ctr.preset is paper, and 'sasrec_ctr' has no such preset" in capfd.readouterr().err

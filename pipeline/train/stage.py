@@ -44,7 +44,10 @@ def resolve_config(dataset: str, manifest: dict, params: Params, model: Optional
     explicit = presets.explicit_train_keys(overrides)
     params = dataclasses.replace(params, train=params.train_for(kind, tuple(explicit)))   # study.<task>.train
     spec = setup.pick_model(model, kind, params, MODELS)
-    preset = preset if preset is not None else grid_preset(params, kind, spec)
+    if preset is None and (preset := grid_preset(params, kind, spec, MODELS)) is not None:
+        # study.<task>.train is the grid's own: its keys win over the grid's preset, as --set keys do over
+        # --preset (walk 41j #2: a preset silently undid the grid's epochs and max_len)
+        explicit = set(explicit) | set(getattr(params.study, kind).train)
     setup.check_option_names(params, MODELS)
     twin = _layout_twin(manifest) if kind == "ctr" else None
     res = presets.resolve(spec.presets, preset, spec.name, dataset, twin)
@@ -64,16 +67,25 @@ def resolve_config(dataset: str, manifest: dict, params: Params, model: Optional
     return kind, params, spec, enc_name, tp, applied, res
 
 
-def grid_preset(params: Params, kind: str, spec) -> Optional[str]:
+def grid_preset(params: Params, kind: str, spec, registry: dict) -> Optional[str]:
     """study.<task>.preset for a run given no --preset: dvc.yaml's train stages pass none, so 001's settings
-    (lr, batch size per CTR dataset) could not be the grid's (walk 41i #4). A model that has no such preset trains
-    with params.yaml's settings, said in a note."""
-    name = getattr(getattr(params.study, kind, None), "preset", None)
+    (lr, batch size per CTR dataset) could not be the grid's (walk 41i #4). A name (or NAME_VARIANT) no model of
+    the grid has is an error (a typo); a model without it trains with params.yaml's settings, said in a note."""
+    grid = getattr(params.study, kind, None)
+    name = getattr(grid, "preset", None)
     if not name:
         return None
-    known = set(spec.presets or {}) | {p.split("_", 1)[0] for p in (spec.presets or {})}
-    if name in known:
+
+    def has(model_spec) -> bool:
+        return bool(model_spec.presets) and (name in model_spec.presets or presets._forced(model_spec.presets, name)
+                                             is not None)
+    if has(spec):
         return name
+    grid_models = [registry[m] for m in (*grid.models, *grid.baselines) if m in registry]
+    if not any(has(s) for s in grid_models):
+        raise ParamsError(f"study.{kind}.preset is {name!r}, a preset no model of the {kind} grid has "
+                          f"({', '.join(m.name for m in grid_models) or 'none'})",
+                          "set it to one of theirs (`seqpe models` lists the presets), or null")
     if os.environ.get("RANK", "0") == "0":
         sys.stderr.write(f"note: study.{kind}.preset is {name}, and '{spec.name}' has no such preset: it trains "
                          "with params.yaml's settings\n")
