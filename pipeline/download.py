@@ -540,7 +540,7 @@ def _check_readable(dataset: str, folder: Path, given: str, itself: bool = False
                                      lambda _: Path(given).name, problem)  # the user's own file)
             problem = problem.replace(str(tmp), str(given))
             if Path(given).name.lower().endswith(".gz") and Path(given).is_file():   # recognised by content: text
-                problem = f"it is named .gz but is not gzip, so it was read as text ({problem})"   # (walk 41d #5)
+                problem = f"{problem} (it is named .gz but is not gzip, so it was read as text)"   # (walk 41d #5)
             raise DownloadError(f"{given} does not read as {dataset}'s {', '.join(p.name for p in files)}: "
                                 f"{problem}", _original(spec.source)) from None
 

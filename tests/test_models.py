@@ -326,7 +326,8 @@ def test_paper_presets_carry_the_papers_model_and_encoding_options():
     assert sas["ml_1m"]["dropout"] == 0.2 and sas["ml_1m"]["max_len"] == 200 and sas["ml_1m"]["encoding"] == "lrpe"
     carca = {(p, ds): resolve(MODELS["carca"].presets, p, "carca", ds).models["carca"]
              for p in ("paper", "study") for ds in ("carca_beauty", "carca_games")}
-    assert carca[("paper", "carca_beauty")] == {"residual": True, "l2_emb": 1e-4}           # CARCA's code
+    assert carca[("paper", "carca_beauty")] == {"residual": True, "l2_emb": 1e-4,           # CARCA's code, its
+                                                "scale_candidates": False}                   # unscaled candidates
     assert carca[("study", "carca_beauty")] == {"residual": True, "l2_emb": 0.0, "max_norm": 1e-4}   # 004's nmax
     assert carca[("study", "carca_games")]["max_norm"] == 0.0 == carca[("paper", "carca_games")]["l2_emb"]
     for name in ("parec", "fparec"):     # 003 Table 3's ML-1m row is Table 5's "fixed at 500" (walk 39b #2)
