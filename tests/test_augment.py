@@ -162,7 +162,7 @@ def test_yoochoose_fraction_samples_are_the_canonical_slice(tmp_path):
 def test_augment_before_preprocess(tmp_path):
     with pytest.raises(DataError) as err:
         augment.run("diginetica", tmp_path / "sess", tmp_path / "out", Params())
-    assert "Fix: run `seqpe preprocess diginetica` first" in str(err.value)
+    assert "Fix: run `seqpe download diginetica`, then `seqpe preprocess diginetica` (or `dvc repro`)" in str(err.value)
     assert not (tmp_path / "out").exists()
 
 

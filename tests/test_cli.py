@@ -249,7 +249,8 @@ def test_evaluate_outside_the_grid_says_so_and_takes_a_baseline(tmp_path):
     proc = seqpe("evaluate", "toyset", str(runs), str(tmp_path / "rep"), "--quiet")
     assert proc.returncode == 0 and proc.stderr == (
         "note: 'toyset' is in no study grid, so every configuration under the runs folder is reported (as with "
-        "--all), tested against pop-none (the first in sorted order; --baseline names another)\n"), proc.stderr
+        "--all), tested against pop-none (the first in sorted order; --baseline names another, or --baseline none "
+        "tests each model against its own MODEL-none)\n"), proc.stderr
     proc = seqpe("evaluate", "toyset", str(runs), str(tmp_path / "rep"), "--baseline", "sasrec")
     assert_one_line_error(proc, "baseline 'sasrec' is not a configuration of these runs. Fix: did you mean "
                                 "'sasrec-none'?")

@@ -250,7 +250,7 @@ def test_a_sessions_folder_re_made_with_as_many_items_is_refused(trained, tmp_pa
     remade = {**manifest, "source": {**manifest.get("source", {}), "generator": {"seed": 6}}}
     write_json(copy / "manifest.json", remade)                 # same dataset, same n_items, other data
     with pytest.raises(DataError, match=r"is not the sessions folder .* samples were made from .*re-made since.*"
-                                        r"Fix: pass the sessions folder the run was trained from with --sessions"):
+                                        r"Fix: pass the sessions folder the run was trained from \(--sessions; load_run's sessions_dir\)"):
         recommend.load_run(run, copy)
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items", "1",
                            "--sessions", str(copy)], cwd=root, capture_output=True, text=True,
