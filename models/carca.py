@@ -378,5 +378,7 @@ register_model(ModelSpec(name="carca", build=build, paper="Rashed, Elsayed & Sch
                          description="context- and attribute-aware self-attention + cross-attention scoring; "
                                      "any encoding",
                          presets=_PRESETS, side=True,
-                         ignores=("loss", "ce_impl", "negatives")),   # its own BCE, models.carca.negatives (walk 32a)
+                         # its own one-negative BCE, models.carca.negatives (walk 32a); train.loss bce, what it
+                         # computes, is accepted (bench_stability.sh sets it for SASRec and CARCA alike)
+                         ignores={"loss": "bce", "ce_impl": None, "negatives": None}),
                options=CARCAConfig)

@@ -141,6 +141,28 @@ def test_every_run_is_checked_before_the_first_trains(canonical, tmp_path, scrip
     assert not (out / "runs").exists() and not (out / "logs" / "check").exists()
 
 
+@pytest.mark.parametrize("model, profile", [("sasrec", "cpu"), ("sasrec", "gpu"), ("carca", "cpu"), ("carca", "gpu")])
+def test_every_profile_and_model_passes_its_own_check(canonical, tmp_path, model, profile):
+    """CARCA refused the train.loss=bce both profiles pass (its own BCE, counted as a key it ignores): the CPU
+    CARCA study stopped at its check and trained nothing. Each MODEL x PROFILE's runs must pass `seqpe train
+    --check`; training itself is cut off here (a shim), so the script ends in its 'nothing trained' failure."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    shim = tmp_path / "bin" / "seqpe"
+    shim.write_text(f"""#!/bin/bash
+[ "$1" = train ] || exec {SEQPE} "$@"
+for a; do [ "$a" = --check ] && exec {SEQPE} "$@"; done
+echo "error: not trained in this test. Fix: none" >&2; exit 1
+""")
+    shim.chmod(0o755)
+    out = tmp_path / "out"
+    proc = bench("bench_stability.sh", cwd=tmp_path, DATA=str(canonical), OUT=str(out), PROFILE=profile, MODEL=model,
+                 ENCODINGS="none rope", SEEDS="42", SEQPE=str(shim))
+    assert "would fail" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 1 and f"logs/{model}-rope.log: error: not trained in this test" in proc.stderr, \
+        proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("env, words", [({"SEEDS": ""}, "SEEDS is set but empty"),
                                         ({"SEEDS": "42 abc"}, "SEEDS takes whole numbers, got 'abc'"),
                                         ({"ENCODINGS": " "}, "ENCODINGS is set but empty"),

@@ -1909,6 +1909,22 @@ def test_the_value_a_model_runs_with_is_no_ignored_setting(tmp_path):
                   overrides=["train.bucket=5", "train.trim_padding=false"], progress=False, check=True)
 
 
+def test_carca_accepts_the_loss_it_computes_and_refuses_another(tmp_path):
+    """bench_stability.sh sets train.loss=bce for SASRec and CARCA alike (CARCA's own one-negative BCE): CARCA
+    refused it as a setting "that would be ignored" and the CPU CARCA study trained nothing. bce is accepted (and
+    recorded as null, like the unset key); ce, which CARCA never computes, is still refused."""
+    from pipeline.errors import ParamsError
+    samples = make_samples(tmp_path / "samples")
+    p = params("carca", "none", epochs=1, loss="bce")
+    [res] = stage.run("toyset", samples, tmp_path / "runs", p, model="carca", overrides=["train.loss=bce"],
+                      progress=False)
+    record = json.loads((tmp_path / "runs" / "carca-none" / "seed-1" / "run.json").read_text())
+    assert record["train"]["loss"] is None
+    with pytest.raises(ParamsError, match=r"train.loss is ce, and 'carca' does not read train.loss"):
+        stage.run("toyset", samples, tmp_path / "runs", params("carca", "none", epochs=1, loss="ce"), model="carca",
+                  overrides=["train.loss=ce"], progress=False, check=True)
+
+
 @pytest.mark.parametrize("model, said", [("stamp", "'stamp' does not read train.heads"),
                                          ("sasrec", "train.dim (64) must be divisible by train.heads (3), which "
                                                     "'sasrec' splits it into")])
