@@ -90,6 +90,7 @@ class RunModel:
     def __init__(self, run_dir: Path, net, record: dict, device, items: Optional["pl.DataFrame"] = None,
                  sessions_dir: Optional[Path] = None, cli: bool = False):
         self.run_dir, self.net, self.record, self.device = run_dir, net, record, device
+        self.cli = cli                      # called by `seqpe recommend` (else from Python)
         self.names = _NAMES[cli]            # options named as the caller sets them (`seqpe recommend`'s flags)
         self.sessions_dir = sessions_dir    # the checked sessions folder (raw ids, a leave-one-out one's users)
         self.n_items = int(record["n_items"])
@@ -230,14 +231,14 @@ class RunModel:
         folder = self.sessions_dir
         if folder is None:
             raise ParamsError(f"{self.names['user']} needs the dataset's sessions folder (its users.parquet maps raw "
-                              "user ids)", "pass --sessions data/sessions/DATASET" if self.names is _NAMES[True] else
+                              "user ids)", "pass --sessions data/sessions/DATASET" if self.cli else
                               "load the run with it: load_run(run, 'data/sessions/DATASET')")
         if isinstance(users, (str, bytes, int, np.integer)):       # one user: its characters were users (walk 41f #8)
             users = [users.decode() if isinstance(users, bytes) else users]
         manifest = read_manifest(folder)
         wanted = [str(u).strip() for u in users]
         if len(set(wanted)) != len(wanted):
-            raise ParamsError(f"a {'--user' if self.names is _NAMES[True] else 'user'} is given twice",
+            raise ParamsError(f"a {'--user' if self.cli else 'user'} is given twice",
                               "list each user once")
         own_ids = (manifest.get("protocol_info") or {}).get("session_ids") == "the file's user ids"
         if (folder / "users.parquet").is_file():
