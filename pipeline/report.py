@@ -568,9 +568,29 @@ def checkout_note(rows: list[dict]) -> Optional[str]:
             "seeds with one version.")
 
 
+def chance_note(rows: list[dict]) -> Optional[str]:
+    """The CTR rows whose test AUC is no better than a coin's: mean at or below 50, or 50 inside its 95% CI.
+    Walk 42c #2: DIN at 49.6 and 49.2 passed the constant-model stop (their logits varied a little) and the
+    comparison declared one significantly worse, with nothing saying that neither had learnt the labels."""
+    flat = []
+    for row in rows:
+        auc = row["metrics"].get("auc")
+        if auc is None or not (auc["mean"] <= 0.5 or (auc["ci95"] is not None and auc["mean"] - auc["ci95"] <= 0.5)):
+            continue
+        flat.append(f"{row['dataset']} {row['name']} (AUC {_cell(auc).split(' (sd')[0]})")
+    if not flat:
+        return None
+    return ("At chance: " + ", ".join(flat) + " rank the test pairs no better than a coin (AUC 50 at or above the "
+            "mean, or inside the 95% CI): such a model has not learnt the labels, and a test that tells two of them "
+            "apart says nothing about their settings. Train longer (or raise train.lr), or check that the data "
+            "carries a signal.")
+
+
 def row_notes(rows: list[dict]) -> list[str]:
-    """The notes under the summary: unfinished rows, rows of mixed code, datasets left uncompared."""
-    return [note for note in (unfinished_note(rows), checkout_note(rows), baseline_note(rows)) if note]
+    """The notes under the summary: unfinished rows, rows of mixed code, CTR rows at chance, datasets left
+    uncompared."""
+    return [note for note in (unfinished_note(rows), checkout_note(rows), chance_note(rows), baseline_note(rows))
+            if note]
 
 
 def to_markdown(rows: list[dict], left_out: list[dict] = ()) -> str:

@@ -123,6 +123,24 @@ def test_blank_lines_are_skipped_and_an_undated_last_row_is_named_by_its_line(tm
                    "Fix: use the unmodified original file")
 
 
+@pytest.mark.parametrize("streaming", ["false", "true"])
+def test_blank_lines_in_yoochoose_clicks_are_skipped(tmp_path, streaming):
+    """Walk 42d #1: one empty line at the end of yoochoose-clicks.dat (LF or CRLF), or one in the middle, was
+    refused as "rows with an empty session or item id"; SR-GNN's csv.DictReader skips it, as read_diginetica does."""
+    rows = [f"{s},2014-04-0{1 + s % 5}T10:0{k}:00.000Z,{200 + (s + k) % 6},0\n" for s in range(1, 40) for k in range(3)]
+    (tmp_path / "clean.dat").write_text("".join(rows))
+    (tmp_path / "blank.dat").write_text("".join(rows[:7] + ["\n"] + rows[7:] + ["\n"]))
+    (tmp_path / "crlf.dat").write_bytes("".join(rows).replace("\n", "\r\n").encode() + b"\r\n")
+    files = lambda root: {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.parquet"))}  # noqa
+    for name in ("clean", "blank", "crlf"):
+        assert seqpe("download", "yoochoose", f"raw-{name}", "--from", f"{name}.dat", cwd=tmp_path).returncode == 0
+        proc = seqpe("preprocess", "yoochoose", f"raw-{name}", f"s-{name}", "--set",
+                     f"preprocess.streaming={streaming}", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    assert files(tmp_path / "s-clean")
+    assert files(tmp_path / "s-blank") == files(tmp_path / "s-clean") == files(tmp_path / "s-crlf")
+
+
 def test_a_ctr_history_of_items_and_categories_of_other_lengths_is_refused_at_import(tmp_path):
     """A row missing its cate_history (or with fewer categories than items) was imported, and `seqpe train` then
     refused the samples with a fix to preprocess again, which gives the same rows."""

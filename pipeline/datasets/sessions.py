@@ -138,6 +138,9 @@ def read_yoochoose(raw_dir: Path) -> pl.LazyFrame:
     schema = {"session_id": pl.Int64, "timestamp": pl.String, "item_id": pl.Int64, "category": pl.String}
     lf = pl.scan_csv(path, separator=",", has_header=False, skip_rows=skip, new_columns=list(schema),
                      schema_overrides=schema, row_index_name="row", row_index_offset=skip, quote_char=None)
+    # a blank line (one at the end of the file too) is a row of nulls: skipped, as SR-GNN's csv.DictReader skips
+    # it and read_diginetica does (walk 42d #1: refused as "rows with an empty session or item id")
+    lf = lf.filter(~pl.all_horizontal(pl.col(*schema).is_null()))
     return lf.select("session_id", "item_id", "row", pl.col("row").cast(pl.Int64).alias("time"),
                      pl.col("timestamp").alias("stamp"))
 

@@ -275,6 +275,13 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
     best = next(h for h in history if h["epoch"] == loop["best_epoch"])
     prog.done(f"{loop['epoch']} epoch(s), best epoch {loop['best_epoch']} (valid {select} "
               f"{best['valid'][select]:.4f}), stopped by {stopped}, {spent:.1f} s")
+    start = loop.get("start_loss")
+    if dist.main and start is not None and math.isfinite(start) and best["loss"] >= start:
+        # walk 42c #2: lr 1 took SASRec's loss from 4.17 to 14.9, under the divergence stop, and its HR@10 was
+        # reported without a word
+        sys.stderr.write(f"note: {label}: the training loss at the best epoch ({best['loss']:.4g}, epoch "
+                         f"{loop['best_epoch']}) is not below the untrained model's ({start:.4g}): it did not learn "
+                         "its own objective, so read its metrics with care (lower train.lr, or train longer)\n")
     net.load_state_dict(loop["best_state"])
     return loop["best_epoch"], stopped, resumed
 

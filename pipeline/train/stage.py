@@ -169,6 +169,11 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     stale = stale_samples(samples_dir, manifest)
     if stale and os.environ.get("RANK", "0") == "0":
         sys.stderr.write(f"note: {stale}; this run trains on the samples as they are\n")
+    if tp.encoding == "alibi" and tp.heads == 1 and tp.max_len and os.environ.get("RANK", "0") == "0":
+        # walk 42c #1: every test metric equal to `none`'s over 3 seeds, and nothing said why
+        sys.stderr.write(f"note: alibi with one head has Press et al.'s slope 2^-8 (2^(-8h/H)): a logit moves by at "
+                         f"most {(tp.max_len - 1) / 256:.2g} at max_len {tp.max_len}, so the model may differ little "
+                         f"from `none`; with train.heads 8 the slopes are 2^-1 .. 2^-8\n")
     n_items = manifest.get("n_items")
     if tp.loss == "sampled" and isinstance(n_items, int) and tp.negatives >= n_items \
             and os.environ.get("RANK", "0") == "0":     # 100,000 draws from 479 items trained 16x slower (walk 33a)
