@@ -141,6 +141,38 @@ def test_blank_lines_in_yoochoose_clicks_are_skipped(tmp_path, streaming):
     assert files(tmp_path / "s-blank") == files(tmp_path / "s-clean") == files(tmp_path / "s-crlf")
 
 
+DEEP = 3000          # rows before the bad one: past the 64 KiB `download` reads, as on the real files
+
+
+@pytest.mark.parametrize("dataset, bad, said, streaming", [
+    ("diginetica", "sessionId;userId;itemId;timeframe;eventdate", "repeats the header line ('sessionId;userId;", "true"),
+    ("diginetica", "7;NA;1x;3;2016-01-02", "itemId '1x' is not an integer", "false"),
+    ("diginetica", "7;NA;12;3;05/01/2016", "eventdate '05/01/2016' is not a date YYYY-MM-DD", "false"),
+    ("diginetica", "7;NA;12;3;2016-01-02;extra", "has 6 ';'-separated fields, expected 5", "false"),
+    ("yoochoose", "7,2014-04-05 18:01:32.938Z,12,0", "Timestamp '2014-04-05 18:01:32.938Z' is not an ISO-8601 time",
+     "false"),
+    ("yoochoose", "7,2014-04-05 18:01:32.938Z,12,0", "Timestamp '2014-04-05 18:01:32.938Z' is not an ISO-8601 time",
+     "true"),
+])
+def test_a_row_that_does_not_parse_is_named_by_its_line(tmp_path, dataset, bad, said, streaming):
+    """Walk 42d #2: a repeated header, a non-integer id, a date in another format, an extra field deep in the
+    file (past what `download` reads) or a session's last timestamp in another format gave Polars' words, which
+    name a column but no line: on a file of millions of lines the user could not find the row."""
+    if dataset == "diginetica":
+        head, name = "sessionId;userId;itemId;timeframe;eventdate\n", "train-item-views.csv"
+        rows = [f"{1 + i // 3};NA;{10 + i % 9};{i % 3};2016-01-{1 + i % 20:02d}\n" for i in range(DEEP)]
+    else:
+        head, name = "", "yoochoose-clicks.dat"
+        rows = [f"{1 + i // 3},2014-04-0{1 + i % 5}T10:00:0{i % 3}.000Z,{200 + i % 6},0\n" for i in range(DEEP)]
+    (tmp_path / name).write_text(head + "".join(rows) + bad + "\n" + rows[0].replace("1", "9999", 1))
+    assert seqpe("download", dataset, "raw", "--from", name, cwd=tmp_path).returncode == 0
+    line = len(head.splitlines()) + DEEP + 1
+    proc = seqpe("preprocess", dataset, "raw", "sessions", "--set", f"preprocess.streaming={streaming}",
+                 cwd=tmp_path)
+    one_line_error(proc, f"could not read {dataset} raw data in raw: {name} line {line:,}", said)
+    assert not (tmp_path / "sessions").exists()
+
+
 def test_a_ctr_history_of_items_and_categories_of_other_lengths_is_refused_at_import(tmp_path):
     """A row missing its cate_history (or with fewer categories than items) was imported, and `seqpe train` then
     refused the samples with a fix to preprocess again, which gives the same rows."""

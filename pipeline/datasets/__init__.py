@@ -49,6 +49,9 @@ class DatasetSpec:
     # builds its ProtocolResult itself: build(spec, raw_dir, params) -> ProtocolResult, following `protocol`'s
     # output contract (splits, augment modes); None = the protocol module builds it from `reader`.
     build: Optional[Callable] = None
+    # locate(raw_dir) -> the first line of the raw file that does not parse, said in words, or None: called once a
+    # read has failed, so that the error names the line (Polars' names only a column)
+    locate: Optional[Callable] = None
 
 
 DATASETS: dict[str, DatasetSpec] = {}

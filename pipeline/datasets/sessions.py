@@ -145,6 +145,74 @@ def read_yoochoose(raw_dir: Path) -> pl.LazyFrame:
                      pl.col("timestamp").alias("stamp"))
 
 
+_INT = re.compile(r"\s*[+-]?\d+\s*")
+
+
+def first_bad_line(path: Path, sep: str, names: tuple[str, ...], ints: tuple[int, ...], headers=(),
+                   date: int | None = None, stamp: int | None = None) -> str | None:
+    """Where a file Polars could not parse goes wrong: its first line with more fields than `names`, a
+    repeated header (`headers`), a non-integer in an `ints` column, a `date` column that is no YYYY-MM-DD date,
+    or a `stamp` (ISO-8601) that is no time on a row that ends a run of one session (the only stamps the
+    protocol reads); None when no line shows one. Polars' own message names a column but no line, and on a
+    33M-line file that leaves the user nowhere (walk 42d #2). Read line by line in Python: this runs only once a
+    read has failed, and stops at the first bad line (Yoochoose's 33M lines: about a minute at worst)."""
+    import datetime as dt
+    lowered = {tuple(n.lower().replace("_", "") for n in h) for h in headers}
+    previous = None                           # (session id text, stamp text, line number) of the last row
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        for n, line in enumerate(f, start=1):
+            text = line.rstrip("\r\n").lstrip("\ufeff") if n == 1 else line.rstrip("\r\n")
+            if not text.strip():
+                continue
+            fields = text.split(sep)
+            if tuple(c.strip().lower().replace("_", "") for c in fields) in lowered:
+                if n > 1:
+                    return f"{path.name} line {n:,} repeats the header line ('{_shown(text)}')"
+                continue
+            if len(fields) > len(names):
+                return (f"{path.name} line {n:,} has {len(fields)} '{sep}'-separated fields, expected {len(names)} "
+                        f"({sep.join(names)}): '{_shown(text)}'")
+            for i in ints:
+                if i < len(fields) and fields[i].strip() and not _INT.fullmatch(fields[i]):
+                    return f"{path.name} line {n:,}: {names[i]} '{_shown(fields[i])}' is not an integer"
+            if date is not None and date < len(fields) and fields[date].strip():
+                try:
+                    dt.date.fromisoformat(fields[date].strip())
+                except ValueError:
+                    return f"{path.name} line {n:,}: {names[date]} '{_shown(fields[date])}' is not a date YYYY-MM-DD"
+            if stamp is not None and fields[0] and len(fields) > stamp:
+                if previous is not None and previous[0] != fields[0].strip():
+                    bad = _bad_stamp(previous[1])
+                    if bad:
+                        return bad.format(where=f"{path.name} line {previous[2]:,}", name=names[stamp])
+                previous = (fields[0].strip(), fields[stamp], n)
+    if previous is not None and _bad_stamp(previous[1]):
+        return _bad_stamp(previous[1]).format(where=f"{path.name} line {previous[2]:,}", name=names[stamp])
+    return None
+
+
+def _bad_stamp(text: str) -> str | None:
+    """A `{where}` / `{name}` message when `text` is no ISO-8601 time as the protocol reads it (its first 19
+    characters, %Y-%m-%dT%H:%M:%S), else None."""
+    import datetime as dt
+    try:
+        dt.datetime.strptime(text.strip()[:19], "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return "{where}: {name} '" + _shown(text).replace("{", "{{").replace("}", "}}") + \
+            "' is not an ISO-8601 time like 2014-04-07T10:51:09.277Z (it ends its session)"
+    return None
+
+
+def locate_diginetica(raw_dir: Path) -> str | None:
+    return first_bad_line(find_file(raw_dir, DIGINETICA_FILE), ";", DIGINETICA_HEADERS[0], ints=(0, 2, 3),
+                          headers=DIGINETICA_HEADERS, date=4)
+
+
+def locate_yoochoose(raw_dir: Path) -> str | None:
+    return first_bad_line(find_file(raw_dir, YOOCHOOSE_FILE), ",", ("SessionId", "Timestamp", "ItemId", "Category"),
+                          ints=(0, 2), headers=(("SessionId", "Timestamp", "ItemId", "Category"),), stamp=1)
+
+
 # --------------------------------------------------------------------------- sources
 
 DIGINETICA = SourceSpec(
@@ -178,7 +246,7 @@ _DIGI_OPTIONS = {"split_days": 7, "sort_by_time": True, "stamp": "day"}
 _YOO_OPTIONS = {"split_days": 1, "sort_by_time": False, "stamp": "iso"}
 
 register(DatasetSpec(
-    name="diginetica", source=DIGINETICA, protocol="srgnn", reader=read_diginetica,
+    name="diginetica", source=DIGINETICA, protocol="srgnn", reader=read_diginetica, locate=locate_diginetica,
     description="CIKM Cup 2016 Diginetica item views, SR-GNN protocol (7-day test split)",
     options=dict(_DIGI_OPTIONS), paper_size="1,235,380 clicks, 310,324 sessions, 122,993 items",
 ))
@@ -187,7 +255,7 @@ for _name, _fraction, _size in (("yoochoose_1_64", 64, "1/64 of train: 369,859 t
                                 ("yoochoose_1_4", 4, "1/4 of train samples"),
                                 ("yoochoose", 1, "33,003,944 clicks, 9,249,729 sessions, 52,739 items")):
     register(DatasetSpec(
-        name=_name, source=YOOCHOOSE, protocol="srgnn", reader=read_yoochoose,
+        name=_name, source=YOOCHOOSE, protocol="srgnn", reader=read_yoochoose, locate=locate_yoochoose,
         description=(f"RecSys Challenge 2015 Yoochoose clicks, SR-GNN protocol (1-day test split)"
                      + (f", most recent 1/{_fraction} of the train samples" if _fraction > 1 else "")),
         options=dict(_YOO_OPTIONS, fraction=_fraction), paper_size=_size,
@@ -202,7 +270,7 @@ def _sample_source() -> SourceSpec:
 
 
 register(DatasetSpec(
-    name="sample", source=_sample_source(), protocol="srgnn", reader=read_diginetica,
+    name="sample", source=_sample_source(), protocol="srgnn", reader=read_diginetica, locate=locate_diginetica,
     description="embedded synthetic click log in the exact Diginetica raw format (seeded)",
     options=dict(_DIGI_OPTIONS), paper_size="~4,000 sessions (preprocess.sample)",
 ))

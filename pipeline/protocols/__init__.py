@@ -14,7 +14,7 @@ import contextlib
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import polars as pl
 
@@ -87,9 +87,10 @@ def build_protocol(spec, raw_dir: Path, params, scratch: Path | None = None) -> 
 
 
 @contextlib.contextmanager
-def reading(what: str):
+def reading(what: str, locate: Optional[Callable[[], Optional[str]]] = None):
     """Turn a Polars parse or schema error raised inside the block into a one-line `DataError`
-    about `what` (e.g. the raw file)."""
+    about `what` (e.g. the raw file); `locate()`, when given, names the file's first bad line in its place
+    (DatasetSpec.locate), or None to keep Polars' words."""
     from ..errors import DataError
     try:
         yield
@@ -100,15 +101,20 @@ def reading(what: str):
             raise
         from ..errors import polars_said
         first = polars_said(str(e)) if str(e).strip() else type(e).__name__
-        raise DataError(f"could not read {what}: {first}",
+        try:
+            where = locate() if locate is not None else None
+        except (OSError, DataError):        # the file went away meanwhile: Polars' words are all there is
+            where = None
+        raise DataError(f"could not read {what}: {where or first}",
                         "check that the raw file is the unmodified original (ids must be integers, "
                         "dates YYYY-MM-DD / ISO-8601)") from None
 
 
-def collect(lf: pl.LazyFrame | list[pl.LazyFrame], what: str):
+def collect(lf: pl.LazyFrame | list[pl.LazyFrame], what: str, locate: Optional[Callable[[], Optional[str]]] = None):
     """Collect one LazyFrame (or several at once, sharing their common sub-plans), turning a
-    Polars parse or schema error into a one-line `DataError` about `what` (e.g. the raw file)."""
-    with reading(what):
+    Polars parse or schema error into a one-line `DataError` about `what` (e.g. the raw file; `locate`: as
+    `reading`'s)."""
+    with reading(what, locate):
         if isinstance(lf, list):
             return pl.collect_all(lf)
         return lf.collect()

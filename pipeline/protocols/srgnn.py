@@ -118,9 +118,10 @@ def read_sessions(spec, raw_dir: Path) -> pl.DataFrame:
     the last row in file order, seconds, UTC), date Date.
     """
     what = f"{spec.name} raw data in {raw_dir}"
+    locate = (lambda: spec.locate(raw_dir)) if getattr(spec, "locate", None) else None  # noqa: E731
     sort = bool(spec.options.get("sort_by_time"))
     cols = ["session_id", "item_id", "row", *(["time"] if sort else [])]
-    clicks = collect(spec.reader(raw_dir).select(*cols, "stamp"), what)
+    clicks = collect(spec.reader(raw_dir).select(*cols, "stamp"), what, locate)
     # keep the stamps of the rows that end a run of equal session ids (a session's last row in
     # file order always does): 9M of Yoochoose's 33M timestamp strings
     run_end = (pl.col("session_id") != pl.col("session_id").shift(-1)).fill_null(True)
@@ -154,7 +155,8 @@ def read_sessions(spec, raw_dir: Path) -> pl.DataFrame:
     else:
         last = ends.select(pl.col("stamp").gather(ends.get_column("row").search_sorted(last_row)))
     del ends
-    date_s = collect(last.lazy().select(STAMP_SECONDS[spec.options["stamp"]](pl.col("stamp"))), what).to_series()
+    date_s = collect(last.lazy().select(STAMP_SECONDS[spec.options["stamp"]](pl.col("stamp"))), what,
+                     locate).to_series()
     sessions = sessions.with_columns(
         date_s.alias("date_s"), (date_s // 86_400).cast(pl.Int32).cast(pl.Date).alias("date"))
     if sessions.height == 0:
