@@ -1171,12 +1171,15 @@ def _main(quiet_after: tuple = ()) -> None:
         import signal
         term = isinstance(e, Interrupted) and Interrupted.signum == signal.SIGTERM
         code = 128 + signal.SIGTERM if term else 130
-        what = "terminated (SIGTERM)" if term else "interrupted"
+        joined = getattr(sys.modules.get(f"{__package__}.train.distributed"), "JOINED", False)
+        # under torchrun a SIGTERM is the launcher's, passing on a stop, or stopping the job after one of its
+        # processes ended without a word (a kill -9, the kernel's OOM killer; walk 42b #2 read it as the user's)
+        what = ("terminated (SIGTERM from torchrun: the job was stopped, or one of its processes ended)" if term and
+                joined and os.environ.get("TORCHELASTIC_RUN_ID") else "terminated (SIGTERM)" if term else "interrupted")
         note = _interrupted_note(sys.argv[1:])
         # torchrun: every process got the signal; rank 0 of the group says it once. Processes that never joined one
         # (signalled while starting; a rank started by hand whose master never came was silent, walk 38a D4): the
         # first of this machine's
-        joined = getattr(sys.modules.get(f"{__package__}.train.distributed"), "JOINED", False)
         if _another_said():                    # another process's error stopped the job, and torchrun's SIGTERM
             sys.exit(code)                     # to this one is no user's (walk 40g #3), rank 0 too (walk 41a #9)
         if not (os.environ.get("RANK", "0") == "0" if joined else _first_to_say(f"{what}: {note}")):

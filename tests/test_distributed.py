@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -192,6 +193,49 @@ def test_nodes_started_with_other_settings_are_refused_not_left_to_hang(samples,
     assert not (tmp_path / "a" / "runs").exists() and not (tmp_path / "b" / "runs").exists()
 
 
+def test_nodes_of_other_core_counts_resume_from_rank_0s_state(samples, tmp_path):
+    """Walk 42b #1: train.threads 0 resolves to each node's cores, which were part of each rank's fingerprint: after a
+    stop, the rank-0 node went on from its resume file and the other started afresh (no file under its own
+    fingerprint), DDP averaged the gradients of two models, and the ranks fell out of step and hung. Now rank 0's
+    inputs name the run on every rank and rank 0 hands its resume state to the others. Two nodes on this host, a
+    fixed node rank each (static rendezvous), OMP_NUM_THREADS 1 and 2, one state root."""
+    import socket
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+
+    def launch(params, runs: Path) -> list[str]:
+        procs = []
+        for rank, threads in ((0, "1"), (1, "2")):
+            (tmp_path / f"node{rank}").mkdir(exist_ok=True)
+            cmd, env = torchrun_command(["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "static",
+                                         "--master_addr", "127.0.0.1", "--master_port", str(port), "--node_rank",
+                                         str(rank)],
+                                        ["train", "toyset", str(samples), str(runs), "--params", str(params),
+                                         "--set", "train.threads=0", "--quiet"], tmp_path / "state")
+            env["OMP_NUM_THREADS"] = threads
+            procs.append(subprocess.Popen(cmd, cwd=tmp_path / f"node{rank}", env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, start_new_session=True))
+        errs = []
+        for proc in procs:
+            try:
+                errs.append(proc.communicate(timeout=240)[1])
+            except subprocess.TimeoutExpired:
+                for other in procs:                      # the launchers and their workers
+                    os.killpg(other.pid, signal.SIGKILL)
+                pytest.fail("the nodes hung")
+            assert proc.returncode == 0, errs[-1][-3000:]
+        return errs
+
+    launch(params_file(tmp_path, time_limit=1e-9), tmp_path / "runs")       # stops after epoch 1: a resume file
+    rel = Path("sasrec-lpe/seed-1")
+    assert json.loads((tmp_path / "runs" / rel / "run.json").read_text())["epochs_run"] == 1
+    launch(params_file(tmp_path), tmp_path / "runs")
+    record = json.loads((tmp_path / "runs" / rel / "run.json").read_text())
+    timing = json.loads((tmp_path / "runs" / rel / "timing.json").read_text())
+    assert (record["epochs_run"], timing["resumed_from_epoch"], record["train"]["threads"]) == (3, 1, 1)
+
+
 def test_a_lost_peer_is_named_in_one_line():
     """Walk 40g #1: the surviving rank of a job whose other rank was killed printed gloo's 40-line traceback."""
     from pipeline.train import distributed
@@ -285,7 +329,8 @@ def test_check_under_torchrun_says_ok_once_and_refuses_fewer_batches_than_proces
                                                         "1 vs 3; processes (torchrun): 1 vs 2)") == 1, noted.stderr[-3000:]
 
 
-@pytest.mark.parametrize("signame, said", [("SIGINT", "interrupted"), ("SIGTERM", "terminated (SIGTERM)")])
+@pytest.mark.parametrize("signame, said", [("SIGINT", "interrupted"), (
+    "SIGTERM", "terminated (SIGTERM from torchrun: the job was stopped, or one of its processes ended)")])
 def test_ctrl_c_stops_every_process_at_once_with_one_line(samples, tmp_path, signame, said):
     """SIGINT to torchrun's process group (what Ctrl-C sends): the workers used to wait in the teardown barrier
     until torchrun killed them 30 s later; now each leaves the group at once and rank 0 says what was kept.

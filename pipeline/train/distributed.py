@@ -1,8 +1,9 @@
 """Training on several processes through torch's own engine: torchrun + DistributedDataParallel.
 
     torchrun --nproc_per_node 4 -m pipeline.cli train diginetica --model sasrec --encoding lpe
-    torchrun --nnodes 2 --node_rank R --rdzv_backend c10d --rdzv_endpoint HOST:29400 \\
-             --nproc_per_node 4 -m pipeline.cli train ...           (multi-node: one command per node)
+    torchrun --nnodes 2 --rdzv_backend c10d --rdzv_endpoint HOST:29400 --rdzv_id JOB \\
+             --nproc_per_node 4 -m pipeline.cli train ...           (multi-node: the same command on each node;
+                                                                      c10d picks the node ranks)
 
 torchrun sets WORLD_SIZE / RANK / LOCAL_RANK; `setup` then joins the process group (NCCL on CUDA,
 gloo on CPU) and gives each rank its device (cuda:LOCAL_RANK). In one process every function here

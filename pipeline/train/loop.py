@@ -180,13 +180,16 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
             "start_loss": None}
     resumed = 0
     LAST_SAVED.clear()                                  # this seed's own, from its resume file or its epochs
-    saved = _load_resume(resume_path, label if dist.main else None)
+    # rank 0 reads the resume file and hands it to every rank: each reading its own went on from epoch 1 on the node
+    # that had the file and from scratch on one that had none (a node-local SEQPE_STATE), and DDP then averaged the
+    # gradients of two models until the ranks fell out of step and hung (walk 42b #1)
+    saved = dist.broadcast_object(_load_resume(resume_path, label) if dist.main else None)
     if saved is not None:
         try:
             _restore(saved, net, opt, sched, generator, dist, tp, select, inputs)
         except ValueError as e:          # a file torch reads that is not this run's state (walk 39c #2): it was a
-            resume_path.unlink(missing_ok=True)            # traceback at every rerun, or "epoch 7 of 2"
-            if dist.main:
+            if dist.main:                                  # traceback at every rerun, or "epoch 7 of 2"
+                resume_path.unlink(missing_ok=True)
                 sys.stderr.write(f"note: {label}: its resume file {resume_path} does not fit this run ({e}) and is "
                                  "deleted; the seed starts afresh from epoch 1\n")
             saved = None

@@ -549,7 +549,9 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
         _note_siblings(run_dirs, _settings(tp, params, spec, task, applied, dist.world, manifest))
     results, records, fps = [], [], []
     for seed in seeds:
-        key = runs.fingerprint_inputs(tp, params, manifest, seed, world=dist.world)
+        # rank 0's inputs name the run on every rank: a machine key (train.threads 0 on nodes of other core counts)
+        # gave each rank its own fingerprint, resume file and lock (walk 42b #1)
+        key = dist.broadcast_object(runs.fingerprint_inputs(tp, params, manifest, seed, world=dist.world))
         fp = runs.hash_inputs(key)
         fps.append(fp)
         label = f"{dataset} {config} seed {seed}"
