@@ -41,8 +41,11 @@
 # din dien bst dmin sasrec_ctr), ENCODINGS (default none lpe rope cope cape; table 3: lpe rope cape),
 # BLOCKS (table 3, default 2 8 12 16), SET (more --set KEY=VALUE for every train, space-separated; they
 # win over the preset), GEN_SET (--set for generating/preparing the generated data).
-# Every variable and input is checked before anything is written; a bad one stops the script with one
-# line (exit 2).
+# Every variable and input is checked before anything is written, and every run with `seqpe train --check`
+# once the data is prepared, before the first trains; a bad one stops the script with one line (exit 2).
+# Each run's log (OUT/logs/DATASET_MODEL_ENCODING[_TAG].log) gains a section per call; a run that fails is
+# listed at the end with its error, and the script exits 1 (walk 42a #4: a misspelt encoding failed in its
+# log only, and the script printed its report and exited 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd -P)
@@ -52,14 +55,25 @@ PY=$(dirname "$SEQPE")/python
 TABLE=${TABLE:-2}
 GENERATED=${GENERATED:-}
 OUT=${OUT:-/tmp/cape}
-SEEDS=${SEEDS:-1 2 3 4 5}
 SET=${SET:-}
+# shellcheck source=bench/queue.sh
+. "$REPO/bench/queue.sh"
 case $TABLE in 2|3) ;; *) die "TABLE must be 2 or 3, got '$TABLE'" ;; esac
 case $GENERATED in
   ""|0) GENERATED= ;;
   1) ;;
   *) die "GENERATED must be 1 (generated data) or empty / 0 (DATA's real files), got '$GENERATED'" ;;
 esac
+words SEEDS "1 2 3 4 5"; ints SEEDS
+if [ "$TABLE" = 2 ]; then
+  words MODELS "din dien bst dmin sasrec_ctr"
+  words ENCODINGS "none lpe rope cope cape"
+  if [ -n "$GENERATED" ]; then words DATASETS "sample_ctr sample_kuai"; else words DATASETS "amazon_electronics kuaivideo"; fi
+else
+  words ENCODINGS "lpe rope cape"
+  words BLOCKS "2 8 12 16"; ints BLOCKS
+fi
+for kv in $SET; do [[ $kv == *=* ]] || die "SET takes KEY=VALUE words, got '$kv'"; done
 [ -n "$GENERATED" ] || [ -n "${DATA:-}" ] || die "set DATA to the folder of the real files (see the header), or GENERATED=1"
 [ -x "$SEQPE" ] && [ -x "$PY" ] || die "no seqpe and python at $(dirname "$SEQPE"): create the repo's .venv (README) or set SEQPE"
 # OUT: absent or this script's (its .bench_cape mark): runs are added to a folder only this script made
@@ -73,7 +87,7 @@ need() {
   die "no $1 for $ds: set DATA to the folder holding it (see the header), or GENERATED=1"
 }
 if [ -z "$GENERATED" ] && [ "$TABLE" = 2 ]; then
-  for ds in ${DATASETS:-amazon_electronics kuaivideo}; do
+  for ds in $DATASETS; do
     case $ds in
       amazon_electronics) need "$ds" "$DATA/AmazonElectronics_x1.zip" ;;
       kuaivideo) need "$ds" "$DATA/KuaiVideo_x1.zip" "$DATA/KuaiVideo_x1" ;;
@@ -99,27 +113,28 @@ prepare() {
   "$SEQPE" augment "$ds" "$OUT/sessions/$ds" "$OUT/samples/$ds" "$@" --quiet
 }
 
-# train DATASET MODEL ENCODING [seqpe args...]: every seed in one process, timed, logged; a failure
-# is logged and the grid goes on
-train() {
+# args DATASET MODEL ENCODING [seqpe args...]: one run's `seqpe train` arguments (every seed in one process)
+args() {
   local ds=$1 model=$2 enc=$3; shift 3
-  local log="$OUT/logs/${ds}_${model}_${enc}${TAG:+_$TAG}.log" rc=0
+  run=("$ds" "$OUT/samples/$ds" "$OUT/runs/$ds" --model "$model" --encoding "$enc" "${seed_args[@]}" "$@"
+       ${TRAIN_SET[@]+"${TRAIN_SET[@]}"} --quiet)
+}
+
+# train DATASET MODEL ENCODING [seqpe args...]: the run, timed, its section appended to its log; a failure is
+# listed at the end (queue.sh) and the grid goes on
+train() {
+  local ds=$1 model=$2 enc=$3 rc=0
+  args "$@"
   echo "$(date -u +%FT%TZ) start $ds $model $enc ${TAG:-}" >> "$OUT/logs/queue.log"
-  /usr/bin/time -f "wall %e s, cpu %U+%S s, maxrss %M KB" "$SEQPE" train "$ds" "$OUT/samples/$ds" \
-      "$OUT/runs/$ds" --model "$model" --encoding "$enc" "${seed_args[@]}" "$@" "${TRAIN_SET[@]}" --quiet \
-      > "$log" 2>&1 || rc=$?
-  echo "$(date -u +%FT%TZ) end $ds $model $enc ${TAG:-} rc=$rc $(tail -n 1 "$log")" >> "$OUT/logs/queue.log"
+  run_logged "$OUT/logs/${ds}_${model}_${enc}${TAG:+_$TAG}.log" "${run[@]}" || rc=$?
+  echo "$(date -u +%FT%TZ) end $ds $model $enc ${TAG:-} rc=$rc" >> "$OUT/logs/queue.log"
 }
 
 if [ "$TABLE" = 2 ]; then
-  MODELS=${MODELS:-din dien bst dmin sasrec_ctr}
-  ENCODINGS=${ENCODINGS:-none lpe rope cope cape}
   if [ -n "$GENERATED" ]; then
-    DATASETS=${DATASETS:-sample_ctr sample_kuai}
     mapfile -t GEN < <(sets "${GEN_SET:-preprocess.sample_ctr.users=3000}")
     for ds in $DATASETS; do prepare "$ds" "" "${GEN[@]}"; done
   else
-    DATASETS=${DATASETS:-amazon_electronics kuaivideo}
     for ds in $DATASETS; do
       case $ds in
         amazon_electronics) prepare "$ds" "$DATA/AmazonElectronics_x1.zip" ;;
@@ -129,6 +144,12 @@ if [ "$TABLE" = 2 ]; then
       esac
     done
   fi
+  for ds in $DATASETS; do
+    for model in $MODELS; do
+      for enc in $ENCODINGS; do args "$ds" "$model" "$enc" --preset paper; planned "${run[@]}"; done
+    done
+  done
+  checked
   for ds in $DATASETS; do
     for model in $MODELS; do
       for enc in $ENCODINGS; do train "$ds" "$model" "$enc" --preset paper; done
@@ -144,8 +165,6 @@ if [ "$TABLE" = 2 ]; then
   "$PY" bench/cape_report.py table2 "$OUT"/report/*.json ${GENERATED:+--generated} --out "$OUT/table2.md"
   echo "report: $OUT/table2.md"
 else
-  ENCODINGS=${ENCODINGS:-lpe rope cape}
-  BLOCKS=${BLOCKS:-2 8 12 16}
   ds=books_hllm
   if [ -n "$GENERATED" ]; then
     mkdir -p "$OUT/gen"
@@ -172,6 +191,10 @@ PY
         --set train.batch_size=128 --set train.dropout=0.5 --set train.epochs=201 --set train.patience=10
         --set train.objective=sequence --set train.loss=sampled --set train.negatives=512
         --set train.select_metric=ndcg@10 --set "evaluate.ks=[5,10,50,200]")
+  for b in $BLOCKS; do
+    for enc in $ENCODINGS; do args "$ds" sasrec "$enc" --tag "b$b" "${hllm[@]}" --set "train.layers=$b"; planned "${run[@]}"; done
+  done
+  checked
   for b in $BLOCKS; do
     for enc in $ENCODINGS; do
       TAG=b$b train "$ds" sasrec "$enc" --tag "b$b" "${hllm[@]}" --set "train.layers=$b"

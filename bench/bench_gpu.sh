@@ -12,7 +12,7 @@
 # Here (the package registries reachable), once:
 #   bench/bench_gpu.sh pack SAMPLES/diginetica SAMPLES/beauty PMIXER/python [SAMPLES/yoochoose_1_64]
 #     -> .gpu/ (added to .git/info/exclude): Python 3.12 x86-64 wheels of what the image lacks, in
-#        whl/core (Polars and its runtime, cut-cross-entropy, liger-kernel) and whl/peers (RecBole 1.2.1
+#        whl/polars (Polars and its runtime), whl/kernels (cut-cross-entropy, liger-kernel) and whl/peers (RecBole 1.2.1
 #        with colorlog 4.7.2 and texttable 1.7.2, the rest of its import chain being in the image); the samples
 #        folders samples/diginetica, samples/beauty and, when given, samples/yoochoose_1_64 (seqpe import of the real SR-GNN files and
 #        of S3-Rec's Beauty.txt); pmixer/SASRec.pytorch's model.py in pmixer/. Polars' runtime alone is
@@ -24,11 +24,12 @@
 #                                          # batch x precision x ce_impl x compile (issue 14: <= 2 s an epoch)
 #   bash bench/bench_gpu.sh posrec         # PosRec --preset paper on Diginetica, samples/s (issue 14: >= 100,000)
 #   bash bench/bench_gpu.sh profile        # bench_train.py --profile: where a step's time goes, host and GPU
-#       carry for these four: [".gpu/whl/core", ".gpu/samples/diginetica"]
+#       carry for these four: [".gpu/whl/polars", ".gpu/whl/kernels", ".gpu/samples/diginetica"]
 #   bash bench/bench_gpu.sh peers recbole  # bench/bench_peers.py --device cuda against RecBole 1.2.1
-#       carry: [".gpu/whl/core", ".gpu/whl/peers", ".gpu/samples/diginetica"]
+#       carry: [".gpu/whl/polars", ".gpu/whl/peers", ".gpu/samples/diginetica"]   (no fused kernels: the
+#       kernels' wheels with these came to 63.5 MiB with the real Diginetica, over the limit; walk 42a #1)
 #   bash bench/bench_gpu.sh peers pmixer   # ... against pmixer/SASRec.pytorch
-#       carry: [".gpu/whl/core", ".gpu/samples/beauty", ".gpu/pmixer"]
+#       carry: [".gpu/whl/polars", ".gpu/samples/beauty", ".gpu/pmixer"]
 #   bash bench/bench_gpu.sh repro bench_posrec_000.sh [VAR=VALUE ...]
 #       # a reproduction script with PROFILE=gpu on the kit's samples (bench_posrec_000.sh: diginetica or
 #       # yoochoose_1_64; bench_stability.sh: beauty; bench_reproduction.sh with ONLY naming kit datasets).
@@ -37,7 +38,7 @@
 #       # earlier repro call, which marks it for itself and the script) while the machine is warm, and the same
 #       # call again goes on from each run's last finished epoch (its resume file); the call in which
 #       # everything finishes leaves the script's reports in $OUT, with its log and the queue log.
-#       carry: [".gpu/whl/core", ".gpu/samples/DATASET"], one dataset a call (two with Polars pass 64 MiB),
+#       carry: [".gpu/whl/polars", ".gpu/samples/DATASET"], one dataset a call (two with Polars pass 64 MiB),
 #       e.g. DATASETS=yoochoose_1_64 for bench_posrec_000.sh
 # Each step writes STEP.md (epoch / posrec: configuration, samples/s, epoch s, test HR@10 / NDCG@10 after
 # the epoch, so that speed bought with a broken model shows) and STEP.log to $OUT.
@@ -63,6 +64,8 @@ ours() {
     || die "$1 exists and was not made by bench_gpu.sh: name another folder (or move that one away)"
 }
 
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }   # bytes as MiB, one decimal (>> 20 read "63 over 63")
+
 pack() {
   [ $# = 3 ] || [ $# = 4 ] || die "pack takes SAMPLES/diginetica SAMPLES/beauty PMIXER/python (the python/ folder of a pmixer/SASRec.pytorch checkout) [SAMPLES/yoochoose_1_64]"
   local dg=$1 beauty=$2 pm=$3 yc=${4:-} d
@@ -71,11 +74,18 @@ pack() {
   ours "$KIT"
   tmp=$(mktemp -d "$KIT.XXXXXX"); touch "$tmp/.bench_gpu"
   trap 'rm -rf "$tmp"' EXIT                  # a failed download leaves no half-made kit behind
-  mkdir -p "$tmp/whl/core" "$tmp/whl/peers" "$tmp/samples" "$tmp/pmixer"
-  local polars; polars=$(python3 -c "import importlib.metadata as m; print(m.version('polars'))")
-  local get=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+  mkdir -p "$tmp/whl/polars" "$tmp/whl/kernels" "$tmp/whl/peers" "$tmp/samples" "$tmp/pmixer"
+  # seqpe's own interpreter (PY, else the repo's .venv) names the Polars the kit carries: the first python3 on the
+  # PATH may have none (walk 42a #2: a traceback)
+  local py=${PY:-$PWD/.venv/bin/python} polars
+  [ -x "$py" ] || py=python3
+  polars=$("$py" -c "import importlib.metadata as m; print(m.version('polars'))" 2>/dev/null) \
+      || die "$py has no Polars: set PY to the python seqpe is installed in (the repo's .venv/bin/python)"
+  local get=("$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
              --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-  "${get[@]}" -d "$tmp/whl/core" "polars==$polars" "polars-runtime-32==$polars" cut-cross-entropy liger-kernel \
+  "${get[@]}" -d "$tmp/whl/polars" "polars==$polars" "polars-runtime-32==$polars" \
+      || die "pip could not download the wheels (its error is above): pack needs the package registries"
+  "${get[@]}" -d "$tmp/whl/kernels" cut-cross-entropy liger-kernel \
       || die "pip could not download the wheels (its error is above): pack needs the package registries"
   "${get[@]}" -d "$tmp/whl/peers" recbole==1.2.1 colorlog==4.7.2 texttable==1.7.2 \
       || die "pip could not download RecBole's wheels (its error is above): pack needs the package registries"
@@ -83,13 +93,13 @@ pack() {
   [ -z "$yc" ] || cp -r "$yc" "$tmp/samples/yoochoose_1_64"
   local repo set size biggest=0
   repo=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-  for set in "whl/core samples/diginetica" "whl/core whl/peers samples/diginetica" "whl/core samples/beauty pmixer" \
-             ${yc:+"whl/core samples/yoochoose_1_64"}; do
+  for set in "whl/polars whl/kernels samples/diginetica" "whl/polars whl/peers samples/diginetica" \
+             "whl/polars samples/beauty pmixer" ${yc:+"whl/polars samples/yoochoose_1_64"}; do
     # shellcheck disable=SC2086
     size=$(( $(cd "$tmp" && du -scb $set | tail -1 | cut -f1) + repo ))
     [ "$size" -gt "$biggest" ] && biggest=$size
     if [ "$size" -gt $((63 * 1024 * 1024)) ]; then
-      die "carrying $set comes to $((size >> 20)) MiB with the repo, over the 63 MiB kept under the device tool's 64"
+      die "carrying $set comes to $(mib "$size") MiB with the repo, over the 63 MiB kept under the device tool's 64"
     fi
   done
   rm -rf "$KIT"; mv "$tmp" "$KIT"; trap - EXIT
@@ -97,11 +107,11 @@ pack() {
     /*) ;;
     *) mkdir -p .git/info; grep -qx "/$KIT/" .git/info/exclude 2>/dev/null || echo "/$KIT/" >> .git/info/exclude ;;
   esac
-  echo "packed $KIT ($(find "$KIT/whl" -name '*.whl' | wc -l) wheels, samples of $(ls "$KIT/samples" | tr '\n' ' ')and pmixer's model.py); the largest carry with the repo: $((biggest >> 20)) MiB"
+  echo "packed $KIT ($(find "$KIT/whl" -name '*.whl' | wc -l) wheels, samples of $(ls "$KIT/samples" | tr '\n' ' ')and pmixer's model.py); the largest carry with the repo: $(mib "$biggest") MiB"
 }
 
 setup() {   # there: the wheels onto PYTHONPATH, the output folder
-  [ -d "$KIT/whl/core" ] || die "no $KIT/whl/core here: run 'bench/bench_gpu.sh pack ...' where the registries are, then carry what the step names"
+  [ -d "$KIT/whl/polars" ] || die "no $KIT/whl/polars here: run 'bench/bench_gpu.sh pack ...' where the registries are, then carry what the step names"
   if [ "$DEVICE" = cuda ]; then
     python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || die "no CUDA device: DEVICE=cpu runs the flow on the CPU"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -214,6 +224,17 @@ paper-fp32 --set train.precision=fp32"}
       bench_posrec_000.sh|bench_stability.sh|bench_reproduction.sh) ;;
       *) die "repro takes bench_posrec_000.sh, bench_stability.sh or bench_reproduction.sh, got '$script'" ;;
     esac
+    # VAR=VALUE words after the script: an EXTRA= joins the step's own (it replaced its train.device, walk 42a #5);
+    # what the step sets itself is refused (an OUT= sent the runs where the step found no report)
+    words=(); extra_in=${EXTRA:-}
+    for w in "${@:3}"; do
+      case $w in
+        EXTRA=*) extra_in="$extra_in ${w#EXTRA=}" ;;
+        OUT=*|DATA=*|PROFILE=*|SEQPE=*) die "repro sets ${w%%=*} itself (the runs in RUNS, the kit's samples, PROFILE=gpu, the kit's seqpe): drop '$w'" ;;
+        [A-Z]*=*) words+=("$w") ;;
+        *) die "repro takes VAR=VALUE words after the script (e.g. SEEDS=\"1 2\"), got '$w'" ;;
+      esac
+    done
     runs=$(realpath -m -- "${RUNS:-/tmp/bench_gpu_runs}")
     case $runs/ in "$(pwd -P)"/*) die "RUNS=$runs lies inside the repository: name a folder outside it (default /tmp/bench_gpu_runs)" ;; esac
     ours "$runs"                # made here, and marked for the script too (it adds to its OUT only when marked)
@@ -223,8 +244,8 @@ paper-fp32 --set train.precision=fp32"}
       n=$(basename "$d"); [ -d "$runs/samples/$n" ] || cp -r "$d" "$runs/samples/$n"
     done
     # its own process group, so that the time limit stops every run it started (resume files stay)
-    setsid env DATA="$(realpath -- "$KIT")" OUT="$runs" PROFILE=gpu SEQPE="$BIN/seqpe" EXTRA="--set train.device=$DEVICE ${EXTRA:-}" \
-        "${@:3}" bash "bench/$script" > "$OUT/${script%.sh}.log" 2>&1 &
+    setsid env DATA="$(realpath -- "$KIT")" OUT="$runs" PROFILE=gpu SEQPE="$BIN/seqpe" EXTRA="--set train.device=$DEVICE $extra_in" \
+        ${words[@]+"${words[@]}"} bash "bench/$script" > "$OUT/${script%.sh}.log" 2>&1 &
     pid=$!
     sleep $((${CALL_MINUTES:-9} * 60)) > /dev/null 2>&1 &
     timer=$!
@@ -240,5 +261,5 @@ paper-fp32 --set train.precision=fp32"}
     cp "$runs"/report*.md "$OUT/" 2>/dev/null || true
     cp "$runs/logs/queue.log" "$OUT/" 2>/dev/null || true
     exit "$rc" ;;
-  *) die "say which step: pack (here), or tests, epoch, posrec, peers or repro (on the GPU machine); got '${step}'" ;;
+  *) die "say which step: pack (here), or tests, epoch, posrec, profile, peers or repro (on the GPU machine); got '${step}'" ;;
 esac

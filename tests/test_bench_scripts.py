@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,7 +228,7 @@ def test_peers_seqpe_arms_run_on_the_same_batches(canonical, tmp_path, vs, datas
 def test_gpu_kit_epoch_and_repro_steps_run_on_the_kit(canonical, tmp_path):
     """bench_gpu.sh's epoch and repro steps, their flow on the CPU, on a kit folder as `pack` lays it out."""
     kit = tmp_path / "kit"
-    (kit / "whl" / "core").mkdir(parents=True)
+    (kit / "whl" / "polars").mkdir(parents=True)
     _seqpe("import", "diginetica", str(canonical / "diginetica-srgnn"), "--format", "srgnn", "--sessions",
            str(tmp_path / "sessions"), "--samples", str(kit / "samples" / "diginetica"), "--quiet")
     configs = ("b64-fp32-plain --set train.batch_size=64 --set train.precision=fp32 --set train.ce_impl=plain\n"
@@ -245,13 +246,14 @@ def test_gpu_kit_epoch_and_repro_steps_run_on_the_kit(canonical, tmp_path):
 
     # a reproduction script on the kit's samples (no DATA files: the samples are there)
     proc = bench("bench_gpu.sh", "repro", "bench_posrec_000.sh", "DATASETS=diginetica", "MODELS=stamp", "SEEDS=1",
-                 "EPOCHS=1", cwd=tmp_path, **env)
+                 "EPOCHS=1", "EXTRA=--set train.lr=0.002", cwd=tmp_path, **env)     # an EXTRA word joins the step's
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "stamp-none" in (out / "report_diginetica.md").read_text()
     assert (out / "queue.log").read_text().count("rc=0") == 2
     runs = _runs(tmp_path / "runs" / "runs" / "diginetica")
     assert sorted(runs) == ["stamp-ldpe/seed-1", "stamp-none/seed-1"]
     assert {r["device"] for r in runs.values()} == {"cpu"}
+    assert {(r["train"]["device"], r["train"]["lr"]) for r in runs.values()} == {("cpu", 0.002)}
 
     # stopped at CALL_MINUTES: every run of the script goes (its own process group), the call says so
     proc = bench("bench_gpu.sh", "repro", "bench_posrec_000.sh", "DATASETS=diginetica", "MODELS=posrec",
@@ -265,7 +267,9 @@ def test_gpu_kit_epoch_and_repro_steps_run_on_the_kit(canonical, tmp_path):
 @pytest.mark.parametrize("argv, words", [([], "say which step"), (["pack", "x"], "pack takes"),
                                          (["peers", "gensim"], "peers takes recbole or pmixer"),
                                          (["repro", "bench_grid.sh"], "repro takes bench_posrec_000.sh"),
-                                         (["epoch"], "no KIT/whl/core here")])
+                                         (["epoch"], "no KIT/whl/polars here"),
+                                         (["repro", "bench_stability.sh", "OUT=/tmp/x"], "repro sets OUT itself"),
+                                         (["repro", "bench_stability.sh", "seeds"], "VAR=VALUE words")])
 def test_gpu_kit_wrong_step_is_one_line(tmp_path, argv, words):
     proc = bench("bench_gpu.sh", *argv, cwd=tmp_path, KIT="KIT", OUT=str(tmp_path / "out"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -287,13 +291,29 @@ def test_gpu_kit_never_replaces_a_folder_it_did_not_make(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "was not made by bench_gpu.sh" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["beauty", "dg", "mine", "pm"]     # no half-made kit
-    (kit := tmp_path / "kit" / "whl" / "core").mkdir(parents=True)
+    (kit := tmp_path / "kit" / "whl" / "polars").mkdir(parents=True)
     (out := tmp_path / "out" / "runs_epoch").mkdir(parents=True)
     (out / "notes.txt").write_text("mine")
     proc = bench("bench_gpu.sh", "epoch", cwd=tmp_path, KIT=str(kit.parents[1]), OUT=str(out.parent), DEVICE="cpu",
                  PY=sys.executable, CONFIGS="x --set train.batch_size=64")
     assert proc.returncode == 2 and "runs_epoch exists and was not made by bench_gpu.sh" in proc.stderr
     assert (mine / "thesis.tex").read_text() == "years of work" and (out / "notes.txt").read_text() == "mine"
+
+
+def test_train_bench_times_the_steps_it_ran_across_epochs(canonical, tmp_path):
+    """Walk 42a #3: with fewer batches an epoch than 5 warm-up steps + --batches, bench_train.py timed one epoch's
+    steps and divided --batches full batches by that time (batch 4,096 on Diginetica: 154 steps counted as 300,
+    1.95x the rate), and with 5 or fewer it failed on an unset clock. Epochs now repeat until every step has run,
+    and the rate counts the samples of the timed steps."""
+    samples = tmp_path / "samples"
+    _seqpe("import", "diginetica", str(canonical / "diginetica-srgnn"), "--format", "srgnn", "--sessions",
+           str(tmp_path / "sessions"), "--samples", str(samples), "--quiet")
+    n_train = pl.scan_parquet(str(samples / "train" / "*.parquet")).select(pl.len()).collect().item()
+    proc = bench("bench_train.py", "--samples", str(samples), "--model", "sasrec", "--encoding", "lpe", "--dim", "16",
+                 "--layers", "1", "--batch-size", str(10 * n_train), "--batches", "7", "--ce-impl", "plain",
+                 "--threads", "1", "--eval-samples", "20", "--device", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"timed: 7 steps, {7 * n_train:,} samples" in proc.stdout, proc.stdout[-2000:]    # one batch an epoch
 
 
 def test_train_bench_counts_ops_and_profiles_a_posrec_step(canonical, tmp_path):
@@ -384,6 +404,26 @@ def test_grid_replaces_an_out_it_made_earlier(tmp_path):
     assert not (out / "stale.txt").exists() and (out / ".bench_grid").is_file()
     assert (out / "dvc.yaml").is_file() and (out / "data" / "inbox" / "Beauty.txt").read_text() == "1 2 3\n7\n"
     assert "/.bench_grid" in (out / ".git" / "info" / "exclude").read_text().splitlines()   # not in git's commits
+
+
+def test_cape_grid_checks_its_runs_before_training_and_reports(tmp_path):
+    """Walk 42a #4: bench_cape.sh ran no check and exited 0 with its report when a run failed (a misspelt
+    encoding, SEEDS="1 x"), the error only in a log that the next call replaced. Table 2's flow on generated CTR
+    data: a grid that trains and reports, then a misspelt encoding stopped before anything trains."""
+    out = tmp_path / "cape"
+    env = dict(GENERATED="1", SEEDS="1", DATASETS="sample_ctr", MODELS="din", OUT=str(out),
+               SET="train.epochs=1 train.threads=1", GEN_SET="preprocess.sample_ctr.users=300")
+    proc = bench("bench_cape.sh", cwd=tmp_path, ENCODINGS="none cape", **env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| DIN | CAPE | 1 |" in (out / "table2.md").read_text() and sorted(_runs(out / "runs" / "sample_ctr")) == [
+        "din-cape/seed-1", "din-none/seed-1"]
+    log = (out / "logs" / "sample_ctr_din_cape.log").read_text()
+    proc = bench("bench_cape.sh", cwd=tmp_path, ENCODINGS="none capee", **env)
+    assert proc.returncode == 2 and _one_line(proc), proc.stderr[-2000:]
+    assert "would fail: " in proc.stderr and "capee" in proc.stderr and "(nothing trained)" in proc.stderr
+    assert (out / "logs" / "sample_ctr_din_cape.log").read_text() == log
+    proc = bench("bench_cape.sh", cwd=tmp_path, **{**env, "SEEDS": "1 x"})
+    assert proc.returncode == 2 and "SEEDS takes whole numbers, got 'x'" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("script, env, words", [

@@ -187,6 +187,18 @@ def test_a_ctr_history_of_items_and_categories_of_other_lengths_is_refused_at_im
     assert not (tmp_path / "s").exists() and not (tmp_path / "p").exists()
 
 
+def test_a_ctr_file_of_a_header_only_is_named(tmp_path):
+    """Walk 42d #3: "train.csv or test.csv has no rows" left the user to find which."""
+    head = "label,user_id,item_id,cate_id,item_history,cate_history\n"
+    for which in ("train", "test"):
+        (tmp_path / which).mkdir()
+        (tmp_path / which / "train.csv").write_text(head + ("" if which == "train" else "1,1,10,1,5^6,1^1\n"))
+        (tmp_path / which / "test.csv").write_text(head + ("" if which == "test" else "1,1,14,1,5^6,1^1\n"))
+        proc = seqpe("import", "mine", which, "--sessions", f"s-{which}", "--samples", f"p-{which}", cwd=tmp_path)
+        one_line_error(proc, f"mine: {which}.csv has no rows (a header at most)")
+        assert not (tmp_path / f"s-{which}").exists()
+
+
 def test_fixes_name_the_dataset_and_the_params_file_the_user_gave(tmp_path):
     """`seqpe download yoochoose` was told to run `seqpe download yoochoose_1_64 --from ...` (another raw folder);
     `--params ok.yaml` lacking a key was told to add it to params.yaml."""

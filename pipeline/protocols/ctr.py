@@ -196,7 +196,9 @@ def _stats(lf: pl.LazyFrame, name: str, columns: Optional[dict] = None) -> dict:
         raise DataError(f"{name}: the CTR files could not be parsed ({str(e).splitlines()[0]})",
                         "check that train.csv/test.csv are the BARS files (re-download them)") from None
     if stats["rows"] == 0 or stats["train"] == 0 or stats["train"] == stats["rows"]:
-        raise DataError(f"{name}: train.csv or test.csv has no rows", "re-download the dataset")
+        empty = [f for f, n in (("train.csv", stats["train"]), ("test.csv", stats["rows"] - stats["train"])) if not n]
+        raise DataError(f"{name}: {' and '.join(empty)} {'has' if len(empty) == 1 else 'have'} no rows (a header "
+                        "at most)", "re-download the dataset")
     fill = "fill or drop those rows (the BARS files have none: in a registered dataset's file they are damage)"
     for split in ("train", "test"):
         first, last = stats[f"first_blank_{split}"], stats[f"last_{split}_row"]
