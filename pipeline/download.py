@@ -539,6 +539,11 @@ def _check_readable(dataset: str, folder: Path, given: str, itself: bool = False
                     problem = re.sub(rf"(?<![\w./-]){re.escape(p.name)}",  # .csv starts with a header line" of
                                      lambda _: Path(given).name, problem)  # the user's own file)
             problem = problem.replace(str(tmp), str(given))
+            if "is a tar archive" in problem and Path(given).is_file() and sniff.kind_of(given) == "gz":
+                # its gzip layer was taken off, and the tar inside named as the dataset's file (walk 42d #3)
+                raise DownloadError(f"{given} is a gzip-compressed tar archive (.tar.gz / .tgz), which seqpe does "
+                                    "not unpack", f"unpack it (tar xzf {given}) and pass the "
+                                    f"{', '.join(p.name for p in files)} inside") from None
             if Path(given).name.lower().endswith(".gz") and Path(given).is_file():   # recognised by content: text
                 problem = f"{problem} (it is named .gz but is not gzip, so it was read as text)"   # (walk 41d #5)
             raise DownloadError(f"{given} does not read as {dataset}'s {', '.join(p.name for p in files)}: "

@@ -519,6 +519,12 @@ def _check_lines(src: Path, rows: pl.DataFrame) -> None:
     bad = rows.filter(pl.col("text").str.strip_chars() == "").head(1)
     if bad.height:
         raise DataError(f"{src} line {bad['line'][0]} is empty", "remove it: every line is `user item item ...`")
+    first = rows.head(1).get_column("text").to_list()
+    names = [c.strip().lower() for c in first[0].lstrip("\ufeff").split(",")] if first else []
+    if {"user_id", "item_id", "cate_id"} <= set(names) and "label" not in names:     # walk 42d #3: "line 2
+        raise DataError(f"{src} is DIN's Amazon Electronics behaviour log (header {first[0].strip()[:60]}), which "
+                        "seqpe does not import: its CTR split is the BARS files",    # separates ids by ','"
+                        "`seqpe download amazon_electronics` (AmazonElectronics_x1, the split 001 and DIN use)")
     bad = rows.filter(pl.col("text").str.contains(r"\d[,;|]\d")).head(1)
     if bad.height:           # a CSV export: "1,23" would be read as one token
         sep = next(c for c in ",;|" if c in bad["text"][0])

@@ -44,6 +44,18 @@ def test_download_reads_what_an_archive_or_a_gzip_holds_before_installing_it(tmp
         proc = seqpe("download", "diginetica", "raw", "--from", name, cwd=tmp_path)
         one_line_error(proc, said, "Fix: pass the original dataset-train-diginetica.zip")
         assert not (tmp_path / "raw").exists()
+    import io
+    import tarfile
+    buf = io.BytesIO()                               # a .tgz (walk 42d #3: "train-item-views.csv is a tar archive
+    with tarfile.open(fileobj=buf, mode="w") as t:   # ... unpack it first, or pass it to `seqpe download`")
+        info = tarfile.TarInfo("train-item-views.csv")
+        info.size = len(VIEWS.encode())
+        t.addfile(info, io.BytesIO(VIEWS.encode()))
+    (tmp_path / "views.tgz").write_bytes(gzip.compress(buf.getvalue()))
+    proc = seqpe("download", "diginetica", "raw", "--from", "views.tgz", cwd=tmp_path)
+    one_line_error(proc, "views.tgz is a gzip-compressed tar archive (.tar.gz / .tgz), which seqpe does not unpack",
+                   "Fix: unpack it (tar xzf views.tgz) and pass the train-item-views.csv inside")
+    assert not (tmp_path / "raw").exists()
     with zipfile.ZipFile(tmp_path / "good.zip", "w") as z:
         z.writestr("train-item-views.csv", VIEWS)
     proc = seqpe("download", "diginetica", "raw", "--from", "good.zip", cwd=tmp_path)
@@ -185,6 +197,16 @@ def test_a_ctr_history_of_items_and_categories_of_other_lengths_is_refused_at_im
     one_line_error(proc, "mine: 1 row(s) whose item_history and cate_history differ in length (the first on "
                          "train.csv line 3)", "Fix: repair or drop those rows")
     assert not (tmp_path / "s").exists() and not (tmp_path / "p").exists()
+
+
+def test_dins_behaviour_log_given_to_import_is_named(tmp_path):
+    """Walk 42d #3: DIN's raw Amazon Electronics log was told "line 2 separates ids by ','" by `seqpe import`,
+    where `download electronics --from` names it and the dataset to use."""
+    (tmp_path / "din.csv").write_text("user_id,item_id,time,cate_id\n0,13179,1400457600,584\n0,29247,1400457600,339\n")
+    proc = seqpe("import", "mine", "din.csv", "--sessions", "s", "--samples", "p", cwd=tmp_path)
+    one_line_error(proc, "din.csv is DIN's Amazon Electronics behaviour log (header user_id,item_id,time,cate_id)",
+                   "Fix: `seqpe download amazon_electronics`")
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_ctr_file_of_a_header_only_is_named(tmp_path):
