@@ -284,7 +284,8 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
         # reported without a word
         sys.stderr.write(f"note: {label}: the training loss at the best epoch ({best['loss']:.4g}, epoch "
                          f"{loop['best_epoch']}) is not below the untrained model's ({start:.4g}): it did not learn "
-                         "its own objective, so read its metrics with care (lower train.lr, or train longer)\n")
+                         "its own objective (a learning rate too high, too few epochs, or data without a signal this "
+                         "model can use), so read its metrics with care\n")
     net.load_state_dict(loop["best_state"])
     return loop["best_epoch"], stopped, resumed
 
