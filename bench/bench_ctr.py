@@ -162,7 +162,10 @@ class Seqpe:
         self.net.train()
         w, c, total = time.perf_counter(), time.process_time(), 0.0
         for _ in range(steps):
-            batch = next(self.batches)
+            batch = next(self.batches, None)
+            if batch is None:            # the epoch ended: the next one, as the trainer goes on (walk 42e #5: a bare
+                self.batches = iter(self.task.batches(self.gen))     # StopIteration when the steps outran it)
+                batch = next(self.batches)
             self.opt.zero_grad(set_to_none=True)
             loss, _ = self.task.loss(self.net, batch, self.gen)
             total += float(loss.detach())

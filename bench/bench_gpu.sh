@@ -46,7 +46,8 @@
 # Variables: KIT (default .gpu), OUT (default /tmp/bench_gpu), CONFIGS (epoch / posrec: lines of
 # "NAME seqpe-train-options...", replacing the step's own grid), DEVICE (cuda, the default, or cpu: cpu runs a step's
 # flow on the CPU with this environment's packages, as tests/test_bench_scripts.py does), PY (default
-# python3), SEQPE (default: PY -m pipeline.cli), THREADS (CPU threads per run, default 4 of the 16).
+# python3 on the GPU machine; `pack` reads Polars' version from PY, else the repo's .venv/bin/python), SEQPE
+# (default: PY -m pipeline.cli), THREADS (CPU threads per run, default 4 of the 16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIT=${KIT:-.gpu}
@@ -231,6 +232,7 @@ paper-fp32 --set train.precision=fp32"}
       case $w in
         EXTRA=*) extra_in="$extra_in ${w#EXTRA=}" ;;
         OUT=*|DATA=*|PROFILE=*|SEQPE=*) die "repro sets ${w%%=*} itself (the runs in RUNS, the kit's samples, PROFILE=gpu, the kit's seqpe): drop '$w'" ;;
+        RUNS=*|CALL_MINUTES=*|DEVICE=*|KIT=*|THREADS=*|PY=*) die "${w%%=*} is the step's own: set it before bench_gpu.sh (${w%%=*}=... bash bench/bench_gpu.sh repro ...), not after the script" ;;
         [A-Z]*=*) words+=("$w") ;;
         *) die "repro takes VAR=VALUE words after the script (e.g. SEEDS=\"1 2\"), got '$w'" ;;
       esac

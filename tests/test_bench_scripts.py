@@ -269,7 +269,8 @@ def test_gpu_kit_epoch_and_repro_steps_run_on_the_kit(canonical, tmp_path):
                                          (["repro", "bench_grid.sh"], "repro takes bench_posrec_000.sh"),
                                          (["epoch"], "no KIT/whl/polars here"),
                                          (["repro", "bench_stability.sh", "OUT=/tmp/x"], "repro sets OUT itself"),
-                                         (["repro", "bench_stability.sh", "seeds"], "VAR=VALUE words")])
+                                         (["repro", "bench_stability.sh", "seeds"], "VAR=VALUE words"),
+                                         (["repro", "bench_stability.sh", "RUNS=/tmp/r"], "RUNS is the step's own")])
 def test_gpu_kit_wrong_step_is_one_line(tmp_path, argv, words):
     proc = bench("bench_gpu.sh", *argv, cwd=tmp_path, KIT="KIT", OUT=str(tmp_path / "out"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
