@@ -110,6 +110,11 @@ def reading(what: str, locate: Optional[Callable[[], Optional[str]]] = None):
                         "dates YYYY-MM-DD / ISO-8601)") from None
 
 
+def locator(spec, raw_dir: Path) -> Optional[Callable[[], Optional[str]]]:
+    """`reading`'s `locate` for a dataset: its DatasetSpec.locate on `raw_dir`, or None when it has none."""
+    return (lambda: spec.locate(raw_dir)) if getattr(spec, "locate", None) else None
+
+
 def collect(lf: pl.LazyFrame | list[pl.LazyFrame], what: str, locate: Optional[Callable[[], Optional[str]]] = None):
     """Collect one LazyFrame (or several at once, sharing their common sub-plans), turning a
     Polars parse or schema error into a one-line `DataError` about `what` (e.g. the raw file; `locate`: as

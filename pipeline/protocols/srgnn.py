@@ -42,7 +42,7 @@ from pathlib import Path
 import polars as pl
 
 from ..errors import DataError
-from . import ProtocolResult, collect, step
+from . import ProtocolResult, collect, locator, step
 
 ID = pl.Int32  # dtype of new item ids
 # spec.options["stamp"] -> how a reader's `stamp` column becomes seconds since the epoch (UTC);
@@ -118,7 +118,7 @@ def read_sessions(spec, raw_dir: Path) -> pl.DataFrame:
     the last row in file order, seconds, UTC), date Date.
     """
     what = f"{spec.name} raw data in {raw_dir}"
-    locate = (lambda: spec.locate(raw_dir)) if getattr(spec, "locate", None) else None  # noqa: E731
+    locate = locator(spec, raw_dir)
     sort = bool(spec.options.get("sort_by_time"))
     cols = ["session_id", "item_id", "row", *(["time"] if sort else [])]
     clicks = collect(spec.reader(raw_dir).select(*cols, "stamp"), what, locate)

@@ -45,7 +45,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import DataError
-from . import ProtocolResult, collect, reading, step
+from . import ProtocolResult, collect, locator, reading, step
 from .srgnn import (AUGMENT, ID, STAMP_SECONDS, STEP, check_times, fraction_plan, no_sessions_left, no_train_left,
                     protocol_info, undated, valid_count)
 
@@ -173,7 +173,7 @@ def _spill(spec, raw_dir: Path, folder: Path, parts: int, what: str) -> _Clicks:
     part = (pl.col("session_id").hash(0) % parts).alias("part")
     lf = spec.reader(raw_dir).select("session_id", "item_id", "row", *(["time"] if sort else []), date, part)
     name = lambda a: f"p{a.partition_keys.item():05d}-{a.index_in_partition:05d}.parquet"  # noqa: E731
-    with reading(what, (lambda: spec.locate(raw_dir)) if getattr(spec, "locate", None) else None):
+    with reading(what, locator(spec, raw_dir)):
         lf.sink_parquet(pl.PartitionBy(folder, key="part", include_key=False, file_path_provider=name),
                         mkdir=True, **_WRITE)
     return _Clicks(folder, parts)
@@ -182,7 +182,7 @@ def _spill(spec, raw_dir: Path, folder: Path, parts: int, what: str) -> _Clicks:
 def _check_dates(spec, raw_dir: Path, rows: pl.Series, what: str) -> None:
     """Sessions whose last row has no date: raise the in-memory path's error for a stamp that is not
     a date (the rows' text converted strictly); an empty stamp is left to the caller."""
-    locate = (lambda: spec.locate(raw_dir)) if getattr(spec, "locate", None) else None  # noqa: E731
+    locate = locator(spec, raw_dir)
     stamps = collect(spec.reader(raw_dir).filter(pl.col("row").is_in(rows.implode())).select("stamp"), what, locate)
     collect(stamps.lazy().select(STAMP_SECONDS[spec.options["stamp"]](pl.col("stamp"))), what, locate)
 
