@@ -192,6 +192,12 @@ def datasets(params: ParamsOpt = None,
     for e in entries:
         if e["stale"]:
             console.print(f"stale: {e['stale']}", markup=False, highlight=False)
+    if not data_dir.is_dir():        # run from data/ itself, or elsewhere: every dataset looked absent from disk
+        here = [kind for kind in ("raw", "sessions", "samples") if Path(kind).is_dir()]
+        console.print(f"note: no {data_dir}/ folder here, so nothing shows as on disk; "
+                      + ("this folder holds " + ", ".join(f"{k}/" for k in here) + ": pass --data-dir ."
+                         if here else "run it from the project's root, or pass --data-dir"),
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 def _stale(samples: Path) -> Optional[str]:
@@ -276,8 +282,9 @@ def _print_manifest(m: dict) -> None:
     from .tables import Col, print_tables
     fmt = lambda v: f"{v:,}" if isinstance(v, int) else ("" if v is None else str(v))  # noqa: E731
     steps = m.get("steps", [])
-    counts = (["rows"] if any("rows" in step for step in steps) else []) + ["sessions", "clicks", "items"]
-    cols = [Col("step", wrap=True)] + [Col(name, "right") for name in counts]      # CTR steps count rows
+    counts = [name for name in ("rows", "sessions", "clicks", "items")        # CTR steps count rows and clicks
+              if any(step.get(name) is not None for step in steps)]             # only: no empty columns
+    cols = [Col("step", wrap=True)] + [Col(name, "right") for name in counts]
     rows = [[step["step"]] + [fmt(step.get(name)) for name in counts] for step in steps]
     print_tables(console, f"{m.get('dataset', '?')} · {m.get('stage', '')} · protocol {m.get('protocol', '?')}",
                  cols, rows)
@@ -452,7 +459,8 @@ def report(runs: Annotated[Optional[list[Path]], typer.Argument(help="runs folde
                                   "(default: the first in sorted order of each dataset and protocol); an "
                                   "encoding, e.g. none: each model against its own MODEL-none")] = None,
            samples: Annotated[Optional[Path], typer.Option(
-               "--samples", help="CTR runs: the samples folder whose test labels the per-sample tests need")] = None,
+               "--samples", help="CTR runs: the samples folder whose test labels the per-sample tests need "
+                            "(default: the runs' own data/samples/DATASET, found by its shards)")] = None,
            as_json: JsonOpt = False, quiet: QuietOpt = False):
     """Aggregate runs over seeds (mean, std, 95% CI) and test each configuration against a baseline.
 
@@ -879,9 +887,20 @@ def _plain_option_types() -> None:
     """typer 0.29's rich help prints a Python type after every option: `--quiet <bool>` and `--help
     <bool>` read as if the flag took a value (`--quiet true` is then a usage error), and a repeatable
     option shows `<list[int]>`. Here a flag shows no type and a repeatable option its element's type
-    with "(repeatable)". typer has no setting for this, so its option class's formatter is wrapped; where
-    a typer release no longer has that method, its own rendering stays."""
-    from typer.core import TyperOption
+    with "(repeatable)"; an argument that takes several values (`report [runs]...`) shows its element's
+    type, not `<list[Path]>`. typer has no setting for this, so its option and argument classes' formatters
+    are wrapped; where a typer release no longer has that method, its own rendering stays."""
+    from typer.core import TyperArgument, TyperOption
+    own_argument = getattr(TyperArgument, "display_type_rich", None)
+    if own_argument is not None and not getattr(own_argument, "_seqpe", False):
+        def argument_type_rich(self, ctx):
+            shown = own_argument(self, ctx)
+            if isinstance(shown, str) and shown.startswith("<list[") and shown.endswith("]>"):
+                shown = "<" + shown[len("<list["):-len("]>")].lower() + ">"   # <path>, as an option shows it
+            return shown
+
+        argument_type_rich._seqpe = True
+        TyperArgument.display_type_rich = argument_type_rich
     own = getattr(TyperOption, "display_type_rich", None)
     if own is None or getattr(own, "_seqpe", False):
         return

@@ -789,11 +789,44 @@ def _next_item_samples(folder: str | Path) -> bool:
     return manifest_kind(m) == "samples" and m.get("protocol") not in (None, "ctr")
 
 
+def _default_samples(records: list[dict], roots: list) -> Optional[Path]:
+    """The samples folder the CTR runs under `roots` were trained on, when `--samples` is not given: the
+    dataset's data/samples/DATASET (beside the runs folder, or under the working directory) whose shards are
+    the ones every CTR run records (`samples_digest`). None when the runs are of several datasets or
+    samples, or no such folder is found: the per-sample tests are then left out with a note, as before."""
+    ctr = [r for r in records if "ctr" in (r.get("task"), r.get("protocol"))]
+    keys = {(r.get("dataset"), r.get("samples_digest")) for r in ctr}
+    if len(keys) != 1:
+        return None
+    (dataset, digest), = keys
+    if not dataset or not digest:
+        return None
+    from .io import MANIFEST, read_manifest
+    from .train.runs import samples_digest
+    places = []
+    for root in map(Path, roots):
+        if root.name == "runs":
+            places.append(root.parent / "samples" / dataset)
+        elif root.parent.name == "runs":
+            places.append(root.parent.parent / "samples" / dataset)
+    places.append(Path("data") / "samples" / dataset)
+    for place in places:
+        try:
+            found = (place / MANIFEST).is_file() and samples_digest(read_manifest(place)) == digest
+        except Exception:                       # an unreadable manifest is not these runs' samples
+            found = False
+        if found:
+            sys.stderr.write(f"note: the CTR per-sample tests read the test labels of {place}, the samples these "
+                             "runs were trained on (--samples picks another)\n")
+            return place
+    return None
+
+
 def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Optional[str] = None,
         samples: Optional[str | Path] = None, left_out: Optional[list] = None, empty: bool = False) -> list[dict]:
     """Aggregate every run under `roots`, compare each configuration with `baseline` (default: each
     dataset's first), write `out` (.md or .csv) when given; return the rows. `samples`: the samples
-    folder of a CTR dataset, whose test labels the per-sample CTR tests need. `left_out`: a list that
+    folder of a CTR dataset, whose test labels the per-sample CTR tests need (default: `_default_samples`). `left_out`: a list that
     receives the configurations left out (`aggregate`); `empty`: every one left out gives no rows, not an error
     (`report --json` without --out: its entries then list them all, each with its reason)."""
     left_out = [] if left_out is None else left_out
@@ -812,6 +845,8 @@ def run(roots: list[str | Path], out: Optional[str | Path] = None, baseline: Opt
     if samples is not None and not ctr and _next_item_samples(samples):   # as dvc.yaml's evaluate passes it for
         sys.stderr.write(f"note: --samples {samples} was not read: next-item runs need no test labels\n")   # every
         samples = None                                                                   # dataset (walk 39f #5)
+    if samples is None and ctr:
+        samples = _default_samples(records, roots)
     labels = significance.read_test_labels(samples) if samples is not None else None
     if samples is not None and not ctr:                     # walk 34a
         raise ParamsError(f"--samples gives the test labels of CTR runs, and the runs under "

@@ -331,6 +331,10 @@ def test_flags_show_no_value_type_and_repeatable_options_say_so():
     assert "<" not in lines["--quiet"] and "<" not in lines["--help"]
     assert "<int> (repeatable)" in lines["--seed"] and "<str> (repeatable)" in lines["--set"]
     assert "<path>" in lines["--metrics"]
+    proc = seqpe("report", "--help")   # an argument of several values showed `<list[Path]>`
+    assert proc.returncode == 0, proc.stderr
+    assert "list[" not in proc.stdout
+    assert any("runs..." in ln and "<path>" in ln for ln in proc.stdout.splitlines())
 
 
 def test_datasets_lists_what_seqpe_import_wrote(tmp_path):
@@ -572,3 +576,16 @@ def test_a_list_elements_type_error_names_the_set_that_works(tmp_path):
     """Walk 38a D5: the fix said `--set evaluate.ks[0]=...`, which is refused as an unknown key."""
     proc = seqpe("train", "sample", str(tmp_path / "samples"), str(tmp_path / "runs"), "--set", "evaluate.ks=[5.5,10]")
     assert_one_line_error(proc, "'evaluate.ks[0]' must be int, got 5.5", "or --set evaluate.ks=[...])")
+
+
+def test_datasets_run_outside_the_project_root_says_why_nothing_is_on_disk(tmp_path):
+    """From inside data/ (or any folder without data/), every dataset showed as absent from disk, silently."""
+    (tmp_path / "data" / "samples").mkdir(parents=True)
+    proc = seqpe("datasets", cwd=tmp_path / "data")
+    assert proc.returncode == 0, proc.stderr
+    assert "note: no data/ folder here, so nothing shows as on disk; this folder holds samples/: pass --data-dir ." \
+        in proc.stdout
+    proc = seqpe("datasets", cwd=tmp_path)
+    assert proc.returncode == 0 and "note: no data/" not in proc.stdout
+    proc = seqpe("datasets", cwd=tmp_path / "data" / "samples")
+    assert "run it from the project's root, or pass --data-dir" in proc.stdout

@@ -711,3 +711,40 @@ def test_an_encoding_baseline_says_which_models_it_could_not_compare(tmp_path):
     assert rows["din-cape"]["comparison"]["baseline"] == "din-none" and rows["din-cape"]["no_baseline"] is None
     with pytest.raises(ParamsError, match="baseline 'rope' is not a configuration"):
         report.run([tmp_path], baseline="rope")
+
+
+def test_ctr_report_finds_the_runs_own_samples_without_the_option(tmp_path, capsys, monkeypatch):
+    """`seqpe report data/runs/DATASET` on CTR runs left out the per-sample tests unless --samples named the
+    folder the runs record by its shards; now it is found beside the runs folder (or under ./data), and only
+    when its shards are the ones every run was trained on."""
+    from pipeline.io import read_json
+    from pipeline.train.runs import samples_digest
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 2, 80)
+    samples = tmp_path / "data" / "samples" / "kuai"
+    write_split(samples, "test", pl.DataFrame({"label": labels.astype(np.int8)}))
+    manifest = {"dataset": "kuai", "kind": "samples", "protocol": "ctr", "shards": [{"path": "test/part-0.parquet",
+                                                                                      "rows": 80, "sha256": "ab"}]}
+    write_json(samples / "manifest.json", manifest)
+    runs = tmp_path / "data" / "runs" / "kuai"
+    for name, strength in (("din-none", 0.1), ("din-cape", 2.0)):
+        model, enc = name.split("-")
+        for seed in (1, 2, 3):
+            x = (rng.normal(size=80) + strength * labels).astype(np.float32)
+            pos, neg = x[labels == 1], x[labels == 0]
+            auc = float(stats.mannwhitneyu(pos, neg).statistic) / (len(pos) * len(neg))
+            loss = float(np.mean(np.logaddexp(0, -(2 * labels - 1) * x.astype(float))))
+            write_run(runs, model, enc, seed, {"auc": auc, "logloss": loss}, dataset="kuai", protocol="ctr")
+            path = runs / name / f"seed-{seed}" / "run.json"
+            write_json(path, {**read_json(path), "samples_digest": samples_digest(manifest)})
+            significance.write_test_samples(path.parent / "test_samples.parquet", logit=x)
+    comp = report.run([runs], baseline="din-none")[0]["comparison"]
+    assert comp["sample"] is not None and comp["sample"]["quantity"] == "logloss"
+    assert f"read the test labels of {samples}" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)          # the same from the project's root, runs given as a relative path
+    assert report.run([Path("data/runs")], baseline="din-none")[0]["comparison"]["sample"] is not None
+    capsys.readouterr()
+    write_json(samples / "manifest.json", {**manifest, "shards": [{**manifest["shards"][0], "sha256": "cd"}]})
+    comp = report.run([runs], baseline="din-none")[0]["comparison"]    # re-augmented since: not these runs' labels
+    assert comp["sample"] is None and "need the test labels" in comp["verdict"]
+    assert "read the test labels" not in capsys.readouterr().err
