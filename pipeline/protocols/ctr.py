@@ -54,8 +54,9 @@ def hist_columns(schema) -> list[str]:
 
 
 def _id_lists(col: str, dtype=pl.Int32) -> pl.Expr:
-    """'^'-joined raw ids -> List(dtype); null or "" -> null. Strict: a token that is not an
-    integer ("x", "" from "3^^4") raises InvalidOperationError instead of passing silently."""
+    """'^'-joined raw ids -> List(dtype); null or "" -> null here, which `parse_history` (the only caller that
+    writes) turns into an empty list, so the stored splits hold `[]` for no history, never null. Strict: a token
+    that is not an integer ("x", "" from "3^^4") raises InvalidOperationError instead of passing silently."""
     text = pl.col(col)
     return pl.when(text == "").then(None).otherwise(text).str.split("^").cast(pl.List(dtype), strict=True)
 
