@@ -127,7 +127,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
                 grad_h.addmm_(p, w)                                      # (T, D)
             if need_w:
                 torch.mm(p.t(), hf, out=grad_w[c0:c0 + w.size(0)])       # (C, D)
-        scale = grad_out.to(acc) / T                                     # d mean / d row
+        scale = grad_out.to(acc) / max(T, 1)                             # d mean / d row (T = 0: zero grads, as plain CE)
         if need_h:                                                       # minus the one-hot rows
             grad_h.sub_(weight[targets].to(acc)).mul_(scale)
             grad_h = grad_h.to(h.dtype)

@@ -239,3 +239,17 @@ def test_fused_impls_equal_plain_on_the_gpu(impl, dtype):
     for a, b in zip(got, ref):
         assert (a.float() - b).abs().max() <= tol * b.abs().max(), (impl, dtype)
     assert got[1].dtype == got[2].dtype == dtype and torch.all(got[2][0] == 0)
+
+
+def test_chunked_cross_entropy_of_no_rows_has_zero_gradients_like_plain():
+    """No prediction rows: the backward divided by T = 0 and gave the item table NaN gradients where plain
+    cross-entropy gives zeros (walk 43e #7; the trainer never builds such a batch)."""
+    grads = []
+    for loss in (chunked_cross_entropy, losses.plain_cross_entropy):
+        h = torch.zeros(0, 4, requires_grad=True)
+        w = torch.randn(6, 4, generator=torch.Generator().manual_seed(0)).requires_grad_()
+        out = loss(h, w, torch.zeros(0, dtype=torch.long))
+        out.backward()
+        assert math.isnan(out.item())                   # the mean of nothing, as F.cross_entropy says
+        grads.append(w.grad)
+    assert torch.equal(grads[0], grads[1]) and not grads[0].any()
