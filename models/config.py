@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from pipeline.errors import ParamsError
-from pipeline.params import MAX_WIDTH, from_dict
+from pipeline.params import MAX_WIDTH, check_option_ranges, from_dict
 
 
 def _check_pos_dim(name: str, pos_dim: int, fix: str) -> None:
@@ -171,5 +171,6 @@ class TokenMixingConfig:
 def parse_options(cls: type, section: str, name: str, options: Optional[dict[str, Any]]) -> Any:
     """Validate `options` (params.yaml `<section>.<name>`) against `cls`; unknown keys fail."""
     cfg = from_dict(cls, dict(options or {}), f"{section}.{name}")
+    check_option_ranges(cfg, f"{section}.{name}")
     cfg.check(name)
     return cfg

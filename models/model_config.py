@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from pipeline.params import from_dict
+from pipeline.params import check_option_ranges, from_dict
 
 
 @dataclass(frozen=True)
@@ -122,5 +122,8 @@ class ItemKNNConfig:
 
 
 def model_options(cls: type, name: str, options: Optional[dict[str, Any]]) -> Any:
-    """Validate `options` (params.yaml `models.<name>`) against `cls`; unknown keys fail."""
-    return from_dict(cls, dict(options or {}), f"models.{name}")
+    """Validate `options` (params.yaml `models.<name>`) against `cls`; unknown keys fail, and so do values out of
+    the ranges their names share (`check_option_ranges`)."""
+    cfg = from_dict(cls, dict(options or {}), f"models.{name}")
+    check_option_ranges(cfg, f"models.{name}")
+    return cfg

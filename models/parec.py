@@ -105,13 +105,18 @@ def _builder(name: str, default_encoding: str):
 # 003 quotes FPARec 0.2351 and PARec 0.2243 (§4.7, Fig. 3): `--set train.max_len=200` for those.
 _PAPER = {"epochs": 200, "layers": 2, "dim": 64, "lr": 1e-3, "dropout": 0.2, "max_len": 50,
           "loss": "ce", "patience": 10, "objective": "sequence"}
+# both models take every encoding of the family (one backbone; the name picks the default): `seqpe models` said
+# "parec (its own)" (walk 43b #5)
+_TAKES = "the PARec family: parec, fparec, " + ", ".join(PATTERNS) + " (default {})"
 _VARIANTS = {"ml_1m": {"train": {"max_len": 500}}, "movielens": {"train": {"max_len": 500}}}
 
 register_model(ModelSpec("parec", _builder("parec", "parec"), "PARec: learned positional attention (values only)",
                          "003 Eq. 6", uses_encoding=True, causal=True, encoding="parec", ignores={"heads": 1},
+                         takes=_TAKES.format("parec"),
                          presets={"paper": {"train": {**_PAPER, "encoding": "parec"}, "datasets": _VARIANTS}}), options=PARecConfig)
 register_model(ModelSpec("fparec", _builder("fparec", "fparec"),
                          "FPARec: factorised positional attention; handcrafted patterns via --encoding",
                          "003 Eq. 7, §4.4", uses_encoding=True, causal=True, encoding="fparec", ignores={"heads": 1},
+                         takes=_TAKES.format("fparec"),
                          presets={"paper": {"train": {**_PAPER, "encoding": "fparec"},
                                             "encodings": {"fparec": {"rank": 40}}, "datasets": _VARIANTS}}), options=PARecConfig)

@@ -132,13 +132,16 @@ def build_narm(n_items: int, max_len: int, train, options=None, encoding=None) -
 def _gru4rec_ignores(options: dict) -> tuple:
     """The train keys GRU4Rec does not read: attention sizes (its depth is models.gru4rec.gru_layers) and, under
     one of its ranking losses, the trainer's loss settings (walk 32c)."""
-    ranking = (options or {}).get("loss", GRU4RecConfig.loss) != "ce"
+    loss = (options or {}).get("loss", GRU4RecConfig.loss)
+    ranking = loss != "ce" and loss in GRU4REC_LOSSES       # a misspelt loss: named by build_gru4rec (walk 43b #4)
     return ("layers", "heads") + (("loss", "ce_impl", "negatives") if ranking else ())
 
 
 def _gru4rec_unread(cfg: GRU4RecConfig) -> dict:
     """The GRU4Rec options its loss leaves unread: negatives and bpreg under ce (the trainer's loss), bpreg
-    under the losses other than bpr_max."""
+    under the losses other than bpr_max. None for a loss that is not one (build_gru4rec names it first)."""
+    if cfg.loss not in GRU4REC_LOSSES:
+        return {}
     if cfg.loss == "ce":
         why = "models.gru4rec.loss ce trains with the trainer's loss (train.loss)"
         return {"negatives": (why, "models.gru4rec.loss=bpr_max"), "bpreg": (why, "models.gru4rec.loss=bpr_max")}

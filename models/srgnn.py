@@ -69,6 +69,9 @@ def build_srgnn(n_items: int, max_len: int, train, options=None, encoding=None) 
 register_model(ModelSpec("srgnn", build_srgnn, "SR-GNN: gated GNN on the session graph, attention readout",
                          "Wu et al. 2019 (000 Table 2)", uses_encoding=False,
                          ignores=("layers", "heads", "dropout"),    # models.srgnn.steps is its depth
+                         # SR-GNN's main.py defaults; its --patience 10 too (params.yaml's 3 stopped a step-decayed
+                         # run SR-GNN's code would go on with, walk 43b #8). It counts epochs without a better
+                         # test Recall or MRR; seqpe's patience counts valid epochs, as everywhere
                          presets={"paper": {"epochs": 30, "batch_size": 100, "dim": 100, "lr": 1e-3,
                                             "weight_decay": 1e-5, "lr_schedule": "step", "lr_step": 3,
-                                            "lr_gamma": 0.1, "max_len": 200}}), options=SRGNNConfig)
+                                            "lr_gamma": 0.1, "max_len": 200, "patience": 10}}), options=SRGNNConfig)

@@ -89,7 +89,9 @@ def build_stamp(n_items: int, max_len: int, train, options=None, encoding=None) 
 register_model(ModelSpec("stamp", build_stamp, "STAMP: short-term attention/memory priority (+ optional encoding)",
                          "Liu et al. 2018; 000 Table 3", uses_encoding=True,
                          ignores=("layers", "heads", "dropout"),    # input-stage encodings only (read neither)
+                         # 000's settings as PosRec's preset pins them, patience 0 included (every epoch runs, the
+                         # best valid one is kept; params.yaml's 3 applied before, walk 43b #8)
                          presets={"paper": {"encoding": "ldpe", "epochs": 30, "batch_size": 100, "dim": 100,
                                             "lr": 1e-3, "weight_decay": 1e-5, "lr_schedule": "step",
-                                            "lr_step": 3, "lr_gamma": 0.1, "max_len": 200}},
+                                            "lr_step": 3, "lr_gamma": 0.1, "max_len": 200, "patience": 0}},
                          takes="input-stage only (added to the item embeddings)"), options=StampConfig)

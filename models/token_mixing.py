@@ -81,7 +81,10 @@ def build_token_mixing(n_items: int, max_len: int, train, options=None,
 
 
 # 003 §4.2: SASRec with the attention swapped, its other settings "following author's suggestion":
-# SASRec's `paper` preset (models/sasrec.py) without its attention settings (the out_proj option, heads).
+# SASRec's `paper` preset (models/sasrec.py) without its attention settings: the out_proj option, heads, and
+# Kang & McAuley's block (`norm: kang`), which normalises the queries only and takes keys and values from the
+# raw input; a token mixer has one input, so there is no such split and the blocks keep seqpe's pre-norm
+# (TokenMixingConfig refuses kang; walk 43b #7).
 _PRESETS = {"paper": {**{k: v for k, v in SASREC_PRESETS["paper"].items() if k != "models"},
                       "train": {k: v for k, v in SASREC_PRESETS["paper"]["train"].items() if k != "heads"}}}
 

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import DataError, ParamsError, SeqpeError
+from .errors import DataError, ParamsError, SeqpeError, TrainingError
 
 
 class _Commands(typer.core.TyperGroup):
@@ -711,8 +711,8 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="print the list 
     cols = [Col("name", key=True), Col("task"), Col("what", wrap=True), Col("paper", wrap=True), Col("encoding"),
             Col("objective"), Col("presets", wrap=True), Col("options (default)", wrap=True)]
     rows = [[e["name"], e["task"].replace("_", "-"), e["description"], e["paper"],
-             "none" if not e["takes_encoding"] else f"{e['encoding']} (its own)" if e["encoding"] else
-             e["takes"] or "any",
+             "none" if not e["takes_encoding"] else e["takes"] or
+             (f"{e['encoding']} (its own)" if e["encoding"] else "any"),
              "fitted" if e["fitted"] else " or ".join(e["objectives"]) or "-",
              "; ".join(f"{k}" + (f" ({', '.join(v)})" if v else "") for k, v in e["presets"].items()) or "-",
              ", ".join(f"{k}={v}" for k, v in e["options"].items()) or "-"] for e in listed]
@@ -1172,6 +1172,11 @@ def _main(quiet_after: tuple = ()) -> None:
                 path = str(e)[len("Symlink loop from "):].strip("'")                     # < 3.13 (walk 35b)
                 raise DataError(f"{path} is a symbolic link loop (it points, through links, at itself)",
                                 "remove or fix the link, or pass another path") from None
+            if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":   # numpy's, torch's (CUDA)
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]        # were a traceback (walk 43b #2)
+                raise TrainingError(f"out of memory: {first}",
+                                    "lower train.max_len (every sample is padded to it), train.batch_size or "
+                                    "evaluate.batch_size, or free memory") from None
             from .errors import as_os_error
             named = as_os_error(e)              # a full disk inside Polars: its ComputeError, said as the OSError
             if named is not None and named is not e:

@@ -219,6 +219,20 @@ def through_link(dst: str | Path) -> Path:
     return dst.resolve() if dst.is_symlink() else dst
 
 
+def made_in(parent: Path, make):
+    """`make()`, which creates something in the folder `parent` (mkstemp, mkdtemp, open), made again after
+    `parent` is re-made, when another process removed it in between: a finished training removes the state
+    root's empty folders (`runs.forget`), and a second training between its `mkdir` and its file got
+    FileNotFoundError on `.../state/done` (walk 43b #10). Once the file is made the folder is not empty, and stays."""
+    for attempt in range(5):
+        try:
+            return make()
+        except FileNotFoundError:
+            if attempt == 4 or parent.is_dir():          # not the folder gone: raise as it is
+                raise
+            parent.mkdir(parents=True, exist_ok=True)
+
+
 @contextlib.contextmanager
 def atomic_path(dst: str | Path) -> Iterator[Path]:
     """Yield a temporary file path next to `dst`; rename it onto `dst` on success.
@@ -230,7 +244,8 @@ def atomic_path(dst: str | Path) -> Iterator[Path]:
     with cleanup_new_folders(dst.parent):
         dst.parent.mkdir(parents=True, exist_ok=True)
         sweep_leftovers(dst)
-        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent)
+        fd, tmp = made_in(dst.parent, lambda: tempfile.mkstemp(prefix=_temp_prefix(dst), suffix=".tmp",
+                                                               dir=dst.parent))
         os.close(fd)
         tmp_path = Path(tmp)
         try:
@@ -261,7 +276,8 @@ def scratch_dir(dst: str | Path, suffix: str = ".gen") -> Iterator[Path]:
     with cleanup_new_folders(dst.parent):
         dst.parent.mkdir(parents=True, exist_ok=True)
         sweep_leftovers(dst)
-        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=suffix, dir=dst.parent))
+        tmp = Path(made_in(dst.parent, lambda: tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=suffix,
+                                                                dir=dst.parent)))
         try:
             yield tmp
         finally:
@@ -276,7 +292,7 @@ def flock(path: Path, wait: bool = False, create: bool = True):
     import fcntl
     while True:
         try:
-            handle = open(path, "a+" if create else "r+")
+            handle = made_in(path.parent, lambda: open(path, "a+")) if create else open(path, "r+")
         except FileNotFoundError:
             if create:
                 raise
@@ -447,7 +463,8 @@ def atomic_dirs(*dsts: str | Path) -> Iterator[list[Path]]:
             sweep_leftovers(dst)
         try:
             for dst in dsts:
-                tmps.append(Path(tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".tmp", dir=dst.parent)))
+                tmps.append(Path(made_in(dst.parent, lambda: tempfile.mkdtemp(prefix=_temp_prefix(dst), suffix=".tmp",
+                                                                              dir=dst.parent))))
             yield tmps
         except BaseException as e:
             for tmp in tmps:

@@ -420,6 +420,25 @@ def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
         raise _bad(key, value, f"one of {', '.join(choices)}", f"did you mean '{close}'?" if close else None)
 
 
+def check_option_ranges(cfg: Any, section: str) -> None:
+    """The ranges every model's options share by their names, checked when `models.<name>` is read: a `*dropout`
+    in [0, 1) (as train.dropout), a `*_std` (an init's standard deviation) >= 0, a `*steps` count >= 1. They
+    reached torch's constructors unchecked, a ValueError traceback (`models.din.attention_dropout=1.5`), or
+    trained a model without its part (`models.srgnn.steps=0`: no graph step; walk 43b #1, #3)."""
+    import dataclasses
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        key = f"{section}.{f.name}"
+        if f.name.endswith("dropout") and not 0 <= value < 1:
+            raise _bad(key, value, "in [0, 1)", _where(key, "a value in [0, 1), e.g. 0.2"))
+        if f.name.endswith("_std"):
+            _min(key, value, 0)
+        if f.name.endswith("steps"):
+            _min(key, value, 1)
+
+
 SEED_MAX = 2**32 - 1   # a seed names a run folder (seed-N); 0 .. 2^32 - 1 is the range every RNG library takes
 
 

@@ -589,3 +589,20 @@ def test_datasets_run_outside_the_project_root_says_why_nothing_is_on_disk(tmp_p
     assert proc.returncode == 0 and "note: no data/" not in proc.stdout
     proc = seqpe("datasets", cwd=tmp_path / "data" / "samples")
     assert "run it from the project's root, or pass --data-dir" in proc.stdout
+
+
+@pytest.mark.parametrize("error", [MemoryError("Unable to allocate 36.3 TiB for an array with shape (9983, 1000000000)"),
+                                   type("OutOfMemoryError", (RuntimeError,), {})("CUDA out of memory. Tried ...\nmore")])
+def test_out_of_memory_is_one_line_naming_what_to_lower(monkeypatch, capsys, error):
+    """`--set train.max_len=1000000000` was numpy's MemoryError traceback, even under --check (walk 43b #2)."""
+    from pipeline import cli
+
+    def app(**kwargs):
+        raise error
+    monkeypatch.setattr(cli, "app", app)
+    with pytest.raises(SystemExit) as exit_:
+        cli._main()
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: out of memory: " in err and "Traceback" not in err
+    assert "Fix: lower train.max_len (every sample is padded to it), train.batch_size" in err

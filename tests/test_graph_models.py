@@ -215,3 +215,24 @@ def test_static_shapes_trace_as_one_graph(name, options):
     explained = dynamo.explain(lambda s, t: loss_fn(net.train(), s, t, tp, 9, None))(seqs, targets)
     assert explained.graph_break_count > 0          # the dynamic build reads the node count
     dynamo.reset()
+
+
+@pytest.mark.parametrize("name, options, key, want", [
+    ("srgnn", {"steps": 0}, "models.srgnn.steps", ">= 1"),          # trained an SR-GNN with no graph step
+    ("fgnn", {"readout_steps": -1}, "models.fgnn.readout_steps", ">= 1"),
+    ("narm", {"emb_dropout": 1.0}, "models.narm.emb_dropout", r"in \[0, 1\)"),   # all-zero embeddings
+    ("narm", {"ct_dropout": -0.5}, "models.narm.ct_dropout", r"in \[0, 1\)"),    # torch's ValueError traceback
+    ("stamp", {"init_std": -1.0}, "models.stamp.init_std", ">= 0"),              # torch's RuntimeError traceback
+    ("carca", {"init_std": -0.1}, "models.carca.init_std", ">= 0"),
+])
+def test_model_options_out_of_their_ranges_are_one_line_errors(name, options, key, want):
+    """walk 43b #1, #3: options named *dropout, *_std and *steps share their ranges, checked when read."""
+    with pytest.raises(ParamsError, match=rf"params key '{key}' must be {want}, got"):
+        make(name, **options)
+
+
+def test_ctr_option_ranges_are_checked_too():
+    from models.ctr.config import DINConfig, ctr_options
+    with pytest.raises(ParamsError, match=r"params key 'models.din.attention_dropout' must be in \[0, 1\), got 1.5"):
+        ctr_options(DINConfig, "din", {"attention_dropout": 1.5})
+    assert ctr_options(DINConfig, "din", {"attention_dropout": 0.5}).attention_dropout == 0.5

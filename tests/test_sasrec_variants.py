@@ -145,3 +145,7 @@ def test_no_attention_block_refuses_an_encoding_that_acts_only_there():
     for name in ("none", "lpe", "abs_con", "ldpe"):                   # input-stage encodings still act
         setup.build_encoding(name, tp, {})
     setup.build_encoding("rope", dataclasses.replace(tp, layers=1), {})
+    for model, name in (("parec", "parec"), ("fparec", "fparec"), ("fparec", "average")):   # walk 43b #6: accepted
+        with pytest.raises(ParamsError, match=f"train.layers is 0, so {model} has no attention block, and {name} acts"
+                                              r".*Fix: use train.layers 1 or more$"):      # none is no PARec model
+            setup.build_encoding(name, dataclasses.replace(tp, model=model), {})

@@ -91,6 +91,9 @@ def test_models_lists_every_model_with_what_it_takes():
     # walk 40b #4: "any" for models whose build refuses attention-stage encodings (STAMP with rope)
     assert [data[m]["takes"][:16] for m in ("stamp", "linear_attention", "token_mixing")] == ["input-stage only"] * 3
     assert data["sasrec"]["takes"] == "any" and "not RMHA, ALiBi" in data["din"]["takes"]
+    for name in ("parec", "fparec"):        # walk 43b #5: "parec (its own)", though each trains the whole family
+        assert data[name]["takes"] == ("the PARec family: parec, fparec, average, linear_annealing, "
+                                       f"exponential_annealing (default {name})")
     assert data["srgnn"]["options"]["steps"] == 1 and data["carca"]["side_information"] is True
 
 

@@ -1931,6 +1931,14 @@ def test_alibi_with_one_head_says_its_slope_is_small(tmp_path, capsys):
     stage.run("toyset", samples, tmp_path / "runs", params("sasrec", "alibi", epochs=1, heads=2, dim=16),
               model="sasrec", progress=False, check=True)
     assert "alibi" not in capsys.readouterr().err
+    stage.run("toyset", samples, tmp_path / "runs", params("sasrec", "alibi", epochs=1, heads=1), model="sasrec",
+              progress=False)                                              # a real run says it too, once
+    assert capsys.readouterr().err.count("note: alibi with one head") == 1
+    from pipeline.errors import ParamsError
+    with pytest.raises(ParamsError, match="token_mixing"):      # walk 43b #9: the note came before the refusal
+        stage.run("toyset", samples, tmp_path / "runs", params("token_mixing", "alibi", epochs=1, heads=1),
+                  model="token_mixing", progress=False, check=True)
+    assert "note: alibi" not in capsys.readouterr().err
 
 
 def test_carca_accepts_the_loss_it_computes_and_refuses_another(tmp_path):
@@ -2042,6 +2050,12 @@ def test_model_options_another_option_leaves_unread(tmp_path, model, options, gi
     stage.run("toyset", samples, runs, p, model=model, progress=False)
     record = json.loads((runs / f"{model}-none" / "seed-1" / "run.json").read_text())
     assert record["options"] == options
+    if model == "gru4rec":     # a misspelt loss is named as such, not as a loss without that option (walk 43b #4)
+        typo = dataclasses.replace(p, models={model: {"loss": "bpr-max", key: float(value) if "." in value else int(value)}})
+        with pytest.raises(ParamsError, match=r"models.gru4rec.loss must be one of ce, bpr, top1, bpr_max, top1_max, "
+                                              r"got 'bpr-max'"):
+            stage.run("toyset", samples, runs, typo, model=model, overrides=[f"models.{model}.{given}"],
+                      progress=False, check=True)
 
 
 def test_options_of_a_model_or_encoding_outside_the_run_are_checked(tmp_path):
@@ -2166,3 +2180,55 @@ def test_sample_ids_are_checked_a_slice_at_a_time():
     assert _id_range(whole, rows=2) == (2, 11)
     bad = Samples(seqs=seqs[:2], targets=np.array([[0, 0], [0, 0]], dtype=np.int32), lengths=np.ones(2, np.int32))
     assert _id_range(bad, rows=1)[0] == 0             # no real target at all: refused as an id below 1
+
+
+def test_a_state_folder_removed_by_another_training_midway_is_made_again(tmp_path, monkeypatch):
+    """Walk 43b #10: two trainings sharing SEQPE_STATE: one finishing removes the emptied state/done (and
+    locks/, resume/) between the other's mkdir of it and its file there: `No such file or directory:
+    .../state/done`. Each maker now makes the folder again and retries (io.made_in)."""
+    import tempfile
+    from pipeline import io as pio
+    from pipeline.train import runs as train_runs
+    done = tmp_path / "state" / "done"
+    real_mkstemp, real_mkdir = tempfile.mkstemp, Path.mkdir
+    removed = []
+
+    def mkstemp(*a, **k):                 # the other process's forget() runs just before this one's file
+        if not removed:
+            removed.append(done)
+            done.rmdir()
+        return real_mkstemp(*a, **k)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    pio.write_json(done / "a.json", {"a": 1})                # dst.parent is done/: gone in between, made again
+    assert json.loads((done / "a.json").read_text()) == {"a": 1} and removed
+    (done / "a.json").unlink()
+    monkeypatch.setattr(tempfile, "mkstemp", real_mkstemp)
+    removed.clear()
+
+    def mkdir(self, *a, **k):             # _copy_tree: done/ made, then removed before the staging folder
+        real_mkdir(self, *a, **k)
+        if self == done and not removed:
+            removed.append(self)
+            self.rmdir()
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    src = tmp_path / "run"
+    src.mkdir()
+    (src / "run.json").write_text("{}")
+    shutil.rmtree(done)
+    train_runs._copy_tree(src, done / "fp")
+    assert removed and (done / "fp" / "run.json").read_text() == "{}"
+    monkeypatch.setattr(Path, "mkdir", real_mkdir)
+    locks = tmp_path / "state" / "locks"
+    locks.mkdir()
+    real_open = open
+    removed.clear()
+
+    def open_(path, *a, **k):             # flock: locks/ made by _lock_file, removed before the open
+        if Path(path).parent == locks and not removed:
+            removed.append(path)
+            locks.rmdir()
+        return real_open(path, *a, **k)
+    monkeypatch.setattr("builtins.open", open_)
+    handle = pio.flock(locks / "a.lock")
+    assert handle is not None and removed
+    handle.close()

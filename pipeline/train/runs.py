@@ -283,7 +283,7 @@ def _copy_tree(src: Path, dst: Path, atomic: bool = False) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     staging = dst.with_name(dst.name + f".p{os.getpid()}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    staging.mkdir(parents=True)          # parents: another training's forget() may have removed the empty done/
     fill(staging)
     os.replace(staging, dst)
 

@@ -176,7 +176,8 @@ def pick_device(name: str, option: str = "train.device"):
     return device
 
 
-BLOCK_MODELS = ("sasrec", "carca", "linear_attention", "token_mixing", "posrec")   # train.layers = their attention blocks
+BLOCK_MODELS = ("sasrec", "carca", "linear_attention", "token_mixing", "posrec", "parec",   # train.layers =
+                "fparec")                                                                 # their attention blocks
 
 
 def build_encoding(name: str, tp: TrainParams, options: dict, dim: Optional[int] = None):
@@ -194,7 +195,8 @@ def build_encoding(name: str, tp: TrainParams, options: dict, dim: Optional[int]
             and type(built).embed is PositionalEncoding.embed:
         raise ParamsError(f"train.layers is 0, so {tp.model} has no attention block, and {name} acts only inside "
                           "them: the run would be --encoding none under another name",
-                          "use train.layers 1 or more, or --encoding none")
+                          "use train.layers 1 or more" + ("" if tp.model in ("parec", "fparec") else   # none is
+                                                          ", or --encoding none"))                    # no PARec
     return built
 
 

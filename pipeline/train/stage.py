@@ -169,11 +169,13 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     stale = stale_samples(samples_dir, manifest)
     if stale and os.environ.get("RANK", "0") == "0":
         sys.stderr.write(f"note: {stale}; this run trains on the samples as they are\n")
+    _AFTER_BUILD.clear()
     if tp.encoding == "alibi" and tp.heads == 1 and tp.max_len and os.environ.get("RANK", "0") == "0":
-        # walk 42c #1: every test metric equal to `none`'s over 3 seeds, and nothing said why
-        sys.stderr.write(f"note: alibi with one head has Press et al.'s slope 2^-8 (2^(-8h/H)): a logit moves by at "
-                         f"most {(tp.max_len - 1) / 256:.2g} at max_len {tp.max_len}, so the model may differ little "
-                         f"from `none`; with train.heads 8 the slopes are 2^-1 .. 2^-8\n")
+        # walk 42c #1: every test metric equal to `none`'s over 3 seeds, and nothing said why. Said once the model
+        # is built: before a model that refuses alibi (dmin, token_mixing), it advised on a run that never came
+        _AFTER_BUILD.append(f"note: alibi with one head has Press et al.'s slope 2^-8 (2^(-8h/H)): a logit moves by "
+                            f"at most {(tp.max_len - 1) / 256:.2g} at max_len {tp.max_len}, so the model may differ "
+                            f"little from `none`; with train.heads 8 the slopes are 2^-1 .. 2^-8\n")
     n_items = manifest.get("n_items")
     if tp.loss == "sampled" and isinstance(n_items, int) and tp.negatives >= n_items \
             and os.environ.get("RANK", "0") == "0":     # 100,000 draws from 479 items trained 16x slower (walk 33a)
@@ -284,6 +286,14 @@ def _check_loss_impl(tp, device) -> None:
                           f"pip install {name} (Linux with CUDA), or use train.ce_impl: chunked")
 
 
+_AFTER_BUILD: list[str] = []     # notes on a run, written once its model has been built (`_said_after_build`)
+
+
+def _said_after_build() -> None:
+    while _AFTER_BUILD:
+        sys.stderr.write(_AFTER_BUILD.pop(0))
+
+
 def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs) -> dict:
     """`--check`: the device, the samples loaded and the model built on the CPU, as a run would (an option
     the model refuses, a width the heads do not divide), each seed's locks probed (a seed another process
@@ -298,6 +308,7 @@ def _check_build(dataset, samples_dir, params, spec, tp, applied, manifest, kind
         task = make_task(kind, samples_dir, manifest, tp, params, spec, torch.device("cpu"))
         torch.manual_seed(0)
         summary["parameters"] = sum(p.numel() for p in task.build(params).parameters())
+    _said_after_build()                                # (not built under a memory budget: said all the same)
     world = distributed.check_env()[0]                 # torchrun's variables as the run reads them
     if world > 1 and task is not None:                  # Dist.shard's refusal, said before the hours of queue
         n = sum(1 for _ in task.batches(torch.Generator().manual_seed(0)))
@@ -751,6 +762,7 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)                      # batch order + negatives: alike on every rank
     net = task.build(params).to(device)                                  # same initial weights on every rank
+    _said_after_build()
     if dist.active:
         torch.manual_seed(seed + 1_000_003 * dist.rank)                  # each rank its own dropout stream
     history, timing = [], []
