@@ -220,7 +220,7 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
             per_seed.setdefault(r["name"], {}).setdefault(k, []).append(v)
     panels = figures.panel_metrics(task, rows)
     seeds = sorted({s for row in rows for s in row["seeds"]})
-    title = f"{dataset}: {len(rows)} configuration{'s' if len(rows) != 1 else ''}, seeds {', '.join(map(str, seeds))}"
+    title = f"{dataset}: {len(rows)} configuration{'s' if len(rows) != 1 else ''}, seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds))}"
     files = {"summary.json": dumps_json(summary).encode("utf-8"),           # every file rendered first, then
              "report.md": report.to_markdown(rows, left_out).encode("utf-8"),   # written together: a Ctrl-C
              "report.csv": report.to_csv(rows).encode("utf-8"),             # leaves the previous set or the

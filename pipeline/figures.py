@@ -54,12 +54,18 @@ def comparison_csv(rows: list[dict], metrics: list[str]) -> str:
             stat = r["metrics"].get(m)
             if stat is None:
                 continue
-            half = stat["ci95"] or 0.0
-            lo, hi = stat["mean"] - half, stat["mean"] + half
-            if not m.startswith("logloss"):       # as the PNG's axis: a t-interval may pass a rate's bounds
-                lo, hi = max(lo, 0.0), min(hi, 1.0)
-            w.writerow([r["name"], m, repr(stat["mean"]), repr(lo), repr(hi), len(r["seeds"]),
-                        f"{r['name']} {m}" + (f" ({r.get('protocol')})" if several else ""), r.get("protocol") or ""])
+            half = stat["ci95"]
+            if half is None:                      # one seed: no interval, not one of zero width (walk 43h #1)
+                lo = hi = ""
+            else:
+                lo, hi = stat["mean"] - half, stat["mean"] + half
+                if not m.startswith("logloss"):   # as the PNG's axis: a t-interval may pass a rate's bounds
+                    lo, hi = max(lo, 0.0), min(hi, 1.0)
+                lo, hi = repr(lo), repr(hi)
+            # the bar's name as the PNG's: an unfinished configuration was an equal of the finished in DVC's chart
+            notes = (["unfinished"] if r.get("unfinished") else []) + ([str(r.get("protocol"))] if several else [])
+            w.writerow([r["name"], m, repr(stat["mean"]), lo, hi, len(r["seeds"]),
+                        f"{r['name']} {m}" + (f" ({'; '.join(notes)})" if notes else ""), r.get("protocol") or ""])
     return buf.getvalue()
 
 
@@ -112,18 +118,23 @@ def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: 
     for ax, metric in zip(axes[0], metrics):
         s = _scale(metric)
         means = [s * r["metrics"][metric]["mean"] if metric in r["metrics"] else 0.0 for r in rows]
-        halves = [s * (r["metrics"].get(metric, {}).get("ci95") or 0.0) for r in rows]
+        cis = [r["metrics"].get(metric, {}).get("ci95") for r in rows]   # None: one seed, no interval
+        halves = [s * (ci or 0.0) for ci in cis]
         colours = ["#d95f02" if _is_reference(n, reference, names) else "#1b9e77" for n in names]
         y = list(range(len(names)))[::-1]                                 # first configuration on top
-        ax.barh(y, means, xerr=halves, color=colours, alpha=0.85, capsize=4, height=0.6,
-                error_kw={"elinewidth": 1.2, "ecolor": "#333333"})
+        ax.barh(y, means, color=colours, alpha=0.85, height=0.6)
+        with_ci = [i for i, ci in enumerate(cis) if ci is not None]       # a zero-width bar read as certainty
+        if with_ci:                                                       # (walk 43h #1)
+            ax.errorbar([means[i] for i in with_ci], [y[i] for i in with_ci], xerr=[halves[i] for i in with_ci],
+                        fmt="none", capsize=4, elinewidth=1.2, ecolor="#333333")
         for yi, name in zip(y, names):
             vals = [s * v for v in per_seed.get(name, {}).get(metric, [])]
             ax.plot(vals, [yi] * len(vals), "o", color="#222222", markersize=3.5, zorder=3)
         ax.set_yticks(y)
         ax.set_yticklabels(labels if ax is axes[0][0] else [""] * len(names), fontsize=9)
         unit = " (x100)" if s == 100.0 else ""
-        ax.set_xlabel(f"test {metric.upper()}{unit}, mean and 95% CI over seeds", fontsize=9)
+        ax.set_xlabel(f"test {metric.upper()}{unit}, " + ("mean and 95% CI over seeds" if with_ci else
+                                                          "one seed each: no CI"), fontsize=9)
         left, right, hi = axis_range(metric, means, halves)
         ax.set_xlim(left, right)
         for yi, mean, half in zip(y, means, halves):     # the value right of its interval, inside the axes
@@ -221,8 +232,9 @@ def curves_png(records: list[dict], names: list[str], metric: str, title: str,
             for ax, pts in ((loss_ax, seed["loss"]), (valid_ax, seed["valid"])):
                 if pts:
                     ax.plot(*zip(*pts), color=colour, lw=0.7, alpha=0.35, ls=style)
-        if c["best"]:
-            valid_ax.plot(*zip(*c["best"]), "o", color=colour, markersize=3.5)
+        if c["best"]:              # above every mean line: the first's rim (6.5 pt) hid its dots (walk 43h #2)
+            valid_ax.plot(*zip(*c["best"]), "o", color=colour, markersize=3.5, markeredgecolor="#222222",
+                          markeredgewidth=0.6, zorder=4)
         label = f"{name} ({c['n']} seed{'s' if c['n'] != 1 else ''}{', unfinished' if c['unfinished'] else ''}{protocol})"
         line = None
         for ax, pts in ((loss_ax, c["mean_loss"]), (valid_ax, c["mean_valid"])):

@@ -195,6 +195,29 @@ def test_figures_mark_a_configuration_whose_seeds_stopped_at_the_time_limit(tmp_
     assert summary["configs"][0]["unfinished"] == [1, 2]
     assert (tmp_path / "b" / "comparison.png").read_bytes() != (tmp_path / "a" / "comparison.png").read_bytes()
     assert "2 (unfinished)" in (tmp_path / "b" / "report.md").read_text()
+    bars = (tmp_path / "b" / "comparison.csv").read_text()      # DVC's bar chart showed it as a finished one
+    assert "sasrec-lpe hr@10 (unfinished)" in bars and "sasrec-lpe ndcg@10 (unfinished)" in bars
+
+
+def test_one_seed_has_no_interval_in_the_figure_nor_the_csv(tmp_path):
+    """Walk 43h #1: with one seed summary.json has ci95 null, but comparison.csv wrote ci_low = ci_high = mean and
+    comparison.png drew a zero-width bar over "mean and 95% CI over seeds": certainty where no interval exists."""
+    import csv
+    from pipeline import figures
+    runs = tmp_path / "runs"
+    write_run(runs, "sasrec", "lpe", 1, {"hr@10": 0.3, "ndcg@10": 0.1})
+    write_run(runs, "sasrec", "none", 1, {"hr@10": 0.2, "ndcg@10": 0.05})
+    stage.run("toyset", runs, tmp_path / "a", params())
+    bars = list(csv.DictReader((tmp_path / "a" / "comparison.csv").read_text().splitlines()))
+    assert len(bars) == 4 and all(b["ci_low"] == b["ci_high"] == "" for b in bars)
+    rows = json.loads((tmp_path / "a" / "summary.json").read_text())["configs"]
+    one = figures.comparison_png(rows, ["hr@10"], "t", None, {})
+    twin = [dict(r, metrics={"hr@10": {**r["metrics"]["hr@10"], "ci95": 1e-9}}) for r in rows]
+    assert one != figures.comparison_png(twin, ["hr@10"], "t", None, {})   # no error bar drawn, another label
+    write_run(runs, "sasrec", "lpe", 2, {"hr@10": 0.32, "ndcg@10": 0.1})  # beside a row with seeds: its CI only
+    stage.run("toyset", runs, tmp_path / "b", params())
+    bars = {b["configuration"]: b for b in csv.DictReader((tmp_path / "b" / "comparison.csv").read_text().splitlines())}
+    assert bars["sasrec-none"]["ci_low"] == "" and float(bars["sasrec-lpe"]["ci_low"]) < 0.31
 
 
 def test_the_comparison_names_a_bars_protocol_and_seeds_where_they_differ():

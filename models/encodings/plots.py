@@ -122,9 +122,11 @@ def _heatmap(path: Path, data: torch.Tensor, title: str, xlabel: str, ylabel: st
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    import textwrap
     fig, ax = plt.subplots(figsize=(6, 4.5))
     im = ax.imshow(data.numpy(), aspect="auto", cmap="viridis", interpolation="nearest")
-    ax.set_title(title, fontsize=10)
+    # wrapped to the figure's width: a long title lost both ends, the encoding's name with them (walk 43h #3)
+    ax.set_title("\n".join(textwrap.fill(line, 64) for line in title.split("\n")), fontsize=10)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
