@@ -590,6 +590,24 @@ def refuse_nested(dst: str | Path, what: str, instead: str, *, itself: bool = Fa
             raise DataError(f"{dst} is inside {shown}, which holds {config}'s seeds of one configuration "
                             f"(seed-N/run.json): `dvc repro` replaces that folder whole (a train stage's output), "
                             f"and the {what} with it", f"pass a folder outside it ({instead})")
+    if what != "runs" and not itself and (dataset := _runs_folder(here.parent)) is not None:
+        # walk 43c #2: `report --out data/runs/sample/rep.md` was written there, beside the configurations
+        raise DataError(f"{dst} is inside {spelt_like(here.parent, dst)}, which holds {dataset}'s runs "
+                        f"(MODEL-ENCODING/seed-N): `seqpe train` and the reports read that folder as runs only, "
+                        f"and DVC's evaluate@{dataset} depends on all of it", f"pass a path outside it ({instead})")
+
+
+def _runs_folder(folder: Path) -> Optional[str]:
+    """The dataset of a runs folder (a configuration's seeds folder among its first 2,000 entries), else None."""
+    try:
+        for i, child in enumerate(folder.iterdir()):
+            if i >= 2000:
+                break
+            if child.is_dir() and not child.name.startswith(".") and (found := _configuration(child)) is not None:
+                return found
+    except OSError:
+        return None
+    return None
 
 
 def _configuration(folder: Path) -> Optional[str]:

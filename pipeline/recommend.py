@@ -617,6 +617,8 @@ def _unmarked_topk(path: Path) -> Optional[str]:
 
 
 def write_topk(frame: "pl.DataFrame", out: str | Path) -> Path:
+    from .io import deferred_interrupt
     out = check_out(out)
-    write_parquet(out, frame, metadata=TOPK_MARK)
+    with deferred_interrupt():     # a Ctrl-C at the rename said "nothing was written" of the new file (walk 43c #1)
+        write_parquet(out, frame, metadata=TOPK_MARK)
     return out

@@ -30,7 +30,7 @@ from scipy import stats
 from . import significance
 from .errors import DataError, ParamsError, unknown
 from .params import config_name  # noqa: F401  (report.config_name: the name every caller uses)
-from .io import claim_file, not_runs, read_json, refuse_nested, starts_with, write_bytes
+from .io import claim_file, deferred_interrupt, not_runs, read_json, refuse_nested, starts_with, write_bytes
 
 _FAMILY = {"hr": 0, "recall": 0, "mrr": 1, "ndcg": 2, "auc": 3, "gauc": 4, "logloss": 5}
 
@@ -773,7 +773,8 @@ def check_out(out: str | Path) -> Path:
 def write_report(rows: list[dict], out: str | Path, left_out: list[dict] = ()) -> Path:
     out = check_out(out)
     text = to_markdown(rows, left_out) if out.suffix.lower() == ".md" else to_csv(rows)
-    write_bytes(out, text.encode("utf-8"))
+    with deferred_interrupt():     # the file is the command's output: a Ctrl-C at its rename waits for it, and the
+        write_bytes(out, text.encode("utf-8"))    # note says it is the new one (walk 43c #1)
     return out
 
 

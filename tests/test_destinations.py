@@ -713,6 +713,13 @@ def test_outputs_inside_a_configurations_seeds_folder_and_runs_in_a_project_root
                   "--metrics", str(config / "m.json")]):
         assert_one_line_error(seqpe(*argv), f"is inside {config}, which holds sample's seeds of one configuration",
                               "`dvc repro` replaces that folder whole", "Fix: pass a folder outside it")
+    for argv in (["report", str(runs), "--out", str(runs / "r.md"), "--quiet"],    # walk 43c #2: beside the
+                 [*base, str(tmp_path / "runs2"), "--model", "pop", "--seed", "1", "--quiet",  # configurations:
+                  "--metrics", str(runs / "m.json")]):                                        # accepted
+        assert_one_line_error(seqpe(*argv), f"is inside {runs}, which holds sample's runs (MODEL-ENCODING/seed-N): "
+                              "`seqpe train` and the reports read that folder as runs only, and DVC's "
+                              "evaluate@sample depends on all of it", "Fix: pass a path outside it")
+    assert sorted(p.name for p in runs.iterdir()) == ["pop-none"]
     (tmp_path / "w").mkdir()                  # walk 35c #5: a relative path was named as /abs/w/../runs/pop-none
     assert_one_line_error(seqpe("evaluate", "sample", "../runs", "../runs/pop-none/rep", "--all", "--quiet",
                                 cwd=tmp_path / "w"), "../runs/pop-none/rep is inside ../runs/pop-none, which holds")

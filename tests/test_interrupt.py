@@ -408,3 +408,24 @@ def test_a_rank_that_never_joined_its_group_says_its_interrupt(monkeypatch, caps
     assert e.value.code == 143 and not distributed.JOINED
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [] if joined else (len(lines) == 1 and lines[0].startswith("terminated (SIGTERM): ")), lines
+
+
+def test_a_sigint_at_the_rename_of_report_out_waits_for_it_and_says_the_file_is_new(tmp_path, monkeypatch, capsys):
+    """Walk 43c #1: a Ctrl-C just as `--out`'s new file was renamed in exited 130 with "nothing was written (--out
+    keeps its previous content)" beside the new file. The write now holds the signal until it is done."""
+    from pipeline import io as pio
+    from test_report import write_ranked_runs
+    runs, out = tmp_path / "runs", tmp_path / "r.md"
+    write_ranked_runs(runs)
+    code, _ = seqpe(["report", str(runs), "--out", str(out), "--quiet"], capsys)
+    old = out.read_text()
+    real_replace = pio.os.replace
+
+    def replace(src, dst):
+        if Path(dst) == out:                      # the signal arrives between the temporary file and the rename
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_replace(src, dst)
+    monkeypatch.setattr(pio.os, "replace", replace)
+    code, err = seqpe(["report", str(runs), "--out", str(out), "--baseline", "sasrec-lpe", "--quiet"], capsys)
+    assert code == 130 and "the output is the new one, complete" in err and "nothing was written" not in err, err
+    assert out.read_text() != old and "sasrec-lpe" in out.read_text()

@@ -78,7 +78,7 @@ def test_markdown_and_csv_tables(tmp_path):
     assert cells[:8] == ["toyset", "srgnn", "sasrec", "lpe", "", "3", "1 2 3", ""]
     assert [float(c) for c in cells[8:14]] == pytest.approx([0.2, 0.1, ci / 100, 0.1, 0.05, ci / 200])
     assert csv_lines[3].startswith("toyset,srgnn,sasrec,lpe,anc,1,1,,0.4,")
-    out = report.write_report(rows, tmp_path / "r.csv")
+    out = report.write_report(rows, tmp_path / "reports" / "r.csv")     # (not inside the runs folder, walk 43c #2)
     assert out.read_text() == report.to_csv(rows)
 
 
@@ -106,10 +106,10 @@ def test_seeds_stopped_at_the_time_limit_are_not_pooled_with_finished_ones(tmp_p
     with pytest.raises(DataError, match=re.escape("toyset sasrec-none: seed 1 (after 1 epoch) stopped at "
                                                   "train.time_limit, unfinished, while seed 2, 3 trained to the end")):
         report.run([tmp_path])
-    [row] = report.run([tmp_path / "sasrec-none" / "seed-1"], tmp_path / "one.md")   # every seed cut: marked
+    [row] = report.run([tmp_path / "sasrec-none" / "seed-1"], tmp_path / "r" / "one.md")   # every seed cut: marked
     assert row["unfinished"] == [1] and report.to_json([row])[0]["unfinished"] == [1]
-    assert "Unfinished: every seed of toyset sasrec-none stopped at train.time_limit" in (tmp_path / "one.md").read_text()
-    assert "| toyset | srgnn | sasrec | none |  | 1 (unfinished) |" in (tmp_path / "one.md").read_text()  # the row too
+    assert "Unfinished: every seed of toyset sasrec-none stopped at train.time_limit" in (tmp_path / "r" / "one.md").read_text()
+    assert "| toyset | srgnn | sasrec | none |  | 1 (unfinished) |" in (tmp_path / "r" / "one.md").read_text()  # the row too
     assert report.to_csv([row]).splitlines()[1].startswith("toyset,srgnn,sasrec,none,,1,1,1,")   # unfinished_seeds
     assert report.run([tmp_path / "sasrec-none" / "seed-2"])[0]["unfinished"] == []
 
