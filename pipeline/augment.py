@@ -249,7 +249,8 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     io.claim_dir(dst, dataset, "samples")
     io.verify_shards(src, sessions_manifest)
     protocol = sessions_manifest["protocol"]
-    max_len = 0 if protocol == "srgnn" else params.augment.max_len
+    max_len = 0 if protocol in ("srgnn", "ctr") else params.augment.max_len   # CTR: preprocess.max_history cuts
+                                                                                   # (walk 43d #2: recorded as applied)
     modes = sessions_manifest.get("augment", {})
     side_info = sessions_manifest.get("side") or {}      # item attributes / interaction context (pipeline/side.py)
     manifest = {

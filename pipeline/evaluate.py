@@ -101,7 +101,7 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
                                    p.encodings.get(tp.encoding, {}) if spec.uses_encoding else {}, applied.record())
         want_train, want_eval, options, encoding_options, preset = wanted[rec["name"]]
         want = {**rec, "options": options, "encoding_options": encoding_options, "preset": preset,
-                "train": {k: train.get(k) if v == "auto" and k in ("ce_impl", "precision") else v
+                "train": {k: train.get(k) if v == "auto" and k in ("ce_impl", "precision", "select_metric") else v
                           for k, v in want_train.items()},
                 "evaluate": {**want_eval, "ks": (rec.get("evaluate") or {}).get("ks", want_eval.get("ks"))}}
         if (why := settings_change(rec, want)) and not any(name == rec["name"] for name, *_ in stale):

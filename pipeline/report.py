@@ -165,6 +165,8 @@ def _settings(rec: dict) -> dict:
         train["ce_impl"] = "plain" if rec.get("device") == "cuda" else "chunked"
     if train.get("precision") == "auto":
         train["precision"] = "fp32"
+    if train.get("select_metric") == "auto" and rec.get("select_metric"):   # recorded unresolved before walk 43d
+        train["select_metric"] = rec["select_metric"]                       # #1; the record says what it picked
     # keys the run never read, recorded with a value before `seqpe train` nulled them (walk 40e #1): the same model
     if train.get("trim_padding") is False:
         train["bucket"] = None

@@ -120,7 +120,12 @@ def test_stats_counts_clicks_as_positive_labels(tmp_path):
     # raw ids are kept, so the manifest's n_items is the largest id + 1: it read as a count of items (walk 32b)
     n_items = read_json(tmp_path / "sessions" / "manifest.json")["n_items"]
     assert f"item ids {n_items} (the largest raw id + 1: ids are not renumbered, so not a count)" in cells, proc.stdout
-    augment.run("kuaivideo", tmp_path / "sessions", tmp_path / "samples", params())
+    p = params()
+    augment.run("kuaivideo", tmp_path / "sessions", tmp_path / "samples",
+                dataclasses.replace(p, augment=dataclasses.replace(p.augment, max_len=5)))
+    # walk 43d #2: augment.max_len cuts no CTR history (preprocess.max_history does): recorded as applied, and
+    # `seqpe train` then said the model saw at most 5 items
+    assert read_json(tmp_path / "samples" / "manifest.json")["params"]["max_len_applied"] == 0
     proc = seqpe("stats", "kuaivideo", str(tmp_path / "samples"))
     vocab = read_json(tmp_path / "samples" / "manifest.json")["ctr"]["vocab"]
     shown = ", ".join(f"{t} {v['kept']} ids kept (min count {v['min_count']})" for t, v in vocab.items())

@@ -2232,3 +2232,34 @@ def test_a_state_folder_removed_by_another_training_midway_is_made_again(tmp_pat
     handle = pio.flock(locks / "a.lock")
     assert handle is not None and removed
     handle.close()
+
+
+def test_select_metric_auto_and_what_it_picks_are_one_run(tmp_path):
+    """Walk 43d #1: `auto` and `ndcg@5` (what auto picks at ks [1, 5]) were two fingerprints for one run: the seed
+    was retrained and replaced, and `seqpe report` would not pool it with seeds trained under the other spelling."""
+    samples, runs = make_samples(tmp_path / "samples"), tmp_path / "runs"
+    stage.run("toyset", samples, runs, params("sasrec", "lpe", epochs=1, select_metric="auto"), model="sasrec",
+              progress=False)
+    path = runs / "sasrec-lpe" / "seed-1" / "run.json"
+    first = json.loads(path.read_text())
+    assert first["train"]["select_metric"] == "ndcg@5" == first["select_metric"]
+    summary = stage.run("toyset", samples, runs, params("sasrec", "lpe", epochs=1, select_metric="ndcg@5"),
+                        model="sasrec", progress=False, check=True)[0]
+    assert summary["reused"] == [1]
+    from pipeline import report
+    older = {**first, "train": {**first["train"], "select_metric": "auto"}}    # recorded before the fix
+    assert report.settings_change(older, first) == ""
+
+
+def test_fitted_baselines_and_ctr_models_refuse_keys_they_do_not_read(tmp_path):
+    """Walk 43d #3 / #9: POP took --set train.select_metric (and precision), recorded it and fingerprinted a
+    byte-identical run; a CTR model's train.negatives was refused with a fix (train.loss=sampled) CTR refuses."""
+    from pipeline.errors import ParamsError
+    samples = make_samples(tmp_path / "samples")
+    for key in ("select_metric=hr@5", "precision=fp32"):
+        with pytest.raises(ParamsError, match=rf"train.{key.replace('=', ' is ')}, and 'pop' does not read"):
+            stage.run("toyset", samples, tmp_path / "runs", params("pop", "none"), model="pop",
+                      overrides=[f"train.{key}"], progress=False, check=True)
+    stage.run("toyset", samples, tmp_path / "runs", params("pop", "none"), model="pop", progress=False)
+    record = json.loads((tmp_path / "runs" / "pop-none" / "seed-1" / "run.json").read_text())
+    assert record["train"]["select_metric"] is None and record["select_metric"] == "ndcg@5"

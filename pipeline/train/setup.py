@@ -137,7 +137,7 @@ def _train_params(train: TrainParams, preset_train: dict, model: str, encoding: 
 
 def select_metric(tp: TrainParams, task) -> str:
     """train.select_metric, with `auto` resolved to the task's default; checked to be computed."""
-    name = task.default_select if tp.select_metric == "auto" else tp.select_metric
+    name = task.default_select if tp.select_metric in ("auto", None) else tp.select_metric   # None: unread (fitted)
     keys = task.metric_keys
     if name not in keys:
         close = did_you_mean(name, keys)

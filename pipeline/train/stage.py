@@ -61,7 +61,7 @@ def resolve_config(dataset: str, manifest: dict, params: Params, model: Optional
         raise ParamsError(f"train.dim ({tp.dim}) must be divisible by train.heads ({tp.heads}), which "
                           f"'{spec.name}' splits it into", "change train.dim or train.heads")
     if machine:                    # CTR too: its precision was recorded "auto" and fp32 retrained it (walk 40d #4)
-        tp = _resolve_auto(tp, ctr=kind == "ctr")
+        tp = _resolve_auto(tp, ctr=kind == "ctr", params=params, kind=kind)
     if machine and (tp.threads == "auto" or tp.threads == 0):     # the count auto / torch's default picks here, in run.json and
         tp = dataclasses.replace(tp, threads=threads.resolve(tp.threads))   # the fingerprint (walk 37b D3, 38a D7)
     return kind, params, spec, enc_name, tp, applied, res
@@ -456,17 +456,20 @@ def _ctr_settings(params: Params, tp, spec, explicit: list[str], overrides) -> P
         params.evaluate, **{k: getattr(defaults, k) for k in _CTR_EVALUATE}))
 
 
-def _resolve_auto(tp, ctr: bool = False):
+def _resolve_auto(tp, ctr: bool = False, params: Optional[Params] = None, kind: Optional[str] = None):
     """`tp` with train.ce_impl and precision `auto` replaced by what they pick on the run's device (ce_impl:
     chunked on the CPU, plain on CUDA; precision: fp32), as train.device auto enters the fingerprint: `auto`
     and the value it picks were two fingerprints for one model (a finished seed retrained and replaced, seeds
-    not pooled by `seqpe report`), and run.json did not say which loss ran (walk 33a)."""
-    from .tasks import ce_impl
+    not pooled by `seqpe report`), and run.json did not say which loss ran (walk 33a). train.select_metric
+    `auto` likewise, by the task's default (ndcg@10, auc; walk 43d #1), given `params` and `kind`."""
+    from .tasks import ce_impl, selection
     resolved = {}
     if tp.ce_impl == "auto" and not ctr:              # a CTR model's loss is its click BCE
         resolved["ce_impl"] = ce_impl(tp, setup.pick_device(tp.device))
     if tp.precision == "auto":
         resolved["precision"] = "fp32"
+    if tp.select_metric == "auto" and params is not None and kind is not None:
+        resolved["select_metric"] = selection(kind, params).default_select
     return dataclasses.replace(tp, **resolved)
 
 
@@ -495,10 +498,13 @@ def _drop_ignored(tp, spec, params: Params, overrides):
     # keys that another setting leaves unread, whatever the model (walk 31b: train.negatives retrained every
     # configuration under loss ce and replaced identical runs): key -> (why, fix)
     unread = {key: why for key, why in (
-        ("negatives", tp.loss not in (None, "sampled") and (f"train.loss {tp.loss} draws no sampled softmax",
-                                                             "train.loss=sampled")),
-        ("ce_impl", tp.loss not in (None, "ce") and (f"train.loss {tp.loss} is not the full softmax",
-                                                     "train.loss=ce")),
+        # CTR: its click BCE reads neither whatever train.loss says, so no train.loss is the fix (walk 43d #9: it
+        # named train.loss=sampled, which CTR refuses)
+        ("negatives", spec.task == "ctr" and (f"CTR models such as '{spec.name}' draw no negatives", None)
+         or tp.loss not in (None, "sampled") and (f"train.loss {tp.loss} draws no sampled softmax",
+                                                  "train.loss=sampled")),
+        ("ce_impl", spec.task != "ctr" and tp.loss not in (None, "ce") and (
+            f"train.loss {tp.loss} is not the full softmax", "train.loss=ce")),
         ("lr_step", tp.lr_schedule == "none" and ("train.lr_schedule is none", "train.lr_schedule=step")),
         ("lr_gamma", tp.lr_schedule == "none" and ("train.lr_schedule is none", "train.lr_schedule=step")),
         ("bucket", spec.task != "ctr" and tp.trim_padding is False and (   # walk 40d #2: batches keep max_len
@@ -515,7 +521,7 @@ def _drop_ignored(tp, spec, params: Params, overrides):
         if given is not None and key in unread:
             raise ParamsError(f"{given.replace('=', ' is ', 1)}, and {unread[key][0]}, so it is not read: the setting "
                               "would be ignored (and recorded as if it applied)",
-                              f"drop --set {given}, or add --set {unread[key][1]}")
+                              f"drop --set {given}" + (f", or add --set {unread[key][1]}" if unread[key][1] else ""))
         if given is not None:
             raise ParamsError(f"{given.replace('=', ' is ', 1)}, and '{spec.name}' does not read train.{key}: the "
                               "setting would be ignored (and recorded as if it applied)", f"drop --set {given}")
