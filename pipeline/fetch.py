@@ -10,6 +10,7 @@ sent (`Accept-Encoding: identity`, no transparent decompression), so checksums h
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -60,7 +61,14 @@ def progress_bar(enabled: bool):
 
 def fetch(http: requests.Session, url: str, part: Path, *, retries: int, timeout_s: float, backoff_s: float,
           bar=None, task=None) -> None:
-    """Download `url` into `part` (resuming it if present). Raises `Failed` when the origin gives up."""
+    """Download `url` into `part` (resuming it if present). Raises `Failed` when the origin gives up.
+    A `part` that is a symbolic link is removed (the link, not what it points at) and the transfer starts afresh:
+    written through, it replaced a file outside the destination (walk 43g #1); it is opened without following
+    links too (`_stream`)."""
+    if part.is_symlink():
+        part.unlink()
+    elif part.exists() and not part.is_file():
+        raise DownloadError(f"{part} is not a file (a partial download's name)", f"remove {part} and run again")
     attempts, best, transfers = 0, _size(part), 0
     while True:
         transfers += 1
@@ -133,8 +141,9 @@ def _attempt(http, url: str, part: Path, timeout_s: float, bar, task) -> None:
 
 
 def _stream(resp, part: Path, mode: str, bar, task) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | (os.O_APPEND if mode == "ab" else os.O_TRUNC)
     try:
-        fh = open(part, mode)
+        fh = os.fdopen(os.open(part, flags, 0o644), mode)
     except OSError as e:
         raise DownloadError(f"cannot write {part} ({e.strerror})", "check the folder's permissions") from None
     with fh:

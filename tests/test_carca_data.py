@@ -101,6 +101,20 @@ def test_pickles_that_would_run_code_or_hold_other_objects_are_refused(tmp_path)
     (tmp_path / "ragged.dat").write_bytes(_dump({(1, 2): [0.5], (1, 3): [0.5, 1.0]}))
     with pytest.raises(DataError, match="unequal lengths"):
         read_context(tmp_path / "ragged.dat")
+    # walk 43g #2: _reconstruct(ndarray, shape, dtype) with no BUILD was np.empty(shape): heap bytes of any size
+    for shape in ((3, 8), (3, 5_000_000)):
+        (tmp_path / "empty.dat").write_bytes(b"cnumpy.core.multiarray\n_reconstruct\n(cnumpy\nndarray\n(I%d\nI%d\n"
+                                             b"tS'f8'\ntR." % shape)
+        with pytest.raises(DataError, match=r"holds an array of float64 of shape \(0,\), not a numeric"):
+            read_features(tmp_path / "empty.dat", 3)
+    (tmp_path / "call.dat").write_bytes(b"cnumpy\nndarray\n(I3\nI8\ntR.")       # ndarray((3, 8)) called
+    with pytest.raises(DataError, match="not a readable CARCA pickle"):
+        read_features(tmp_path / "call.dat", 3)
+    shared = [0.5] * 400                               # walk 43g #3: one value list behind every key
+    (tmp_path / "alias.dat").write_bytes(pickle.dumps({(u, 1): shared for u in range(1, 2001)}, protocol=3))
+    with pytest.raises(DataError, match="holds 800,000 context values in .* bytes: its keys share value lists"):
+        read_context(tmp_path / "alias.dat")
+    assert read_features(tmp_path / "short.dat", 2).shape == (2, 3)      # a real array still reads
 
 
 # --------------------------------------------------------------------------- CARCA's split, exactly

@@ -173,6 +173,20 @@ def test_partial_file_from_an_earlier_run_is_resumed(srv, tmp_path):
     assert not (dst / ".blob.bin.part").exists()
 
 
+def test_a_partial_file_that_is_a_link_is_removed_not_written_through(srv, tmp_path):
+    """Walk 43g #1: a `.part` symbolic link in the destination (from a cloned repository, a shared folder) was
+    opened and written through: a file outside the destination was replaced by the download."""
+    name = blob_dataset(srv)
+    dst = tmp_path / "raw" / name
+    dst.mkdir(parents=True)
+    outside = tmp_path / "precious.txt"
+    outside.write_text("precious\n")
+    (dst / ".blob.bin.part").symlink_to(outside)
+    download.run(name, dst, FAST, progress=False)
+    assert (dst / "blob.bin").read_bytes() == BLOB and outside.read_text() == "precious\n"
+    assert srv.log == [("blob.bin", None, 200)]             # afresh: the link's target was no partial download
+
+
 def test_stalled_transfer_times_out_and_resumes(srv, tmp_path):
     name = blob_dataset(srv)
     srv.drop_after, srv.drops, srv.stall_s = 70_000, 1, 2.0

@@ -68,12 +68,24 @@ class _Refused(Exception):
     """Internal: what the unpickler met; turned into a DataError naming the file."""
 
 
+class _NDArray:
+    """What `numpy.ndarray` resolves to here: only a name for `_reconstruct`'s first argument. The real class,
+    called by the pickle (`ndarray(shape, dtype)`) or handed to numpy's `_reconstruct` with a shape, made an
+    array of any size that nothing filled: uninitialised heap bytes in item_features.parquet, gigabytes from a
+    76-byte file (walk 43g #2)."""
+
+
 @lru_cache(maxsize=1)
 def _numpy_globals() -> dict:
     import numpy as np
-    reconstruct = np.zeros(1).__reduce__()[0]            # numpy's _reconstruct, whatever its module path
+    numpy_reconstruct = np.zeros(1).__reduce__()[0]       # numpy's _reconstruct, whatever its module path
     scalar = np.float64(0).__reduce__()[0]                # numpy's scalar
-    out = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype}
+
+    def reconstruct(subtype, shape, dtype):               # an empty array: its BUILD (__setstate__) gives the
+        if subtype is not _NDArray:                       # shape and the data, whose size numpy checks; an
+            raise _Refused(f"an array of type {getattr(subtype, '__name__', subtype)!r}")   # array no BUILD
+        return numpy_reconstruct(np.ndarray, (0,), dtype)                                    # filled stays empty
+    out = {("numpy", "ndarray"): _NDArray, ("numpy", "dtype"): np.dtype}
     for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
         out[(module, "_reconstruct")] = reconstruct
         out[(module, "scalar")] = scalar
@@ -160,6 +172,15 @@ def read_context(path: Path) -> "pl.DataFrame":
     if not all(type(k) is tuple and len(k) == 2 for k in keys):
         bad = next(k for k in keys if type(k) is not tuple or len(k) != 2)
         raise DataError(f"{path} has the key {bad!r}, not a (user, item) pair", _FIX)
+    # one value list shared by every key (pickle's memo) is K x C floats from a file of K + C: a 209 KB file took
+    # 1.3 GB (walk 43g #3). A float costs a pickle at least 9 bytes, so real context is far below the file's size
+    try:
+        total = sum(len(v) for v in obj.values())
+    except TypeError:
+        total = 0                                          # (not lists: named below)
+    if total > path.stat().st_size:
+        raise DataError(f"{path} holds {total:,} context values in {path.stat().st_size:,} bytes: its keys share "
+                        "value lists (a pickle's references), which CARCA's files never do", _FIX)
     try:
         pairs = np.array(keys, dtype=np.int64)                                   # (K, 2)
         values = np.array([list(v) for v in obj.values()], dtype=np.float32)     # (K, C)
