@@ -1174,9 +1174,11 @@ def _main(quiet_after: tuple = ()) -> None:
                                 "remove or fix the link, or pass another path") from None
             if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":   # numpy's, torch's (CUDA)
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]        # were a traceback (walk 43b #2)
+                training = next((a for a in sys.argv[1:] if not a.startswith("-")), None) in ("train", "recommend")
                 raise TrainingError(f"out of memory: {first}",
                                     "lower train.max_len (every sample is padded to it), train.batch_size or "
-                                    "evaluate.batch_size, or free memory") from None
+                                    "evaluate.batch_size, or free memory" if training else
+                                    "lower the sizes the params or the input ask for, or free memory") from None
             from .errors import as_os_error
             named = as_os_error(e)              # a full disk inside Polars: its ComputeError, said as the OSError
             if named is not None and named is not e:

@@ -50,6 +50,8 @@ class SampleParams:
         _min(f"{key}.items", self.items, 2)
         _min(f"{key}.days", self.days, 2)
         _min(f"{key}.seed", self.seed, 0)
+        for name in ("sessions", "items"):     # 10^12 was numpy's MemoryError traceback (walk 43g #5)
+            _max(f"{key}.{name}", getattr(self, name), SAMPLE_MAX)
 
 
 @dataclass(frozen=True)
@@ -401,8 +403,19 @@ def _where(key: str, what: str) -> str:
     return f"give {key} {what} (in params.yaml, or --set {key}=...)"
 
 
+def _shown(value: Any) -> str:
+    """A value for a message, cut to a line: the whole repr of a YAML alias bomb (1 KB of nested aliases, 10^9
+    elements) ran for minutes and filled memory before the one-line error (walk 43g #4)."""
+    import reprlib
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 6, 6, 6, 6
+    r.maxstring, r.maxlong, r.maxother = 60, 40, 60
+    shown = r.repr(value)
+    return shown if len(shown) <= 100 else shown[:97] + "..."
+
+
 def _bad(key: str, value: Any, want: str, fix: Optional[str] = None) -> ParamsError:
-    return ParamsError(f"params key '{key}' must be {want}, got {value!r}", fix or _where(key, f"a value {want}"))
+    return ParamsError(f"params key '{key}' must be {want}, got {_shown(value)}", fix or _where(key, f"a value {want}"))
 
 
 def _wrong_type(key: str, value: Any, tp: Any) -> ParamsError:
@@ -412,6 +425,14 @@ def _wrong_type(key: str, value: Any, tp: Any) -> ParamsError:
 def _min(key: str, value: float, low: float, *, strict: bool = False, fix: Optional[str] = None) -> None:
     if value < low or (strict and value == low):
         raise _bad(key, value, f"{'>' if strict else '>='} {low:g}", fix)
+
+
+SAMPLE_MAX = 100_000_000     # a generated sample's sessions, users or items (Yoochoose has 9.2M sessions)
+
+
+def _max(key: str, value: float, high: float) -> None:
+    if value > high:
+        raise _bad(key, value, f"<= {high:,}")
 
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
@@ -499,16 +520,16 @@ def _coerce(value: Any, tp: Any, key: str, strict: bool = False) -> Any:
         raise _wrong_type(key, value, tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ParamsError(f"params key '{key}' must be a mapping, got {value!r}",
+            raise ParamsError(f"params key '{key}' must be a mapping, got {_shown(value)}",
                               "fix that section in params.yaml")
         return from_dict(tp, value, key, strict)
     if origin is list:
         if not isinstance(value, list):
-            raise ParamsError(f"params key '{key}' must be a list, got {value!r}", "write it as [a, b, ...]")
+            raise ParamsError(f"params key '{key}' must be a list, got {_shown(value)}", "write it as [a, b, ...]")
         return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            raise ParamsError(f"params key '{key}' must be a mapping, got {value!r}", "fix it in params.yaml")
+            raise ParamsError(f"params key '{key}' must be a mapping, got {_shown(value)}", "fix it in params.yaml")
         return {str(k): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
     if tp is Any:
         return value
@@ -623,6 +644,13 @@ def _read_yaml(path: Path) -> Any:
         return yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_UniqueKeyLoader)
     except UnicodeDecodeError as e:    # Notepad's UTF-16, a Latin-1 comment
         raise ParamsError(f"{path} is not UTF-8 text (byte {e.start})", "save it as UTF-8") from None
+    except RecursionError:             # walk 43g #5: tracebacks, as these two were
+        raise ParamsError(f"{path} nests lists or mappings too deeply to read", "fix the file") from None
+    except ValueError as e:            # an integer of more than 4,300 digits (Python's limit)
+        if "integer string conversion" not in str(e):
+            raise
+        raise ParamsError(f"{path} holds an integer too long to read ({' '.join(str(e).split())[:80]})",
+                          "fix the number in the file") from None
     except _DuplicateKey as e:
         raise ParamsError(f"{path} line {e.again}: key '{e.key}' was already given at line {e.first} (YAML keeps "
                           "only the last)", "give each key once: merge the two") from None

@@ -600,9 +600,13 @@ def test_out_of_memory_is_one_line_naming_what_to_lower(monkeypatch, capsys, err
     def app(**kwargs):
         raise error
     monkeypatch.setattr(cli, "app", app)
-    with pytest.raises(SystemExit) as exit_:
-        cli._main()
-    assert exit_.value.code == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "error: out of memory: " in err and "Traceback" not in err
-    assert "Fix: lower train.max_len (every sample is padded to it), train.batch_size" in err
+    for argv, fix in ((["seqpe", "train", "sample"], "Fix: lower train.max_len (every sample is padded to it), "
+                                                     "train.batch_size"),
+                      (["seqpe", "download", "sample"], "Fix: lower the sizes the params or the input ask for")):
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as exit_:
+            cli._main()
+        assert exit_.value.code == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "error: out of memory: " in err and "Traceback" not in err
+        assert fix in err, err

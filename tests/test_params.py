@@ -251,3 +251,29 @@ def test_a_ce_impl_the_loss_does_not_use_is_refused(loss):
         from_dict(Params, {"train": {"loss": loss, "ce_impl": "chunked"}})
     from_dict(Params, {"train": {"loss": loss, "ce_impl": "auto"}})
     from_dict(Params, {"train": {"loss": "ce", "ce_impl": "chunked"}})
+
+
+def test_hostile_params_files_are_one_line_errors_at_once(tmp_path):
+    """Walk 43g #4, #5: a 1 KB YAML alias bomb hung every command (the error printed its 10^9 elements); deep
+    nesting and a 5,000-digit integer were tracebacks; a sample of 10^12 sessions numpy's MemoryError."""
+    import time
+    levels = ["&a0 [x, x, x, x, x, x, x, x, x, x]"] + [
+        f"&a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]     # the last holds 10^9 x's
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(f"train:\n  epochs: [{', '.join(levels)}]\n")
+    started = time.monotonic()
+    with pytest.raises(ParamsError, match="params key 'train.epochs' must be int, got ") as e:
+        load_params(bomb, strict=False)
+    assert time.monotonic() - started < 10 and len(str(e.value)) < 600
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("train:\n  epochs: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(ParamsError, match="nests lists or mappings too deeply to read"):
+        load_params(deep, strict=False)
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("train:\n  epochs: " + "9" * 5000 + "\n")
+    with pytest.raises(ParamsError, match="holds an integer too long to read"):
+        load_params(huge, strict=False)
+    sample = tmp_path / "sample.yaml"
+    sample.write_text("preprocess:\n  sample:\n    sessions: 1000000000000\n")
+    with pytest.raises(ParamsError, match=r"'preprocess.sample.sessions' must be <= 100,000,000, got 1000000000000"):
+        load_params(sample, strict=False)
