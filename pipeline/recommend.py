@@ -358,9 +358,17 @@ def load_run(run_dir: str | Path, sessions_dir: Optional[str | Path] = None, dev
     from .train.runs import load_checkpoint
     ckpt = load_checkpoint(run_dir)
     cfg = ckpt["config"]
-    if not isinstance(cfg.get("n_items"), int) or cfg.get("model") not in MODELS:
-        raise DataError(f"{run_dir}/checkpoint.pt does not describe a next-item model (config: model "
-                        f"{cfg.get('model')!r}, n_items {cfg.get('n_items')!r})", "re-run `seqpe train` for it")
+    # each part of the config as `seqpe train` writes it: a missing max_len, a string `train`, a list of options
+    # or a negative n_items were tracebacks (walk 43g #6)
+    shaped = (isinstance(cfg, dict) and type(cfg.get("n_items")) is int and 1 <= cfg["n_items"] <= 2**31 - 1
+              and cfg.get("model") in MODELS and type(cfg.get("max_len")) is int and 1 <= cfg["max_len"] <= 2**20
+              and isinstance(cfg.get("train"), dict) and all(isinstance(k, str) for k in cfg["train"])
+              and all(isinstance(cfg.get(k, {}), dict) for k in ("options", "encoding_options"))
+              and isinstance(ckpt.get("model"), dict) and all(isinstance(k, str) for k in ckpt["model"]))
+    if not shaped:
+        got = {k: cfg.get(k) for k in ("model", "n_items", "max_len")} if isinstance(cfg, dict) else type(cfg).__name__
+        raise DataError(f"{run_dir}/checkpoint.pt does not describe a next-item model `seqpe train` wrote "
+                        f"(config: {str(got)[:120]})", "re-run `seqpe train` for it")
     record = {**record, "n_items": cfg["n_items"], "max_len": cfg["max_len"]}
     items = _vocabulary(Path(sessions_dir), cfg["n_items"], run_dir, record.get("dataset"),
                         record.get("sessions_manifest")) if sessions_dir is not None else None

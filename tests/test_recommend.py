@@ -322,6 +322,35 @@ def test_a_damaged_checkpoint_is_a_one_line_error(trained, tmp_path, damage):
     assert not (tmp_path / "f").exists()
 
 
+@pytest.mark.parametrize("edit", ["no max_len", "train a string", "options a list", "int weight names",
+                                  "negative n_items"])
+def test_a_checkpoint_whose_config_is_not_seqpes_is_a_one_line_error(trained, tmp_path, edit):
+    """Walk 43g #6: a checkpoint torch reads (weights only) whose config lacks max_len, holds a string `train`,
+    options as a list, int keys in the weights or a negative n_items was a KeyError / AttributeError /
+    RuntimeError traceback in `seqpe recommend`."""
+    _, run, _ = trained
+    bad = tmp_path / "seed-1"
+    bad.mkdir()
+    record = json.loads((run / "run.json").read_text())
+    record.pop("sha256", None)
+    (bad / "run.json").write_text(json.dumps(record))
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    cfg = ckpt["config"]
+    if edit == "no max_len":
+        del cfg["max_len"]
+    elif edit == "train a string":
+        cfg["train"] = "x"
+    elif edit == "options a list":
+        cfg["options"] = [1]
+    elif edit == "int weight names":
+        ckpt["model"] = {i: v for i, v in enumerate(ckpt["model"].values())}
+    else:
+        cfg["n_items"] = -5
+    torch.save(ckpt, bad / "checkpoint.pt")
+    with pytest.raises(DataError, match="checkpoint.pt does not describe a next-item model `seqpe train` wrote"):
+        recommend.load_run(bad)
+
+
 def test_ids_that_are_not_integers_are_refused_not_truncated(trained, tmp_path):
     """int() read a Parquet float 1.9 as item 1, True as 1, '1_0' as 10 and Arabic-Indic digits as ids, and an
     id past int64 was NumPy's OverflowError; a float column's 2.0 stays item 2."""
