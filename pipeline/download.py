@@ -112,6 +112,10 @@ def _local(path: Path, src) -> tuple[Path, bool]:
         if (path / src.filename).is_file():
             return path / src.filename, False
         return path, True
+    if not path.is_file():                        # a named pipe hung the content sniffing (walk 43g #8)
+        from .io import special_kind
+        raise DownloadError(f"--from {path} is {special_kind(path)}, not a file",
+                            f"pass the path of {src.filename} or of a folder holding {', '.join(src.files)}")
     needed = {Path(f).name for f in src.files}
     if path.name != src.filename and path.name in needed and src.archive != "none":
         return path, True

@@ -65,8 +65,16 @@ def load(path: str | Path) -> object:
     for magic, kind in _ARCHIVES:
         if data.startswith(magic):
             raise DataError(f"{path} is a {kind} archive, not a pickle", "unpack it and pass the folder inside")
+    buf = io.BytesIO(data)
     try:
-        return _NoGlobals(io.BytesIO(data)).load()
+        obj = _NoGlobals(buf).load()
+        if buf.tell() < len(data):     # two pickles joined (`cat a b`), or junk appended: the first part only was
+            raise DataError(f"{path} has {len(data) - buf.tell():,} bytes after the end of its pickle (at byte "   # read,
+                            f"{buf.tell():,}): two files joined, or a damaged copy", "copy or download the file "   # silently
+                            "again (one pickle per file)")                                                         # (walk 43g #9)
+        return obj
+    except DataError:
+        raise
     except _Refused as e:
         raise DataError(f"{path} holds {e} {_ACCEPTED}", _FIX) from None
     except RecursionError:

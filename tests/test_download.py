@@ -546,3 +546,20 @@ def test_a_text_file_that_does_not_read_as_the_needed_file_is_refused_at_downloa
     with pytest.raises(DownloadError, match=r"--from .*loop.csv is a symbolic link loop"):
         download.run("diginetica", tmp_path / "raw3", FAST, from_path=loop, progress=False)
 
+
+
+def test_from_a_pipe_or_a_link_to_a_device_is_refused_not_read_forever(tmp_path):
+    """Walk 43g #8: `--from` a named pipe hung in the content sniffing; a folder whose needed file links to
+    /dev/zero was copied without end (4.7 GB in 4 s)."""
+    import os
+    name = dataset(filename="data.zip", files=("clicks.csv",))
+    fifo = tmp_path / "data.zip"
+    os.mkfifo(fifo)
+    with pytest.raises(DownloadError, match=r"--from .*data.zip is a named pipe \(FIFO\), not a file"):
+        download.run(name, tmp_path / "raw" / name, FAST, progress=False, from_path=fifo)
+    folder = tmp_path / "extracted"
+    folder.mkdir()
+    (folder / "clicks.csv").symlink_to("/dev/zero")
+    with pytest.raises(DownloadError, match=r"clicks.csv is a character device, not a file"):
+        download.run(name, tmp_path / "raw" / name, FAST, progress=False, from_path=folder)
+    assert not (tmp_path / "raw" / name).exists()

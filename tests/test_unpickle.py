@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import DataError
-from pipeline.unpickle import load_samples, load_sessions
+from pipeline.unpickle import load, load_samples, load_sessions
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "diginetica-srgnn"
 
@@ -132,3 +132,14 @@ def test_damaged_files(tmp_path):
         load_sessions(write(tmp_path, b"PK\x03\x04rest"))
     with pytest.raises(DataError, match="does not exist"):
         load_sessions(tmp_path / "missing.txt")
+
+
+def test_bytes_after_the_pickle_are_refused(tmp_path):
+    """Walk 43g #9: two pickles joined (`cat a b > train.txt`), or junk appended, imported the first part only."""
+    path = tmp_path / "train.txt"
+    path.write_bytes(pickle.dumps(([[1, 2]], [3]), protocol=2) + b"GARBAGE")
+    with pytest.raises(DataError, match=r"train.txt has 7 bytes after the end of its pickle \(at byte \d+\): two "
+                                        r"files joined"):
+        load(path)
+    path.write_bytes(pickle.dumps(([[1, 2]], [3]), protocol=2))
+    assert load(path) == ([[1, 2]], [3])
