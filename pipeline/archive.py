@@ -78,6 +78,9 @@ def unpack(archive: Path, kind: str, files: Sequence[str], out_dir: Path, *, nam
     except (zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:
         raise _corrupt(name, e) from None
     except Exception as e:  # py7zr raises its own family plus assorted errors on damaged input
+        if type(e).__name__ == "PasswordRequired":   # encrypted headers: raised on opening, before the content's
+            raise DownloadError(f"{name} is password-protected",    # check (walk 43g #10: "truncated or corrupt")
+                                "extract it by hand and pass the folder with --from") from None
         if type(e).__module__.startswith("py7zr"):
             raise _corrupt(name, e) from None
         raise

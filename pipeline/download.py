@@ -411,6 +411,11 @@ def _gzip_holds_json_lines(src, path: Path) -> None:
         alternate = None                                      # unpacking it as the ratings CSV was the fix given
     what = ("text that is not JSON lines" if sniff.kind_of_bytes(inner) == "text"
             and sniff.describe(inner) != "an HTML page" else sniff.describe(inner))
+    if what == "a tar archive":       # a .tar.gz: gunzip made a tar named .csv (walk 43g #11), as _check_readable says
+        raise DownloadError(f"{path} is a gzip-compressed tar archive, not the JSON lines of {src.filename}",
+                            f"unpack it (`tar xzf {path}`) and pass the file inside"
+                            + (f" ({', '.join(src.alternates)}) or the original {src.filename}" if src.alternates
+                               else f", the original {src.filename}"))
     unpacked = alternate or path.name.removesuffix(".gz")
     raise DownloadError(f"{path} is gzip data holding {what}, not the JSON lines of {src.filename}",
                         f"unpack it (`gunzip -c {path} > {unpacked}`) and pass {unpacked}" if alternate else

@@ -239,6 +239,16 @@ def test_download_from_the_ratings_csv_installs_it_under_its_own_name(tmp_path):
                                             r"\(`gunzip -c .*ratings_Beauty.csv.gz > ratings_Beauty.csv`\)"):
         download.run("beauty", tmp_path / "raw2", DownloadParams(), from_path=packed, progress=False)
     assert not (tmp_path / "raw2").exists()
+    import io
+    import tarfile
+    tarred = tmp_path / "ratings_Beauty.tar.gz"         # walk 43g #11: the fix was `gunzip -c`, giving a tar as .csv
+    with tarfile.open(tarred, "w:gz") as tar:
+        info = tarfile.TarInfo("ratings_Beauty.csv")
+        info.size = len(csv.read_bytes())
+        tar.addfile(info, io.BytesIO(csv.read_bytes()))
+    with pytest.raises(DownloadError, match=r"ratings_Beauty.tar.gz is a gzip-compressed tar archive, not the JSON "
+                                            r"lines of reviews_Beauty_5.json.gz. Fix: unpack it \(`tar xzf "):
+        download.run("beauty", tmp_path / "raw2", DownloadParams(), from_path=tarred, progress=False)
 
 
 # books_hllm (CAPE 001 Table 3, HLLM's filter). Core users A..E rate P..T; X is rated by A..D and by

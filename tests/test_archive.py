@@ -223,3 +223,16 @@ def test_needed_names_must_be_relative(tmp_path):
 
 def test_kind_of():
     assert [archive.kind_of(n) for n in ("a.ZIP", "b.7z", "c.json.gz", "d.csv")] == ["zip", "7z", "gz", "none"]
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_a_password_protected_7z_is_named_so(tmp_path, headers):
+    """Walk 43g #10: with encrypted headers py7zr refuses on opening, which was reported as "truncated or
+    corrupt" with a raw Python repr of its internals."""
+    src = tmp_path / "y.7z"
+    (tmp_path / "clicks.dat").write_bytes(b"1,2014-04-07T10:51:09.277Z,1,0\n")
+    with py7zr.SevenZipFile(src, "w", password="secret", header_encryption=headers) as z:
+        z.write(tmp_path / "clicks.dat", "clicks.dat")
+    with pytest.raises(DownloadError, match=r"^y.7z is password-protected\. Fix: extract it by hand"):
+        archive.unpack(src, "7z", ("clicks.dat",), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
