@@ -12,6 +12,7 @@ gzip CRC and end-of-stream marker. Every failure is one `DownloadError` line.
 """
 from __future__ import annotations
 
+import collections
 import errno
 import gzip
 import lzma
@@ -171,9 +172,13 @@ def _unzip(archive: Path, files: Sequence[str], out_dir: Path, name: str) -> dic
                 _check_link(info.filename, target, name)
                 links[_norm(info.filename)] = target
         by_name = {_norm(i.filename): i for i in infos}
-        out = {}
-        for f in files:
+        counts = collections.Counter(_norm(i.filename) for i in infos)   # a name twice kept the last silently,
+        out = {}                                                         # where two folders' copies are refused
+        for f in files:                                                  # (walk 43g #12)
             member = _need(by_name, f, name)
+            if counts[member] > 1:
+                raise DownloadError(f"{name} holds {member} more than once ({counts[member]} members of that name)",
+                                    "extract the right one by hand and pass it with --from")
             if member in links:
                 raise _link_needed(name, member)
             dst = _prepare(out_dir / f)

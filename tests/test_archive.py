@@ -236,3 +236,19 @@ def test_a_password_protected_7z_is_named_so(tmp_path, headers):
     with pytest.raises(DownloadError, match=r"^y.7z is password-protected\. Fix: extract it by hand"):
         archive.unpack(src, "7z", ("clicks.dat",), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("names", [("clicks.dat", "clicks.dat"), ("./clicks.dat", "clicks.dat")])
+def test_a_zip_holding_a_needed_name_twice_is_refused(tmp_path, names):
+    """Walk 43g #12: two members of one name (or `./x` beside `x`) installed the last silently; two copies in
+    folders of equal depth were already refused as "more than once"."""
+    import warnings
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                  # zipfile warns of the duplicate name
+        with zipfile.ZipFile(buf, "w") as zf:
+            for i, member in enumerate(names):
+                zf.writestr(member, f"copy {i}\n")
+    (tmp_path / "d.zip").write_bytes(buf.getvalue())
+    with pytest.raises(DownloadError, match=r"d.zip holds clicks.dat more than once \(2 members of that name\)"):
+        archive.unpack(tmp_path / "d.zip", "zip", ("clicks.dat",), tmp_path / "out")
