@@ -512,7 +512,10 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
     """Top-K items from a trained next-item run, for one session (--items) or a file of them (--input)."""
     from . import recommend as rec
     users = [u.strip() for u in users] if users else users      # as user_sessions reads them (walk 41a #3)
-    given = [name for name, v in (("--items", items), ("--input", input_file), ("--user", users)) if v]
+    given = [name for name, v in (("--items", items is not None), ("--input", input_file is not None),
+                                  ("--user", bool(users))) if v]
+    if items is not None and not items.strip():       # was "give one of --items ..." (walk 43f #4)
+        raise ParamsError("--items is empty", "give the session's items in order, e.g. --items 12,55,9")
     if len(given) != 1:
         raise ParamsError("give one of --items (one session), --input FILE (many) or --user RAW_ID (leave-one-out "
                           "users)" + (f", not {' and '.join(given)}" if given else ""),

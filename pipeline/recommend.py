@@ -175,7 +175,8 @@ class RunModel:
                 if exclude:       # a session's own items, all of them: those before its last max_len too
                     s = s.scatter(1, batch, float("-inf"))
                     rows = [(r, i) for r, sess in enumerate(sessions[start:start + batch_size])
-                            if len(sess) > self.max_len for i in list(sess)[:-self.max_len]]
+                            if len(sess) > self.max_len for i in map(_as_id, list(sess)[:-self.max_len])]
+                    # (_as_id: "12" as _matrix reads it; a digit string was torch's TypeError, walk 43f #1)
                     if rows:
                         r, i = torch.tensor(rows, dtype=torch.long, device=s.device).T
                         s[r, i] = float("-inf")

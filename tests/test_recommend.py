@@ -351,6 +351,21 @@ def test_a_checkpoint_whose_config_is_not_seqpes_is_a_one_line_error(trained, tm
         recommend.load_run(bad)
 
 
+def test_digit_string_ids_of_a_long_session_with_exclude_seen(trained, tmp_path):
+    """Walk 43f #1: digit strings are ids everywhere, but those before a long session's last max_len reached
+    torch.tensor unconverted under exclude_seen (TypeError); `--items ''` said no --items was given (#4)."""
+    root, run, _ = trained
+    model = recommend.load_run(run)
+    long = list(range(1, model.max_len + 6))
+    as_text = model.recommend([[str(i) for i in long]], k=3, exclude_seen=True)
+    assert as_text.items.tolist() == model.recommend([long], k=3, exclude_seen=True).items.tolist()
+    assert not set(as_text.items[0].tolist()) & set(long)
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items", ""], cwd=root,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.strip().endswith("--items is empty. Fix: give the session's items in "
+                                                                 "order, e.g. --items 12,55,9"), proc.stderr
+
+
 def test_ids_that_are_not_integers_are_refused_not_truncated(trained, tmp_path):
     """int() read a Parquet float 1.9 as item 1, True as 1, '1_0' as 10 and Arabic-Indic digits as ids, and an
     id past int64 was NumPy's OverflowError; a float column's 2.0 stays item 2."""
