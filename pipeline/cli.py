@@ -50,7 +50,9 @@ def _version(value: bool) -> None:
 
 ParamsOpt = Annotated[Optional[Path], typer.Option(
     "--params", help="params file to read (default: ./params.yaml if there, else the built-in defaults)")]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="override a param: --set train.epochs=3")]
+SetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="override a param this command reads: --set SECTION.KEY=VALUE (train: --set train.epochs=3; "
+                  "preprocess: --set preprocess.valid_fraction=0.2)")]
 ReportSetOpt = Annotated[Optional[list[str]], typer.Option(
     "--set", help="override a report param: --set evaluate.ks=[5,10] (training and scoring settings apply when "
                   "`seqpe train` runs)")]
@@ -66,6 +68,29 @@ def _root(ctx: typer.Context,
     if ctx.invoked_subcommand not in (None, "train"):
         from .train.distributed import refuse
         refuse(ctx.invoked_subcommand)
+
+
+# the params sections each command takes with --set: a training section given to a data stage, or a data section
+# to `train`, is refused (walk 43d #7: `seqpe preprocess --set train.epochs=3` ran without a word). The data stages
+# take each other's sections, so one list of --set can prepare a dataset from download to augment (as
+# bench/bench_cape.sh does); which command reads a section is named in the fix
+_DATA = ("download", "preprocess", "augment")
+_READS = {"download": _DATA, "preprocess": _DATA, "augment": _DATA, "import": _DATA,
+          "train": ("train", "evaluate", "study", "models", "encodings")}
+_READ_BY = {"download": "`seqpe download`", "preprocess": "`seqpe preprocess` (and `seqpe download` of generated data)",
+            "augment": "`seqpe augment`", "train": "`seqpe train`", "models": "`seqpe train`",
+            "encodings": "`seqpe train`", "evaluate": "`seqpe train` (and `seqpe evaluate`)",
+            "study": "`seqpe train`, `seqpe evaluate` and `dvc repro`", "datasets": "`dvc repro` (dvc.yaml's stages)",
+            "imports": "`dvc repro` (dvc.yaml's import stage)"}
+
+
+def _only_read(command: str, overrides: Optional[list[str]]) -> None:
+    """A ParamsError for a --set of a section `command` does not read: it would be ignored."""
+    for text in overrides or []:
+        section = text.split("=", 1)[0].strip().split(".", 1)[0]
+        if section not in _READS[command] and section in _READ_BY:
+            raise ParamsError(f"--set {text.strip()}: `seqpe {command}` does not read {section}.*, so it would be "
+                              f"ignored", f"drop it ({section}.* is read by {_READ_BY[section]})")
 
 
 def _params(path: Optional[Path], overrides: Optional[list[str]] = None):
@@ -217,6 +242,7 @@ def download(dataset: str,
              mirror: Annotated[Optional[str], typer.Option(help="mirror base URL (or env SEQPE_MIRROR)")] = None,
              params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Fetch, verify and unpack a dataset's raw source into DST, writing source.json."""
+    _only_read("download", overrides)
     from . import download as stage
     from .datasets import get
     p = _params(params, overrides)
@@ -233,6 +259,7 @@ def preprocess(dataset: str,
                dst: Annotated[Optional[Path], typer.Argument(help="sessions folder (default data/sessions/DATASET)")] = None,
                params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Filter and split sessions under the dataset's protocol into Parquet shards + manifest."""
+    _only_read("preprocess", overrides)
     from . import preprocess as stage
     manifest = stage.run(dataset, _default("raw", dataset, src),
                          _default("sessions", dataset, dst, check=False), _params(params, overrides))
@@ -246,6 +273,7 @@ def augment(dataset: str,
             dst: Annotated[Optional[Path], typer.Argument(help="samples folder (default data/samples/DATASET)")] = None,
             params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
     """Write (prefix, target) samples from prepared sessions."""
+    _only_read("augment", overrides)
     from . import augment as stage
     manifest = stage.run(dataset, _default("sessions", dataset, src),
                          _default("samples", dataset, dst, check=False), _params(params, overrides))
@@ -323,6 +351,7 @@ def import_(dataset: str,
     `augment` on the sessions folder. CTR files in a BARS benchmark's layout (one's own logs, a
     subset) go through that benchmark's CTR protocol and vocabulary under a name of their own.
     """
+    _only_read("import", overrides)
     from . import formats
     summary = formats.import_dataset(dataset, src, fmt, _default("sessions", dataset, sessions, check=False),
                                      _default("samples", dataset, samples, check=False), _params(params, overrides))
@@ -381,6 +410,7 @@ def train(dataset: str,
     Resuming needs no option: run the same command again after a Ctrl-C or a kill (after train.time_limit,
     with a longer limit, or 0: the limit counts the epochs already trained) and each seed goes on from its
     last finished epoch (`seqpe state` lists what can be resumed)."""
+    _only_read("train", overrides)
     from . import train as stage
     results = stage.run(dataset, _default("samples", dataset, samples),
                         _default("runs", dataset, runs, check=False), _params(params, overrides), model=model,
@@ -425,6 +455,10 @@ def evaluate(dataset: str,
         key = text.split("=", 1)[0].strip()
         scored = key in ("evaluate.candidates", "evaluate.mask_history", "evaluate.candidate_sampling",
                          "evaluate.batch_size")       # applied when `seqpe train` scores a run's test split
+        if key.split(".", 1)[0] in ("download", "preprocess", "augment"):      # data settings (walk 43d #7)
+            raise ParamsError(f"--set {text.strip()}: `seqpe evaluate` reports finished runs and does not read "
+                              f"{key.split('.', 1)[0]}.*, so it would be ignored",
+                              f"drop it ({key.split('.', 1)[0]}.* is read by {_READ_BY[key.split('.', 1)[0]]})")
         if key.split(".", 1)[0] in ("train", "models", "encodings") or scored:
             raise ParamsError(f"--set {text.strip()} sets how runs are {'scored when they are ' * scored}trained, "
                               f"and `seqpe evaluate` reports runs already {'scored' if scored else 'trained'} "

@@ -610,3 +610,19 @@ def test_out_of_memory_is_one_line_naming_what_to_lower(monkeypatch, capsys, err
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "error: out of memory: " in err and "Traceback" not in err
         assert fix in err, err
+
+
+@pytest.mark.parametrize("argv, section, reader", [
+    (["preprocess", "sample", "raw", "sessions", "--set", "train.epochs=3"], "train", "`seqpe train`"),
+    (["augment", "sample", "sessions", "samples", "--set", "models.sasrec.ffn_dim=4"], "models", "`seqpe train`"),
+    (["download", "sample", "raw", "--set", "evaluate.ks=[5]"], "evaluate", "`seqpe train` (and `seqpe evaluate`)"),
+    (["train", "sample", "--check", "--set", "preprocess.min_item_count=3"], "preprocess", "`seqpe preprocess`"),
+    (["evaluate", "sample", "--set", "augment.max_len=3"], "augment", "`seqpe augment`"),
+])
+def test_a_set_of_a_section_the_command_does_not_read_is_refused(tmp_path, argv, section, reader):
+    """Walk 43d #7: `seqpe preprocess --set train.epochs=3`, `seqpe train --set preprocess.min_item_count=3` and
+    `seqpe evaluate --set augment.max_len=3` ran without a word, the setting ignored."""
+    proc = seqpe(*argv, cwd=tmp_path)
+    assert_one_line_error(proc, f"`seqpe {argv[0]}`", f"not read {section}.*, so it would be ignored",
+                          f"is read by {reader}")
+    assert not any(tmp_path.iterdir())
