@@ -50,9 +50,10 @@ def _version(value: bool) -> None:
 
 ParamsOpt = Annotated[Optional[Path], typer.Option(
     "--params", help="params file to read (default: ./params.yaml if there, else the built-in defaults)")]
-SetOpt = Annotated[Optional[list[str]], typer.Option(
-    "--set", help="override a param this command reads: --set SECTION.KEY=VALUE (train: --set train.epochs=3; "
-                  "preprocess: --set preprocess.valid_fraction=0.2)")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="override a param: --set train.epochs=3")]
+DataSetOpt = Annotated[Optional[list[str]], typer.Option(     # the data stages read no train.* (walk 43i #7)
+    "--set", help="override a data param: --set preprocess.valid_fraction=0.2 (download, preprocess and augment "
+                  "sections)")]
 ReportSetOpt = Annotated[Optional[list[str]], typer.Option(
     "--set", help="override a report param: --set evaluate.ks=[5,10] (training and scoring settings apply when "
                   "`seqpe train` runs)")]
@@ -77,7 +78,7 @@ def _root(ctx: typer.Context,
 _DATA = ("download", "preprocess", "augment")
 _READS = {"download": _DATA, "preprocess": _DATA, "augment": _DATA, "import": _DATA,
           "train": ("train", "evaluate", "study", "models", "encodings")}
-_READ_BY = {"download": "`seqpe download`", "preprocess": "`seqpe preprocess` (and `seqpe download` of generated data)",
+_READ_BY = {"download": "`seqpe download`", "preprocess": "`seqpe preprocess`",
             "augment": "`seqpe augment`", "train": "`seqpe train`", "models": "`seqpe train`",
             "encodings": "`seqpe train`", "evaluate": "`seqpe train` (and `seqpe evaluate`)",
             "study": "`seqpe train`, `seqpe evaluate` and `dvc repro`", "datasets": "`dvc repro` (dvc.yaml's stages)",
@@ -90,7 +91,7 @@ def _only_read(command: str, overrides: Optional[list[str]]) -> None:
         section = text.split("=", 1)[0].strip().split(".", 1)[0]
         if section not in _READS[command] and section in _READ_BY:
             raise ParamsError(f"--set {text.strip()}: `seqpe {command}` does not read {section}.*, so it would be "
-                              f"ignored", f"drop it ({section}.* is read by {_READ_BY[section]})")
+                              f"ignored", f"drop it: {section}.* is read by {_READ_BY[section]}")
 
 
 def _params(path: Optional[Path], overrides: Optional[list[str]] = None):
@@ -240,7 +241,7 @@ def download(dataset: str,
              dst: Annotated[Optional[Path], typer.Argument(help="raw folder (default data/raw/DATASET)")] = None,
              from_path: Annotated[Optional[Path], typer.Option("--from", help="use a file you already have (archive or extracted)")] = None,
              mirror: Annotated[Optional[str], typer.Option(help="mirror base URL (or env SEQPE_MIRROR)")] = None,
-             params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
+             params: ParamsOpt = None, overrides: DataSetOpt = None, quiet: QuietOpt = False):
     """Fetch, verify and unpack a dataset's raw source into DST, writing source.json."""
     _only_read("download", overrides)
     from . import download as stage
@@ -257,7 +258,7 @@ def download(dataset: str,
 def preprocess(dataset: str,
                src: Annotated[Optional[Path], typer.Argument(help="raw folder (default data/raw/DATASET)")] = None,
                dst: Annotated[Optional[Path], typer.Argument(help="sessions folder (default data/sessions/DATASET)")] = None,
-               params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
+               params: ParamsOpt = None, overrides: DataSetOpt = None, quiet: QuietOpt = False):
     """Filter and split sessions under the dataset's protocol into Parquet shards + manifest."""
     _only_read("preprocess", overrides)
     from . import preprocess as stage
@@ -271,7 +272,7 @@ def preprocess(dataset: str,
 def augment(dataset: str,
             src: Annotated[Optional[Path], typer.Argument(help="sessions folder (default data/sessions/DATASET)")] = None,
             dst: Annotated[Optional[Path], typer.Argument(help="samples folder (default data/samples/DATASET)")] = None,
-            params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
+            params: ParamsOpt = None, overrides: DataSetOpt = None, quiet: QuietOpt = False):
     """Write (prefix, target) samples from prepared sessions."""
     _only_read("augment", overrides)
     from . import augment as stage
@@ -343,7 +344,7 @@ def import_(dataset: str,
                                                               "amazonelectronics_x1")] = "auto",
             sessions: Annotated[Optional[Path], typer.Option(help="sessions folder to write")] = None,
             samples: Annotated[Optional[Path], typer.Option(help="samples folder to write")] = None,
-            params: ParamsOpt = None, overrides: SetOpt = None, quiet: QuietOpt = False):
+            params: ParamsOpt = None, overrides: DataSetOpt = None, quiet: QuietOpt = False):
     """Import canonical prepared files as seqpe sessions and samples under DATASET's name.
 
     Pickles are read with a restricted unpickler (lists, tuples and ints only). Valid is carved
@@ -458,7 +459,7 @@ def evaluate(dataset: str,
         if key.split(".", 1)[0] in ("download", "preprocess", "augment"):      # data settings (walk 43d #7)
             raise ParamsError(f"--set {text.strip()}: `seqpe evaluate` reports finished runs and does not read "
                               f"{key.split('.', 1)[0]}.*, so it would be ignored",
-                              f"drop it ({key.split('.', 1)[0]}.* is read by {_READ_BY[key.split('.', 1)[0]]})")
+                              f"drop it: {key.split('.', 1)[0]}.* is read by {_READ_BY[key.split('.', 1)[0]]}")
         if key.split(".", 1)[0] in ("train", "models", "encodings") or scored:
             raise ParamsError(f"--set {text.strip()} sets how runs are {'scored when they are ' * scored}trained, "
                               f"and `seqpe evaluate` reports runs already {'scored' if scored else 'trained'} "
@@ -868,14 +869,17 @@ INTERRUPTED = {
 
 def _interrupted_note(argv: list[str]) -> str:
     from .io import INTERRUPT
+    command = next((a for a in argv if not a.startswith("-")), None)
+    # report and recommend are no DVC stage: `dvc repro` was said of them too (walk 43i #6)
+    again = ", so `dvc repro` runs this stage again" if command in (
+        "download", "preprocess", "augment", "import", "train", "evaluate") else ""
     if INTERRUPT.wrote == "ran on":
         return ("it came too late to stop the command (inside a library call that does not let it through), which "
-                "ran to its end: the output is the new one, complete; the exit status still says interrupted, so "
-                "`dvc repro` runs this stage again (the same bytes)")
+                f"ran to its end: the output is the new one, complete; the exit status still says interrupted{again}"
+                + (" (the same bytes)" if again else ""))
     if INTERRUPT.wrote:                 # Ctrl-C came while the outputs were being swapped in, and waited for it
         return ("it came as the new output was being put in place, which finished first: the output is the new one, "
-                "complete; the exit status still says interrupted, so `dvc repro` runs this stage again")
-    command = next((a for a in argv if not a.startswith("-")), None)
+                f"complete; the exit status still says interrupted{again}")
     if command == "train" and "--check" in argv:
         return "nothing was written: --check trains nothing"
     if command == "train" and "torch" in sys.modules:
@@ -1211,10 +1215,11 @@ def _main(quiet_after: tuple = ()) -> None:
                                 "remove or fix the link, or pass another path") from None
             if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":   # numpy's, torch's (CUDA)
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]        # were a traceback (walk 43b #2)
-                training = next((a for a in sys.argv[1:] if not a.startswith("-")), None) in ("train", "recommend")
+                command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
                 raise TrainingError(f"out of memory: {first}",
                                     "lower train.max_len (every sample is padded to it), train.batch_size or "
-                                    "evaluate.batch_size, or free memory" if training else
+                                    "evaluate.batch_size, or free memory" if command == "train" else
+                                    "lower --batch-size, or free memory" if command == "recommend" else
                                     "lower the sizes the params or the input ask for, or free memory") from None
             from .errors import as_os_error
             named = as_os_error(e)              # a full disk inside Polars: its ComputeError, said as the OSError

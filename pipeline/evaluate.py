@@ -95,13 +95,24 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
         if rec["name"] not in wanted:
             kind, p, spec, _, tp, applied, _ = resolve_config(dataset, manifest, params, train.get("model"),
                                                               train.get("encoding"), machine=False)
-            setup.select_metric(tp, selection(kind, p))  # what `seqpe train` refuses is said as it says it, not as
-                                                          # "run dvc repro", which fails on it (walk 39d #3)
+            picked = setup.select_metric(tp, selection(kind, p))  # what `seqpe train` refuses is said as it says
+                                                                   # it, not as "run dvc repro" (walk 39d #3)
             wanted[rec["name"]] = (to_dict(tp), to_dict(p.evaluate), p.models.get(tp.model, {}),
-                                   p.encodings.get(tp.encoding, {}) if spec.uses_encoding else {}, applied.record())
-        want_train, want_eval, options, encoding_options, preset = wanted[rec["name"]]
+                                   p.encodings.get(tp.encoding, {}) if spec.uses_encoding else {}, applied.record(),
+                                   picked)
+        want_train, want_eval, options, encoding_options, preset, picked = wanted[rec["name"]]
+        # the grid's `auto`: recorded as such before walk 43d #1, as what it picks since; another metric (a hand
+        # run's --set train.select_metric=hr@10) differs (walk 43i #1: report._settings reads a recorded `auto` as
+        # the record's own pick, so the wanted one is given what the grid's auto picks)
+        top = rec.get("select_metric")
+        if want_train.get("select_metric") == "auto":
+            if train.get("select_metric") in ("auto", picked):
+                want_train = {**want_train, "select_metric": train.get("select_metric")}
+            else:
+                top = picked
         want = {**rec, "options": options, "encoding_options": encoding_options, "preset": preset,
-                "train": {k: train.get(k) if v == "auto" and k in ("ce_impl", "precision", "select_metric") else v
+                "select_metric": top,
+                "train": {k: train.get(k) if v == "auto" and k in ("ce_impl", "precision") else v
                           for k, v in want_train.items()},
                 "evaluate": {**want_eval, "ks": (rec.get("evaluate") or {}).get("ks", want_eval.get("ks"))}}
         if (why := settings_change(rec, want)) and not any(name == rec["name"] for name, *_ in stale):

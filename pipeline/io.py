@@ -590,11 +590,14 @@ def refuse_nested(dst: str | Path, what: str, instead: str, *, itself: bool = Fa
             raise DataError(f"{dst} is inside {shown}, which holds {config}'s seeds of one configuration "
                             f"(seed-N/run.json): `dvc repro` replaces that folder whole (a train stage's output), "
                             f"and the {what} with it", f"pass a folder outside it ({instead})")
-    if what != "runs" and not itself and (dataset := _runs_folder(here.parent)) is not None:
-        # walk 43c #2: `report --out data/runs/sample/rep.md` was written there, beside the configurations
+    if what not in ("runs", "curves") and (dataset := _runs_folder(here.parent)) is not None:
+        # walk 43c #2: `report --out data/runs/sample/rep.md` was written there, beside the configurations (a
+        # SEQPE_STATE too, walk 43i #5). Curves (--live) kept with their runs stay accepted, by design: a folder of
+        # seed-N curves without run.json is no configuration to the reports
+        dvc = f", and DVC's evaluate@{dataset} depends on all of it" if here.parent.parent.name == "runs" else ""
         raise DataError(f"{dst} is inside {spelt_like(here.parent, dst)}, which holds {dataset}'s runs "
-                        f"(MODEL-ENCODING/seed-N): `seqpe train` and the reports read that folder as runs only, "
-                        f"and DVC's evaluate@{dataset} depends on all of it", f"pass a path outside it ({instead})")
+                        f"(MODEL-ENCODING/seed-N): `seqpe train` and the reports read that folder as runs only{dvc}",
+                        f"pass a path outside it ({instead})")
 
 
 def _runs_folder(folder: Path) -> Optional[str]:

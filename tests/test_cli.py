@@ -552,7 +552,7 @@ def test_preprocess_says_when_a_valid_fraction_carves_no_session(tmp_path):
     assert proc.returncode == 0 and "note: preprocess.valid_fraction=0.1 carves no valid session out of the " \
         in proc.stderr and "`seqpe train` will refuse these samples" in proc.stderr, proc.stderr
     assert seqpe("augment", "sample", str(tmp_path / "sessions"), str(tmp_path / "samples"), *tiny).returncode == 0
-    check = seqpe("train", "sample", str(tmp_path / "samples"), str(tmp_path / "runs"), "--check", *tiny,
+    check = seqpe("train", "sample", str(tmp_path / "samples"), str(tmp_path / "runs"), "--check", "--quiet",
                   "--set", "evaluate.ks=[1]")               # a few items: HR@10 would be 1 (refused first)
     assert_one_line_error(check, "the valid split of", "has no samples", "(it was 0.1) or more raw data")
     wanted = re.search(r"valid_fraction=(0\.\d+) or more", proc.stderr).group(1)
@@ -624,5 +624,5 @@ def test_a_set_of_a_section_the_command_does_not_read_is_refused(tmp_path, argv,
     `seqpe evaluate --set augment.max_len=3` ran without a word, the setting ignored."""
     proc = seqpe(*argv, cwd=tmp_path)
     assert_one_line_error(proc, f"`seqpe {argv[0]}`", f"not read {section}.*, so it would be ignored",
-                          f"is read by {reader}")
+                          f"drop it: {section}.* is read by {reader}")
     assert not any(tmp_path.iterdir())

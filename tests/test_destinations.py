@@ -717,8 +717,8 @@ def test_outputs_inside_a_configurations_seeds_folder_and_runs_in_a_project_root
                  [*base, str(tmp_path / "runs2"), "--model", "pop", "--seed", "1", "--quiet",  # configurations:
                   "--metrics", str(runs / "m.json")]):                                        # accepted
         assert_one_line_error(seqpe(*argv), f"is inside {runs}, which holds sample's runs (MODEL-ENCODING/seed-N): "
-                              "`seqpe train` and the reports read that folder as runs only, and DVC's "
-                              "evaluate@sample depends on all of it", "Fix: pass a path outside it")
+                              "`seqpe train` and the reports read that folder as runs only", "Fix: pass a path "
+                              "outside it")   # (and DVC's evaluate@sample depends on it, said under data/runs/)
     assert sorted(p.name for p in runs.iterdir()) == ["pop-none"]
     (tmp_path / "w").mkdir()                  # walk 35c #5: a relative path was named as /abs/w/../runs/pop-none
     assert_one_line_error(seqpe("evaluate", "sample", "../runs", "../runs/pop-none/rep", "--all", "--quiet",

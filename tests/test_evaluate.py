@@ -424,3 +424,23 @@ def test_the_grid_check_names_every_configuration_trained_otherwise():
         stage._check_trained_as_grid("sample", records, p, "next_item", Path("runs"))
     stage._check_trained_as_grid("sample", [{**r, "train": {**r["train"], "lr": r["train"]["lr"] / 2}}
                                             for r in records], p, "next_item", Path("runs"))      # as the grid says
+
+
+def test_the_grid_check_takes_auto_as_what_it_picks_and_refuses_another_metric():
+    """Walk 43i #1: with `select_metric: auto` resolved when a run trains (walk 43d #1), the grid check took a
+    hand run's --set train.select_metric=hr@10 as the grid's `auto`. Old records (`auto`) and new ones (ndcg@10)
+    are the grid's; hr@10 is not."""
+    from pipeline.params import to_dict
+    from pipeline.train.stage import resolve_config
+    p = params(grid=True)
+    _, q, spec, _, tp, applied, _ = resolve_config("sample", {}, p, "sasrec", "lpe", machine=False)
+    assert tp.select_metric == "auto"
+    base = {"name": "sasrec-lpe", "seed": 1, "evaluate": to_dict(q.evaluate), "options": q.models.get("sasrec", {}),
+            "encoding_options": q.encodings.get("lpe", {}), "preset": applied.record()}
+    for recorded, picked in (("auto", "ndcg@10"), ("ndcg@10", "ndcg@10")):
+        stage._check_trained_as_grid("sample", [{**base, "train": {**to_dict(tp), "select_metric": recorded},
+                                                 "select_metric": picked}], p, "next_item", Path("runs"))
+    with pytest.raises(DataError, match=r"sasrec-lpe seed 1 under runs was trained with other settings .*"
+                                        r"train.select_metric"):
+        stage._check_trained_as_grid("sample", [{**base, "train": {**to_dict(tp), "select_metric": "hr@10"},
+                                                 "select_metric": "hr@10"}], p, "next_item", Path("runs"))
