@@ -77,7 +77,9 @@ def _root(ctx: typer.Context,
 # bench/bench_cape.sh does); which command reads a section is named in the fix
 _DATA = ("download", "preprocess", "augment")
 _READS = {"download": _DATA, "preprocess": _DATA, "augment": _DATA, "import": _DATA,
-          "train": ("train", "evaluate", "study", "models", "encodings")}
+          "train": ("train", "evaluate", "study", "models", "encodings"),
+          "evaluate": ("train", "evaluate", "study", "models", "encodings", "datasets", "imports")}   # (its own
+          # refusal names the training keys it would ignore)
 _READ_BY = {"download": "`seqpe download`", "preprocess": "`seqpe preprocess`",
             "augment": "`seqpe augment`", "train": "`seqpe train`", "models": "`seqpe train`",
             "encodings": "`seqpe train`", "evaluate": "`seqpe train` (and `seqpe evaluate`)",
@@ -452,14 +454,11 @@ def evaluate(dataset: str,
     A dataset outside the study grid reports every configuration under RUNS, as with --all."""
     from . import evaluate as stage
     from .report import print_tables
+    _only_read("evaluate", overrides)
     for text in overrides or []:          # evaluate reads finished runs: a training setting would change nothing
         key = text.split("=", 1)[0].strip()
         scored = key in ("evaluate.candidates", "evaluate.mask_history", "evaluate.candidate_sampling",
                          "evaluate.batch_size")       # applied when `seqpe train` scores a run's test split
-        if key.split(".", 1)[0] in ("download", "preprocess", "augment"):      # data settings (walk 43d #7)
-            raise ParamsError(f"--set {text.strip()}: `seqpe evaluate` reports finished runs and does not read "
-                              f"{key.split('.', 1)[0]}.*, so it would be ignored",
-                              f"drop it: {key.split('.', 1)[0]}.* is read by {_READ_BY[key.split('.', 1)[0]]}")
         if key.split(".", 1)[0] in ("train", "models", "encodings") or scored:
             raise ParamsError(f"--set {text.strip()} sets how runs are {'scored when they are ' * scored}trained, "
                               f"and `seqpe evaluate` reports runs already {'scored' if scored else 'trained'} "
