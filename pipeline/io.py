@@ -590,7 +590,8 @@ def refuse_nested(dst: str | Path, what: str, instead: str, *, itself: bool = Fa
             raise DataError(f"{dst} is inside {shown}, which holds {config}'s seeds of one configuration "
                             f"(seed-N/run.json): `dvc repro` replaces that folder whole (a train stage's output), "
                             f"and the {what} with it", f"pass a folder outside it ({instead})")
-    if what not in ("runs", "curves") and (dataset := _runs_folder(here.parent)) is not None:
+    if what not in ("runs", "curves") and _configuration(here) is None \
+            and (dataset := _runs_folder(here.parent)) is not None:      # (a configuration's folder: said apart)
         # walk 43c #2: `report --out data/runs/sample/rep.md` was written there, beside the configurations (a
         # SEQPE_STATE too, walk 43i #5). Curves (--live) kept with their runs stay accepted, by design: a folder of
         # seed-N curves without run.json is no configuration to the reports
