@@ -237,7 +237,7 @@ def _fetch_verified(http, bar, loc: str, part: Path, src, params: DownloadParams
         task = bar.add_task(f"{src.filename} <- {_host(loc)}", total=src.size)
         try:
             fetch.fetch(http, loc, part, retries=params.retries, timeout_s=params.timeout_s,
-                        backoff_s=params.backoff_s, bar=bar, task=task)
+                        backoff_s=params.backoff_s, bar=bar, task=task, limit=src.size)
         finally:
             bar.remove_task(task)
         try:

@@ -7,11 +7,20 @@ retried with exponential backoff (`retries` attempts *without progress*: a trans
 advancing keeps going); 401/403/404/410 and other 4xx, and a host name that does not resolve
 (offline), fail at once. Bytes are stored exactly as
 sent (`Accept-Encoding: identity`, no transparent decompression), so checksums hold.
+
+Bounds on a bad origin (walk 43g #7): `timeout_s` bounds each socket read, so a server dripping a byte a
+second never timed out. The body is read as it arrives (urllib3's `read1`), and a transfer averaging under
+`MIN_RATE` bytes/s over a window of `timeout_s` seconds is cut and counted as an attempt without progress
+(curl's --speed-limit / --speed-time, with the floor fixed at 1 KiB/s: no working mirror is that slow for a
+minute). A body longer than the source's registered size is cut there (another origin is tried); with no
+size known, the transfer stops while `LOW_DISK` bytes are still free on the destination's disk, so an
+endless body cannot fill it.
 """
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,6 +34,9 @@ from .errors import DownloadError
 CHUNK = 1 << 16
 USER_AGENT = "seqpe-download/0.1 (+https://github.com/seqpe)"
 _MAX_RETRY_AFTER_S = 60.0
+MIN_RATE = 1024                      # bytes/s, averaged over a window of timeout_s seconds
+LOW_DISK = 1 << 30                   # bytes left free on the destination's disk by a body of unknown size
+_DISK_CHECK = 64 << 20               # look at the free space after every this many bytes
 
 
 class Failed(Exception):
@@ -38,9 +50,10 @@ class Failed(Exception):
 class _Transient(Failed):
     """A failure worth retrying (connection trouble, timeout, 5xx, 408, 429)."""
 
-    def __init__(self, reason: str, unreachable: bool = False, retry_after: Optional[float] = None):
+    def __init__(self, reason: str, unreachable: bool = False, retry_after: Optional[float] = None,
+                 slow: bool = False):
         super().__init__(reason, unreachable)
-        self.retry_after = retry_after
+        self.retry_after, self.slow = retry_after, slow
 
 
 def session() -> requests.Session:
@@ -60,8 +73,9 @@ def progress_bar(enabled: bool):
 
 
 def fetch(http: requests.Session, url: str, part: Path, *, retries: int, timeout_s: float, backoff_s: float,
-          bar=None, task=None) -> None:
+          bar=None, task=None, limit: Optional[int] = None) -> None:
     """Download `url` into `part` (resuming it if present). Raises `Failed` when the origin gives up.
+    `limit`: the file's known size in bytes; a body that goes past it is cut and the origin fails.
     A `part` that is a symbolic link is removed (the link, not what it points at) and the transfer starts afresh:
     written through, it replaced a file outside the destination (walk 43g #1); it is opened without following
     links too (`_stream`)."""
@@ -73,11 +87,11 @@ def fetch(http: requests.Session, url: str, part: Path, *, retries: int, timeout
     while True:
         transfers += 1
         try:
-            _attempt(http, url, part, timeout_s, bar, task)
+            _attempt(http, url, part, timeout_s, bar, task, limit)
             return
         except _Transient as e:
             size = _size(part)
-            if size > best:                       # progress: this is a flaky link, not a dead one
+            if size > best and not e.slow:        # progress: this is a flaky link, not a dead one
                 best, attempts = size, 0
             attempts += 1
             if attempts >= max(1, retries) or transfers >= 10 * max(1, retries):
@@ -89,7 +103,7 @@ def fetch(http: requests.Session, url: str, part: Path, *, retries: int, timeout
             time.sleep(delay)
 
 
-def _attempt(http, url: str, part: Path, timeout_s: float, bar, task) -> None:
+def _attempt(http, url: str, part: Path, timeout_s: float, bar, task, limit: Optional[int]) -> None:
     offset = _size(part)
     headers = {"Range": f"bytes={offset}-"} if offset else {}
     try:
@@ -131,7 +145,7 @@ def _attempt(http, url: str, part: Path, timeout_s: float, bar, task) -> None:
             total = int(length) if length and length.isdigit() else None
         if bar is not None:
             bar.update(task, total=total, completed=offset)
-        _stream(resp, part, mode, bar, task)
+        _stream(resp, part, mode, bar, task, timeout_s, limit)
     size = _size(part)
     if total is not None and size < total:
         raise _Transient(f"connection closed after {size:,} of {total:,} bytes")
@@ -140,20 +154,21 @@ def _attempt(http, url: str, part: Path, timeout_s: float, bar, task) -> None:
         raise _Transient(f"sent {size:,} bytes, more than the announced {total:,}")
 
 
-def _stream(resp, part: Path, mode: str, bar, task) -> None:
+def _stream(resp, part: Path, mode: str, bar, task, window_s: float, limit: Optional[int]) -> None:
     flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | (os.O_APPEND if mode == "ab" else os.O_TRUNC)
     try:
         fh = os.fdopen(os.open(part, flags, 0o644), mode)
     except OSError as e:
         raise DownloadError(f"cannot write {part} ({e.strerror})", "check the folder's permissions") from None
     with fh:
-        chunks = resp.raw.stream(CHUNK, decode_content=False)
+        raw = resp.raw
+        since, got, next_disk_check = time.monotonic(), 0, fh.tell() + _DISK_CHECK
         while True:
             try:
-                chunk = next(chunks, None)
+                chunk = raw.read1(CHUNK, decode_content=False)   # what has arrived, not a full CHUNK
             except (urllib3.exceptions.HTTPError, requests.RequestException, ConnectionError, TimeoutError) as e:
                 raise _Transient(f"connection lost at byte {fh.tell():,} ({_why(e)})") from None
-            if chunk is None:
+            if not chunk:
                 return
             try:
                 fh.write(chunk)
@@ -162,6 +177,30 @@ def _stream(resp, part: Path, mode: str, bar, task) -> None:
                                     "(the transfer resumes)") from None
             if bar is not None:
                 bar.advance(task, len(chunk))
+            written = fh.tell()
+            if limit is not None and written > limit:
+                fh.close()
+                part.unlink(missing_ok=True)
+                raise Failed(f"sent more than the {limit:,} bytes the file has")
+            if limit is None and written >= next_disk_check:
+                next_disk_check = written + _DISK_CHECK
+                free = _free_bytes(part.parent)
+                if free < LOW_DISK:
+                    raise DownloadError(f"stopped downloading into {part} at {written:,} bytes: under "
+                                        f"{LOW_DISK >> 30} GiB is left free on its disk",
+                                        "free some disk space and run again (the transfer resumes), or delete "
+                                        f"{part} if the origin is sending an endless body")
+            got += len(chunk)
+            elapsed = time.monotonic() - since
+            if elapsed >= window_s:
+                if got < MIN_RATE * elapsed:
+                    raise _Transient(f"sent {got:,} bytes in {elapsed:.0f} s (under {MIN_RATE:,} bytes/s)",
+                                     slow=True)
+                since, got = time.monotonic(), 0
+
+
+def _free_bytes(folder: Path) -> int:
+    return shutil.disk_usage(folder).free
 
 
 def _size(path: Path) -> int:

@@ -6,6 +6,8 @@
         srv.fail_status, srv.fails = 500, 2     # first 2 requests: HTTP 500
         srv.stall_s = 1.0                       # ... or go silent that long at that point (read timeout)
         srv.ranges = False                      # ignore Range headers (answer 200 with the whole file)
+        srv.drip_s = 0.05                       # send the body a byte at a time, this long apart
+        srv.endless = True                      # answer 200 with no Content-Length and a body that never ends
         ...
         srv.log                                 # [(path, Range header or None, status), ...]
 
@@ -27,6 +29,8 @@ class FileServer:
         self.drop_after: Optional[int] = None  # body bytes sent before the connection is cut
         self.drops = 0                         # how many answers are cut that way
         self.stall_s: Optional[float] = None   # instead of closing at once, go silent this long first
+        self.drip_s: Optional[float] = None
+        self.endless = False
         self.fail_status: Optional[int] = None
         self.fails: Optional[int] = None       # first k requests fail (None: all of them)
         self.log: list[tuple[str, Optional[str], int]] = []
@@ -92,6 +96,10 @@ class FileServer:
 
             def do_GET(self):  # noqa: N802 (http.server API)
                 status, headers, body, cut = server._plan(self.path.lstrip("/"), self.headers.get("Range"))
+                endless, drip_s = server.endless, server.drip_s
+                if status in (200, 206) and (endless or drip_s):
+                    self._trickle(status, headers, body, endless, drip_s)
+                    return
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
@@ -102,6 +110,26 @@ class FileServer:
                 self.wfile.flush()
                 if cut is not None and server.stall_s:
                     time.sleep(server.stall_s)     # the client's read timeout fires first
+                self.close_connection = True
+
+            def _trickle(self, status, headers, body, endless, drip_s):
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                if not endless:
+                    self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    if endless:                        # the file, then zeros for ever (until the client hangs up)
+                        self.wfile.write(body)
+                        while True:
+                            self.wfile.write(bytes(1 << 16))
+                    for i in range(len(body)):
+                        self.wfile.write(body[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(drip_s)
+                except OSError:
+                    pass
                 self.close_connection = True
 
             def log_message(self, *args):      # keep test output clean

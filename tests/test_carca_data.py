@@ -117,6 +117,30 @@ def test_pickles_that_would_run_code_or_hold_other_objects_are_refused(tmp_path)
     assert read_features(tmp_path / "short.dat", 2).shape == (2, 3)      # a real array still reads
 
 
+def test_arrays_and_context_pickled_with_every_protocol_read_the_same(tmp_path):
+    """Python 3.8+ pickles with protocol 4/5 by default (5 puts numpy's bytes behind `_frombuffer`) and Python 2
+    with 2 (bytes as `_codecs.encode(text, "latin1")`): a re-saved CARCA file was refused before (43g)."""
+    rng = np.random.default_rng(3)
+    arrays = [rng.random((4, 3)), rng.integers(0, 9, (4, 5)).astype(np.uint8), np.asfortranarray(rng.random((4, 2))),
+              (rng.random((4, 3)) > 0.5), rng.random((4, 6)).astype(np.float32)[:, ::2]]
+    for proto in (2, 3, 4, 5):
+        for k, a in enumerate(arrays):
+            (tmp_path / "f.dat").write_bytes(pickle.dumps(a, protocol=proto))
+            got = read_features(tmp_path / "f.dat", 4)
+            assert got.dtype == np.float32 and np.array_equal(got, a.astype(np.float32)), (proto, k)
+        (tmp_path / "c.dat").write_bytes(pickle.dumps(CTX, protocol=proto))
+        assert read_context(tmp_path / "c.dat").height == len(CTX)
+    good = pickle.dumps(np.zeros((4, 3)), protocol=5)
+    for bad, why in ((good.replace(b"\x8c\x02f8", b"\x8c\x02f4"), "in a buffer of 96 bytes"),   # shape x 4 != 96
+                     (good.replace(b"\x8c\x02f8", b"\x8c\x02O8"), "not a numeric array's")):
+        (tmp_path / "bad.dat").write_bytes(bad)
+        with pytest.raises(DataError, match=why):
+            read_features(tmp_path / "bad.dat", 4)
+    (tmp_path / "enc.dat").write_bytes(b"\x80\x02c_codecs\nencode\nX\x01\x00\x00\x00aX\x05\x00\x00\x00rot13\x86R.")
+    with pytest.raises(DataError, match="_codecs.encode with 'rot13'"):
+        read_features(tmp_path / "enc.dat", 4)
+
+
 # --------------------------------------------------------------------------- CARCA's split, exactly
 
 LINES = "1 3\n1 1\n1 4\n1 2\n2 5\n2 1\n3 2\n4 3\n4 4\n4 5\n"   # user 1: 4 items, 2: 2, 3: 1, 4: 3

@@ -202,6 +202,45 @@ def test_stalled_transfer_times_out_and_resumes(srv, tmp_path):
     assert 0 < starts[0] <= 70_000 and starts == sorted(starts)         # a read cut mid-chunk is re-fetched
 
 
+def test_a_dripping_server_is_cut_below_the_minimum_rate_not_waited_on_forever(srv, tmp_path):
+    """A byte every 0.05 s never trips the per-read timeout (walk 43g #7: a byte a second hung download for
+    ever). Under 1 KiB/s over a window of timeout_s, the attempt is cut and counts as one without progress."""
+    name = blob_dataset(srv)
+    srv.drip_s = 0.05
+    params = DownloadParams(retries=2, timeout_s=0.5, backoff_s=0.01)
+    with pytest.raises(DownloadError) as err:
+        download.run(name, tmp_path / "raw" / name, params, progress=False)
+    assert "bytes/s" in err.value.problem and len(srv.log) == 2          # `retries` attempts, then it gives up
+    assert 0 < (tmp_path / "raw" / name / ".blob.bin.part").stat().st_size < 100      # kept for a resume
+    srv.drip_s = None
+    download.run(name, tmp_path / "raw" / name, params, progress=False)
+    assert (tmp_path / "raw" / name / "blob.bin").read_bytes() == BLOB
+    assert srv.log[-1][1:] == (f"bytes={(srv.log[-1][1] or '').removeprefix('bytes=').rstrip('-')}-", 206)
+
+
+def test_an_endless_body_stops_at_the_registered_size_and_the_next_origin_is_tried(srv, tmp_path):
+    srv.files["mirror/blob.bin"] = BLOB
+    name = blob_dataset(srv, size=len(BLOB), mirrors=(srv.url("mirror/blob.bin"),))
+    srv.endless = True
+    with pytest.raises(DownloadError) as err:
+        download.run(name, tmp_path / "raw" / name, FAST, progress=False)
+    assert f"more than the {len(BLOB):,} bytes" in err.value.problem
+    assert len(srv.log) == 2 and not (tmp_path / "raw").exists()       # both origins; nothing left behind
+
+
+def test_an_endless_body_of_unknown_size_stops_before_the_disk_is_full(srv, tmp_path, monkeypatch):
+    from pipeline import fetch
+    name = dataset("blob", filename="blob.bin", archive="none", files=("blob.bin",), url=srv.url("blob.bin"))
+    srv.endless = True
+    monkeypatch.setattr(fetch, "_DISK_CHECK", 1 << 20)
+    free = iter([fetch.LOW_DISK * 2, fetch.LOW_DISK - 1])                  # the second look finds the disk full
+    monkeypatch.setattr(fetch, "_free_bytes", lambda folder: next(free))
+    with pytest.raises(DownloadError) as err:
+        download.run(name, tmp_path / "raw" / name, FAST, progress=False)
+    assert "GiB is left free" in err.value.problem and "endless body" in err.value.fix
+    assert (tmp_path / "raw" / name / ".blob.bin.part").stat().st_size < 3 << 20     # stopped at the second look
+
+
 def test_complete_partial_file_is_not_fetched_again(srv, tmp_path):
     name = blob_dataset(srv)
     dst = tmp_path / "raw" / name

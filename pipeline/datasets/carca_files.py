@@ -16,8 +16,11 @@ their `CARCA.py` loads from `Data/`; per dataset:
 
 `read_features` / `read_context` unpickle through `_Unpickler`, which resolves only the numpy globals a
 pickled array or numpy scalar needs (`_reconstruct`, `scalar`, `ndarray`, `dtype`, under numpy 1's
-`numpy.core` or numpy 2's `numpy._core` names) and refuses every other global and persistent id, so a
-file cannot run code; the loaded object is then checked to be a numeric 2-D array, or a dict of
+`numpy.core` or numpy 2's `numpy._core` names; for pickle protocol 5, numpy's `_frombuffer`, and for
+protocol 2 the `_codecs.encode(text, "latin1")` that carries raw bytes) and refuses every other global and
+persistent id, so a file cannot run code. The last two are checked stand-ins, not the real functions:
+`_frombuffer` takes a buffer that holds exactly shape x itemsize bytes of a numeric dtype, and `encode`
+only latin-1 (a file re-pickled by Python 3.8+ with its default protocol 4 or 5, or by Python 2, reads); the loaded object is then checked to be a numeric 2-D array, or a dict of
 (int, int) -> equal-length lists of finite numbers. Every failure is one `DataError`.
 
 `generate(folder, dataset, ...)` writes a seeded synthetic dataset in exactly this format (pickle
@@ -85,10 +88,29 @@ def _numpy_globals() -> dict:
         if subtype is not _NDArray:                       # shape and the data, whose size numpy checks; an
             raise _Refused(f"an array of type {getattr(subtype, '__name__', subtype)!r}")   # array no BUILD
         return numpy_reconstruct(np.ndarray, (0,), dtype)                                    # filled stays empty
-    out = {("numpy", "ndarray"): _NDArray, ("numpy", "dtype"): np.dtype}
+    def frombuffer(buffer, dtype, shape, order):          # protocol 5: the array's bytes in one buffer
+        if not isinstance(buffer, (bytes, bytearray, pickle.PickleBuffer)) or not isinstance(dtype, np.dtype) \
+                or dtype.kind not in "biuf" or type(shape) is not tuple \
+                or not all(type(n) is int and n >= 0 for n in shape) or order not in ("C", "F"):
+            raise _Refused("a _frombuffer call that is not a numeric array's")
+        data = memoryview(buffer).cast("B")
+        count = 1
+        for n in shape:
+            count *= n
+        if count * dtype.itemsize != data.nbytes:
+            raise _Refused(f"an array of shape {shape} of {dtype} in a buffer of {data.nbytes:,} bytes")
+        return np.frombuffer(data, dtype=dtype).reshape(shape, order=order).copy()
+
+    def encode(text, encoding):                           # protocol 2: bytes written as a latin-1 string
+        if type(text) is not str or encoding != "latin1":
+            raise _Refused(f"_codecs.encode with {encoding!r}")
+        return text.encode("latin1")
+    out = {("numpy", "ndarray"): _NDArray, ("numpy", "dtype"): np.dtype, ("_codecs", "encode"): encode}
     for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
         out[(module, "_reconstruct")] = reconstruct
         out[(module, "scalar")] = scalar
+    for module in ("numpy.core.numeric", "numpy._core.numeric"):
+        out[(module, "_frombuffer")] = frombuffer
     return out
 
 
