@@ -49,6 +49,7 @@ from . import ctr_vocab, io, side
 from .datasets import get
 from .errors import DataError
 from .params import Params, to_dict
+from .protocols import AUGMENT_READS, read_keys
 
 MODES = ("prefixes", "shifted", "last", "rows")
 BATCH_SAMPLES = 4_000_000  # samples planned at once (three int64 positions each + transients)
@@ -255,7 +256,8 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     side_info = sessions_manifest.get("side") or {}      # item attributes / interaction context (pipeline/side.py)
     manifest = {
         "stage": "augment", "kind": "samples", "dataset": dataset, "protocol": protocol,
-        "params": {"augment": to_dict(params.augment), "max_len_applied": max_len,
+        "params": {"augment": read_keys(to_dict(params.augment), AUGMENT_READS.get(protocol, ())),
+                   "max_len_applied": max_len,
                    "preprocess": sessions_manifest.get("params", {})},
         "source": sessions_manifest.get("source", {}), "steps": sessions_manifest.get("steps", []),
         "n_items": sessions_manifest["n_items"], "augment": dict(modes), "splits": {}, "shards": [],

@@ -65,6 +65,7 @@ from .io import (MANIFEST, SPLITS, atomic_dir, atomic_dirs, claim_dir, read_mani
                  refuse_nested, require_kind, sha256_file, shard_entry, special_kind, verify_shards, write_bytes,
                  write_json, write_parquet, write_split)
 from .params import IMPORT_FORMATS, IMPORT_NAME, Params, to_dict
+from .protocols import AUGMENT_READS, read_keys
 from .protocols.srgnn import valid_count
 
 FORMATS = tuple(IMPORT_FORMATS)
@@ -382,7 +383,8 @@ def _import_srgnn(src: Path, params: Params) -> Imported:
         items=_items(train_all, n_items), n_items=n_items,
         augment={"train": "prefixes", "valid": "prefixes", "test": test_mode}, steps=steps,
         source={n: sha256_file(src / n) for n in SRGNN_FILES if (src / n).is_file()},
-        params={"preprocess": to_dict(params.preprocess)}, summary=summary, max_len=0, info=info)
+        params={"preprocess": read_keys(to_dict(params.preprocess), ("valid_fraction", "rows_per_shard"))},
+        summary=summary, max_len=0, info=info)
 
 
 def _valid_count(path: Path, n_sessions: int, fraction: float) -> int:
@@ -511,7 +513,8 @@ def _import_sasrec(src: Path, params: Params) -> Imported:
     return Imported(
         protocol=IMPORT_FORMATS["sasrec"], sessions=sessions, samples=samples, items=_items(kept, n_items),
         n_items=n_items, augment=modes, steps=steps, source={src.name: sha256_file(src)},
-        params={"preprocess": to_dict(params.preprocess)}, summary=summary, max_len=max_len, info=info)
+        params={"preprocess": read_keys(to_dict(params.preprocess), ("rows_per_shard",))}, summary=summary,
+        max_len=max_len, info=info)
 
 
 def _check_lines(src: Path, rows: pl.DataFrame) -> None:
@@ -593,7 +596,8 @@ def _write(dataset: str, imp: Imported, sessions_dst: Path, samples_dst: Path, p
             shards += write_split(a_tmp, split, imp.samples[split].rechunk(), params.augment.rows_per_shard)
         write_json(a_tmp / MANIFEST, {
             **head, "kind": "samples", "shards": shards, "sessions_manifest": sha256_file(s_tmp / MANIFEST),
-            "params": {**imp.params, "augment": to_dict(params.augment), "max_len_applied": imp.max_len},
+            "params": {**imp.params, "augment": read_keys(to_dict(params.augment), AUGMENT_READS[imp.protocol]),
+                       "max_len_applied": imp.max_len},
             "max_len": max(_longest(imp.samples[s]) for s in SPLITS),
             "splits": {s: {**_sample_counts(imp.samples[s]), "sessions": imp.sessions[s].height,
                            "clicks": _clicks(imp.sessions[s])} for s in SPLITS}})

@@ -15,7 +15,6 @@ The protocol module (`pipeline.protocols.<spec.protocol>`) does the work and ret
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ import polars as pl
 from . import io
 from .datasets import get
 from .errors import DataError
-from .params import Params, PreprocessParams, to_dict
+from .params import Params, to_dict
 from .protocols import ProtocolResult, build_protocol
 
 SOURCE_JSON = "source.json"
@@ -203,10 +202,6 @@ def write_result(dataset: str, spec, result: ProtocolResult, source: dict, dst: 
     return manifest
 
 
-GENERATOR_SECTIONS = tuple(f.name for f in dataclasses.fields(PreprocessParams)      # preprocess.sample, .sample_ctr:
-                           if dataclasses.is_dataclass(f.default_factory))               # a generator's settings
-
-
 def _generated_with(dataset: str, spec, source: dict, params: Params) -> dict:
     """The preprocess params the manifest records. For a dataset seqpe generates (`sample`, `sample_ctr`,
     ...), its generator section (preprocess.sample or .sample_ctr) is the one the raw data was made with,
@@ -217,13 +212,14 @@ def _generated_with(dataset: str, spec, source: dict, params: Params) -> dict:
 
     The generator sections no dataset of this one's reads are left out: `preprocess.sample_ctr.seed=5` changed
     the manifest of `sample`'s sessions (same shards), and `seqpe datasets` then called its samples stale
-    (walk 36c #3)."""
-    pre = to_dict(params.preprocess)
+    (walk 36c #3). So are the keys its protocol does not read (protocols.PREPROCESS_READS, walk 43d #8)."""
+    from .protocols import PREPROCESS_READS, preprocess_unread, read_keys
+    full = to_dict(params.preprocess)
+    pre = read_keys(full, PREPROCESS_READS[spec.protocol], preprocess_unread(spec))
     section, made = spec.source.generate_params, source.get("generator")
     generated = spec.source.archive == "generated"
-    for other in GENERATOR_SECTIONS:
-        if other != section or not generated:
-            pre.pop(other, None)
+    if generated and isinstance(full.get(section), dict):
+        pre[section] = full[section]
     if not generated or not isinstance(made, dict) or not isinstance(pre.get(section), dict):
         return pre
     differ = [f"{k}={made[k]!r} (params: {pre[section].get(k)!r})" for k in sorted(made)

@@ -216,7 +216,8 @@ def _without_defaults(settings: dict) -> dict:
     31: a record written before that kept an option a preset spelled out at its default value, and read as
     "options.k: 20 vs None" against a newer run of the same settings; and the train keys the model never reads
     (ModelSpec.ignores) nulled, as `seqpe train` records them since they were declared: a PARec run recorded
-    train.heads before session 40 (walk 40e #1). Only called where settings differ, since it imports the model
+    train.heads before session 40 (walk 40e #1); so are those another train setting leaves unread (negatives
+    under loss ce, lr_step / lr_gamma under lr_schedule none), recorded with a value before session 31. Only called where settings differ, since it imports the model
     registry (torch); options a model no longer reads are kept as recorded."""
     from .errors import SeqpeError
     from .train.setup import non_default
@@ -228,6 +229,9 @@ def _without_defaults(settings: dict) -> dict:
     out = dict(settings)
     ignores = getattr(spec, "ignores", ())
     ignores = ignores(settings.get("options") or {}) if callable(ignores) else ignores
+    if spec is not None:             # and those another train setting leaves unread: recorded with a value before
+        from .train.stage import unread_train_keys      # session 31 (walk 44a #1: lr_gamma 0.1 vs None)
+        ignores = [*ignores, *unread_train_keys(spec, train)]
     if ignores:
         out["train"] = {**train, **{key: None for key in ignores}}
     for key, cls in (("options", getattr(spec, "options", None)), ("encoding_options", config)):

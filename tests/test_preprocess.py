@@ -122,3 +122,27 @@ def test_empty_test_split_is_an_error_and_keeps_old_output(tmp_path):
         preprocess.run("diginetica", raw, tmp_path / "out", params())
     assert (tmp_path / "out" / "manifest.json").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "raw"]
+
+
+def test_keys_another_protocol_reads_leave_the_folders_byte_identical(tmp_path):
+    """Walk 43d #8: `preprocess.k_core` (leave-one-out) and `max_history` (CTR) were written into Diginetica's
+    manifest as if applied, and `augment.max_len` / `ctr_vocab` into its samples' manifest, so editing them in
+    params.yaml made DVC rebuild its samples and retrain its runs from the same rows."""
+    from pipeline import augment
+    from pipeline.params import AugmentParams
+    raw = raw_folder(tmp_path / "raw")
+    folders = []
+    for name, kw, aug in (("a", {}, {}), ("b", {"k_core": 2, "max_history": 3, "streaming": True},
+                                          {"max_len": 2, "ctr_vocab": "train"})):
+        p = Params(preprocess=PreprocessParams(**{"valid_fraction": 0.4, **kw}), augment=AugmentParams(**aug))
+        preprocess.run("diginetica", raw, tmp_path / name / "sessions", p)
+        augment.run("diginetica", tmp_path / name / "sessions", tmp_path / name / "samples", p)
+        folders.append({f.relative_to(tmp_path / name).as_posix(): f.read_bytes()
+                        for f in sorted((tmp_path / name).rglob("*")) if f.is_file()})
+    assert folders[0] == folders[1]
+    m = io.read_json(tmp_path / "a" / "samples" / "manifest.json")["params"]
+    assert sorted(m["preprocess"]["preprocess"]) == ["min_item_count", "rows_per_shard", "valid_fraction"]
+    assert sorted(m["augment"]) == ["rows_per_shard"]
+    p = Params(preprocess=PreprocessParams(valid_fraction=0.4, min_item_count=2))     # one that srgnn reads
+    preprocess.run("diginetica", raw, tmp_path / "c", p)
+    assert io.read_json(tmp_path / "c" / "manifest.json")["params"]["preprocess"]["min_item_count"] == 2

@@ -655,6 +655,25 @@ def test_keys_a_run_never_read_do_not_split_old_and_new_records():
     assert "train.heads: 1 vs 2" in report.settings_change(trimmed, {"train": {**trimmed["train"], "heads": 2}})
 
 
+def test_keys_another_setting_leaves_unread_do_not_split_records_of_before_session_31():
+    """Walk 44a #1: runs recorded before `seqpe train` nulled train.negatives (loss ce), lr_step / lr_gamma
+    (lr_schedule none) were "trained with other settings" for ever: evaluate refused the unchanged grid, report
+    left the configuration out, and the fix it gave (--set train.lr_gamma=0.1) is refused."""
+    new = {"train": {"model": "sasrec", "loss": "ce", "lr_schedule": "none", "negatives": None, "lr_step": None,
+                     "lr_gamma": None, "ce_impl": "chunked", "lr": 0.001}}
+    old = {"train": {**new["train"], "negatives": 100, "lr_step": 3, "lr_gamma": 0.1}}
+    assert report.settings_change(old, new) == "" and report.settings_change(new, old) == ""
+    ctr = {"train": {"model": "din", "loss": "ce", "lr_schedule": "none", "negatives": None, "lr": 0.001}}
+    assert report.settings_change({"train": {**ctr["train"], "negatives": 100}}, ctr) == ""
+    # read under the settings that read them: still differences
+    stepped = {"train": {**old["train"], "lr_schedule": "step"}}
+    assert "train.lr_gamma: 0.1 vs 0.5" in report.settings_change(
+        stepped, {"train": {**stepped["train"], "lr_gamma": 0.5}})
+    sampled = {"train": {**old["train"], "loss": "sampled"}}
+    assert "train.negatives: 100 vs 50" in report.settings_change(
+        sampled, {"train": {**sampled["train"], "negatives": 50}})
+
+
 def test_a_missing_folder_dvc_lock_records_says_dvc_pull_first(tmp_path, monkeypatch):
     """Walk 41c #3: a teammate who had not pulled was told to retrain or recompute what dvc.lock records (and
     report named a placeholder DATASET); the error now says `dvc pull` first where the lock records the folder."""

@@ -724,7 +724,7 @@ def test_a_seed_starting_afresh_beside_its_resume_file_of_other_inputs_says_why(
     monkeypatch.setattr(run_files, "code_versions", lambda: {**code, "seqpe_code": "edited"})
     stage.run("toyset", samples, tmp_path / "runs", params(**cut), progress=False)
     err = " ".join(capsys.readouterr().err.split())
-    assert "other inputs (train.lr: 0.03 vs 0.02; seqpe's source code (another checkout or version)), which this " \
+    assert "other inputs (seqpe's source code (another checkout or version); train.lr: 0.03 vs 0.02), which this " \
            "command cannot go on from (1 more of this seed are kept)" in err     # the newest file of the seed named
     monkeypatch.setattr(run_files, "code_versions", lambda: code)
     stage.run("toyset", samples, tmp_path / "elsewhere", params(**cut, lr=0.05), progress=False, check=True)
@@ -1118,6 +1118,29 @@ def test_a_metrics_file_of_a_hand_run_pools_the_seeds_trained_earlier_with_its_s
               metrics_path=metrics)
     alone = json.loads((runs / "toy-toy_lpe" / "seed-4" / "run.json").read_text())["test"]
     assert json.loads(metrics.read_text())["seeds"] == 1 and json.loads(metrics.read_text())["test"] == alone
+
+
+def test_seeds_of_other_code_left_out_of_a_metrics_mean_are_said_and_old_files_of_others_kept(tmp_path, toy_registry,
+                                                                                           capsys):
+    """Walk 44a #3: a seed finished by other seqpe code was left out of `train --metrics`' mean without a word,
+    while `report` pooled it (the DVC metric said 1 seed, the report 3). #4: a metrics file of seqpe's older than
+    its `configuration` key, named for another configuration, was replaced silently."""
+    samples, runs, metrics = make_samples(tmp_path / "samples"), tmp_path / "runs", tmp_path / "toy-toy_lpe.json"
+    p = params(epochs=1, patience=0)
+    stage.run("toyset", samples, runs, p, seeds=[1, 2], progress=False)
+    rec_path = runs / "toy-toy_lpe" / "seed-2" / "run.json"
+    rec = json.loads(rec_path.read_text())
+    rec_path.write_text(json.dumps({**rec, "fingerprint": "0" * 20}))          # as if another checkout trained it
+    capsys.readouterr()
+    stage.run("toyset", samples, runs, p, seeds=[3], progress=False, metrics_path=metrics)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "leaves out seed 2 of" in err and "other seqpe code" in err and "(--seed 2)" in err
+    assert json.loads(metrics.read_text())["seeds"] == 2                        # seeds 1 and 3
+    old = tmp_path / "toy-other.json"
+    old.write_text(json.dumps({"seeds": 2, "test": {"hr@5": 0.5}, "valid": {"hr@5": 0.4}}, indent=2))
+    with pytest.raises(DataError, match=r"holds the metrics of toy-other \(by its name: written by an older seqpe"):
+        stage.run("toyset", samples, runs, p, seeds=[3], progress=False, metrics_path=old)
+    assert json.loads(old.read_text())["test"] == {"hr@5": 0.5}
 
 
 def test_a_metrics_file_is_not_written_for_seeds_the_time_limit_stopped(tmp_path, toy_registry):
@@ -2263,3 +2286,18 @@ def test_fitted_baselines_and_ctr_models_refuse_keys_they_do_not_read(tmp_path):
     stage.run("toyset", samples, tmp_path / "runs", params("pop", "none"), model="pop", progress=False)
     record = json.loads((tmp_path / "runs" / "pop-none" / "seed-1" / "run.json").read_text())
     assert record["train"]["select_metric"] is None and record["select_metric"] == "ndcg@5"
+
+
+def test_a_resume_file_of_older_code_names_the_code_first_not_keys_recorded_the_old_way():
+    """Walk 44a #2: a session-31 resume file was said to differ in ce_impl 'auto' vs 'chunked' and the unread
+    lr_gamma / lr_step, while the code, the real difference, hid behind "and 4 more"."""
+    from pipeline.train import runs
+    new = {"train": {"model": "sasrec", "loss": "ce", "lr_schedule": "none", "ce_impl": "chunked", "lr_step": None,
+                     "lr_gamma": None, "negatives": None, "lr": 0.001},
+           "versions": {"seqpe_code": "b" * 12, "torch": "2.13.0"}, "shards": [{"path": "x", "sha256": "1"}]}
+    old = {**runs.shown_inputs(new), "versions": {"seqpe_code": "a" * 12, "torch": "2.1.0"},
+           "train": {**new["train"], "ce_impl": "auto", "lr_step": 3, "lr_gamma": 0.1, "negatives": 100}}
+    assert runs.inputs_change(old, new) == ("seqpe's source code (another checkout or version); "
+                                            "versions.torch: '2.1.0' vs '2.13.0'")
+    old["train"]["lr"] = 0.01                                       # a real setting is still named
+    assert "train.lr: 0.01 vs 0.001" in runs.inputs_change(old, new)

@@ -23,6 +23,35 @@ from ..errors import unknown
 PROTOCOLS = ("srgnn", "leave_one_out", "ctr")
 AUGMENT_MODES = ("prefixes", "shifted", "last", "rows")
 
+# The preprocess / augment keys a protocol reads. A manifest records only these (walk 43d #8): it recorded
+# every key as if applied, so `preprocess.k_core`, which only leave-one-out data reads, changed Diginetica's
+# manifest too, and under `dvc repro` its samples and every run trained on them were made again from the
+# same rows. rows_per_shard lays out the shards, so it stays for every protocol; `streaming` is left out too, as
+# it changes how srgnn computes its output, not the output (walk 44d #2: toggling it remade the samples).
+PREPROCESS_READS = {"srgnn": ("valid_fraction", "min_item_count", "rows_per_shard"),
+                    "leave_one_out": ("k_core", "rows_per_shard"),
+                    "ctr": ("valid_fraction", "max_history", "rows_per_shard")}
+AUGMENT_READS = {"srgnn": ("rows_per_shard",),                       # whole prefixes (max_len_applied 0)
+                 "leave_one_out": ("max_len", "rows_per_shard"),
+                 "ctr": ("rows_per_shard", "ctr_vocab")}              # preprocess.max_history cuts histories
+
+
+def read_keys(section: dict, reads, unread=()) -> dict:
+    """`section` (a params section as a dict) with only the keys in `reads`, less those in `unread` (a
+    dataset's own exceptions: HLLM's k-core from its options, a CTR valid rule that takes no fraction)."""
+    return {k: v for k, v in section.items() if k in reads and k not in unread}
+
+
+def preprocess_unread(spec) -> tuple[str, ...]:
+    """The keys of PREPROCESS_READS[spec.protocol] this dataset does not read after all."""
+    if spec.build is not None:                      # files their authors filtered and split (CARCA's)
+        return ("k_core", "valid_fraction", "min_item_count", "max_history")
+    if spec.protocol == "leave_one_out" and spec.options.get("core") == "hllm":
+        return ("k_core",)                          # options["k_core"] (HLLM's filter), recorded under options
+    if spec.protocol == "ctr" and spec.options.get("valid", "tail") != "tail":
+        return ("valid_fraction",)                  # last_per_user: no fraction
+    return ()
+
 
 @dataclass
 class ProtocolResult:

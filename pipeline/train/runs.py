@@ -116,11 +116,27 @@ def inputs_change(old: Optional[dict], new: dict) -> str:
     if not isinstance(old, dict):
         return "other settings or another seqpe version (written before resume files kept their inputs)"
     from ..report import _differences
+    old = {**old, "train": _as_recorded_now(old.get("train"), new.get("train") or {})}
     found = _differences(old, shown_inputs(new))
     named = {"versions.seqpe_code": "seqpe's source code (another checkout or version)",
              "shards": "the samples (their shards)", "n_items": "the samples' item count"}
-    found = [named.get(f.split(":")[0], f) for f in found]
-    return "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+    found = sorted((named.get(f.split(":")[0], f) for f in found), key=lambda f: f not in named.values())
+    return "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")   # code, data first
+
+
+def _as_recorded_now(train, new: dict):
+    """A resume file's train inputs as `seqpe train` keys them today (walk 44a #2: an old file's `auto` and its
+    unread lr_gamma were named as differences, and the code, the one that was, came after "and 4 more"): `auto`
+    was recorded unresolved before session 33 / walk 43d (what it picks is `new`'s on this machine), and keys
+    another setting leaves unread with a value before session 31."""
+    if not isinstance(train, dict):
+        return train
+    import models
+    from .stage import unread_train_keys
+    out = {k: (new.get(k) if v == "auto" and k in ("ce_impl", "precision", "select_metric") else v)
+           for k, v in train.items()}
+    spec = models.MODELS.get(out.get("model"))
+    return {**out, **{k: None for k in unread_train_keys(spec, out)}} if spec is not None else out
 
 
 def resume_path(fp: str) -> Path:

@@ -145,6 +145,9 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     if metrics_path is not None:
         claim_file(metrics_path, "metrics file", runs.is_config_metrics, f"data/metrics/{dataset}/{config}.json")
         other = runs.metrics_configuration(metrics_path)
+        stem = Path(metrics_path).stem              # a file of seqpe's older than the key: its grid name says whose
+        if other is None and Path(metrics_path).is_file() and stem != config and stem.split("-")[0] in MODELS:
+            other = f"{stem} (by its name: written by an older seqpe, it does not record whose numbers it holds)"
         if other is not None and other != f"{dataset} {config}":   # another configuration's numbers (walk 32b)
             raise DataError(f"{metrics_path} holds the metrics of {other}, and this run is {dataset} {config}: "
                             f"--metrics would replace them", f"pass this configuration's own file, e.g. "
@@ -495,22 +498,7 @@ def _drop_ignored(tp, spec, params: Params, overrides):
     settings nor part of its fingerprint, so raising train.layers for SASRec does not retrain a finished DIN
     seed, nor train.dim a POP one."""
     ignores = spec.ignores(params.models.get(spec.name, {})) if callable(spec.ignores) else spec.ignores
-    # keys that another setting leaves unread, whatever the model (walk 31b: train.negatives retrained every
-    # configuration under loss ce and replaced identical runs): key -> (why, fix)
-    unread = {key: why for key, why in (
-        # CTR: its click BCE reads neither whatever train.loss says, so no train.loss is the fix (walk 43d #9: it
-        # named train.loss=sampled, which CTR refuses)
-        ("negatives", spec.task == "ctr" and (f"CTR models such as '{spec.name}' draw no negatives", None)
-         or tp.loss not in (None, "sampled") and (f"train.loss {tp.loss} draws no sampled softmax",
-                                                  "train.loss=sampled")),
-        ("ce_impl", spec.task != "ctr" and tp.loss not in (None, "ce") and (
-            f"train.loss {tp.loss} is not the full softmax", "train.loss=ce")),
-        ("lr_step", tp.lr_schedule == "none" and ("train.lr_schedule is none", "train.lr_schedule=step")),
-        ("lr_gamma", tp.lr_schedule == "none" and ("train.lr_schedule is none", "train.lr_schedule=step")),
-        ("bucket", spec.task != "ctr" and tp.trim_padding is False and (   # walk 40d #2: batches keep max_len
-            "train.trim_padding is false (every batch keeps max_len columns: nothing is grouped by length)",
-            "train.trim_padding=true")),
-    ) if why and key not in ignores}
+    unread = {key: why for key, why in unread_train_keys(spec, to_dict(tp)).items() if key not in ignores}
     # the value a run computes with anyway is no setting to refuse (walk 41a #11): bucket 0 (off) beside
     # trim_padding false; an ignores mapping's value (PARec's heads 1: it builds one head)
     agrees = {**({"bucket": 0} if "bucket" in unread else {}), **(ignores if isinstance(ignores, dict) else {})}
@@ -526,6 +514,27 @@ def _drop_ignored(tp, spec, params: Params, overrides):
             raise ParamsError(f"{given.replace('=', ' is ', 1)}, and '{spec.name}' does not read train.{key}: the "
                               "setting would be ignored (and recorded as if it applied)", f"drop --set {given}")
     return dataclasses.replace(tp, **{key: None for key in (*ignores, *unread)})
+
+
+def unread_train_keys(spec, train: dict) -> dict:
+    """The train keys another train setting leaves unread, whatever the model (walk 31b: train.negatives retrained
+    every configuration under loss ce and replaced identical runs): key -> (why, the --set that would read it or
+    None). `train`: the train settings as a dict (a TrainParams' or a run record's). `seqpe train` records these
+    keys as null; `seqpe report` reads a record written before it did as if it had (walk 44a #1)."""
+    loss, schedule = train.get("loss"), train.get("lr_schedule")
+    return {key: why for key, why in (
+        # CTR: its click BCE reads neither whatever train.loss says, so no train.loss is the fix (walk 43d #9: it
+        # named train.loss=sampled, which CTR refuses)
+        ("negatives", spec.task == "ctr" and (f"CTR models such as '{spec.name}' draw no negatives", None)
+         or loss not in (None, "sampled") and (f"train.loss {loss} draws no sampled softmax", "train.loss=sampled")),
+        ("ce_impl", spec.task != "ctr" and loss not in (None, "ce") and (
+            f"train.loss {loss} is not the full softmax", "train.loss=ce")),
+        ("lr_step", schedule == "none" and ("train.lr_schedule is none", "train.lr_schedule=step")),
+        ("lr_gamma", schedule == "none" and ("train.lr_schedule is none", "train.lr_schedule=step")),
+        ("bucket", spec.task != "ctr" and train.get("trim_padding") is False and (   # walk 40d #2: max_len columns
+            "train.trim_padding is false (every batch keeps max_len columns: nothing is grouped by length)",
+            "train.trim_padding=true")),
+    ) if why}
 
 
 def _given_value(given: str):
@@ -621,21 +630,33 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
                             f"would stand for unfinished models); the runs are saved",
                             "run the same command with --set train.time_limit=0: it resumes where they stopped")
         config_dir = run_dirs[seeds[0]].parent
-        earlier = _same_settings_seeds(config_dir, set(seeds), tp, params, manifest, dist.world)
+        earlier, other_code = _same_settings_seeds(config_dir, set(seeds), tp, params, manifest, dist.world,
+                                                   _settings(tp, params, spec, task, applied, dist.world, manifest))
         if earlier:
             sys.stderr.write(f"note: {metrics_path} holds the mean over seeds "
                              f"{', '.join(map(str, sorted([*seeds, *earlier])))}: seed{'s' if len(earlier) > 1 else ''} "
                              f"{', '.join(map(str, sorted(earlier)))} of {config_dir} trained earlier with the "
                              f"same settings, data and code\n")
+        if other_code:      # report and evaluate pool these (a "Mixed code" note): say why this mean has fewer seeds
+            many = len(other_code) > 1
+            sys.stderr.write(f"note: {metrics_path} leaves out seed{'s' * many} {', '.join(map(str, other_code))} "
+                             f"of {config_dir}, finished with the same settings by other seqpe code (or another "
+                             f"thread count), which `seqpe report` and `evaluate` pool with a note; train "
+                             f"{'them' if many else 'it'} again ({' '.join(f'--seed {s}' for s in other_code)}) "
+                             f"for one mean of this code\n")
         runs.write_config_metrics(Path(metrics_path), [*records, *earlier.values()], f"{dataset} {config}")
     return results
 
 
-def _same_settings_seeds(config_dir: Path, given: set, tp, params: Params, manifest: dict, world: int) -> dict:
+def _same_settings_seeds(config_dir: Path, given: set, tp, params: Params, manifest: dict, world: int,
+                         settings: dict) -> tuple[dict, list]:
     """{seed: record} of the finished seeds in `config_dir` other than `given` whose fingerprint is the one this
     command gives that seed (the same settings, data, code and process count): `train --metrics` of a hand run
-    with `--seed 3` wrote seed 3 alone, replacing the mean over seeds 1-3 that `seqpe report` shows (walk 34a)."""
-    found = {}
+    with `--seed 3` wrote seed 3 alone, replacing the mean over seeds 1-3 that `seqpe report` shows (walk 34a).
+    And the seeds left out although `report` pools them (their `settings` agree: other code or threads), which
+    were dropped from the DVC metric without a word (walk 44a #3)."""
+    from ..report import settings_change
+    found, other = {}, []
     for path in sorted(config_dir.glob("seed-*/run.json")):
         try:
             rec = runs.read_json(path)
@@ -647,7 +668,9 @@ def _same_settings_seeds(config_dir: Path, given: set, tp, params: Params, manif
         if rec.get("fingerprint") == runs.hash_inputs(runs.fingerprint_inputs(tp, params, manifest, seed,
                                                                                 world=world)):
             found[seed] = rec
-    return found
+        elif not settings_change(rec, settings):
+            other.append(seed)
+    return found, sorted(other)
 
 
 CONSTANT_SPAN = 1e-5     # test logits closer than this (max - min), or than 16 float32 steps at the largest |logit|,
@@ -740,8 +763,9 @@ def _note_other_resume(label: str, fp: str, key: dict, run_dir: Path) -> None:
     more = f" ({len(others) - 1} more of this seed are kept)" if len(others) > 1 else ""
     sys.stderr.write(f"note: {label} starts at epoch 1: {o['path']} holds its first {o['epoch']} epoch(s) from a "
                      f"run of other inputs ({runs.inputs_change(o.get('inputs'), key)}), which this command cannot go "
-                     f"on from{more}; a command of those inputs would, and `seqpe state --prune"
-                     f"{'' if state._other_code(o.get('inputs')) else ' --all'}` deletes it\n")
+                     f"on from{more}; "
+                     + ("that code with those inputs would (`seqpe state --prune` deletes it)\n" if state._other_code(o.get("inputs"))
+                        else "a command of those inputs would, and `seqpe state --prune --all` deletes it\n"))
 
 
 def _lock(fp: str, run_dir: Path, what: dict, dist):
