@@ -163,7 +163,7 @@ def _imported_on_disk(data_dir: Path) -> dict[str, dict]:
 
 @app.command()
 def datasets(params: ParamsOpt = None,
-             data_dir: Annotated[Optional[Path], typer.Option(help="data folder [default: data]")] = None,
+             data_dir: Annotated[Optional[Path], typer.Option(help="data folder \\[default: data]")] = None,
              as_json: JsonOpt = False):
     """List known datasets: protocol, source, size, and what is on disk here."""
     from .datasets import all_datasets

@@ -171,6 +171,8 @@ def _settings(rec: dict) -> dict:
     if train.get("trim_padding") is False:
         train["bucket"] = None
     evaluate = {k: v for k, v in (rec.get("evaluate") or {}).items() if k != "batch_size"}
+    if not evaluate.get("candidates") and "candidate_sampling" in evaluate:   # full ranking samples nothing: a
+        evaluate["candidate_sampling"] = "uniform"        # record of before walk 44b #1 kept another value there
     return {"train": train, "evaluate": evaluate, "options": rec.get("options"),
             "encoding_options": rec.get("encoding_options"), "preset": rec.get("preset"),
             "samples": rec.get("samples"), "world_size": rec.get("world_size", 1),   # torchrun processes: W x batch

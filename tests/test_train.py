@@ -2301,3 +2301,24 @@ def test_a_resume_file_of_older_code_names_the_code_first_not_keys_recorded_the_
                                             "versions.torch: '2.1.0' vs '2.13.0'")
     old["train"]["lr"] = 0.01                                       # a real setting is still named
     assert "train.lr: 0.01 vs 0.001" in runs.inputs_change(old, new)
+
+
+def test_candidate_sampling_under_full_ranking_is_not_a_setting(tmp_path, toy_registry):
+    """Walk 44b #1: with evaluate.candidates 0 nothing is sampled, yet `--set evaluate.candidate_sampling=popularity`
+    was recorded: a finished seed was retrained into byte-identical scores, and report refused to pool it."""
+    import dataclasses
+    from pipeline import report
+    samples, runs = make_samples(tmp_path / "samples"), tmp_path / "runs"
+    p = params(epochs=1, patience=0)
+    pop = dataclasses.replace(p, evaluate=dataclasses.replace(p.evaluate, candidate_sampling="popularity"))
+    with pytest.raises(ParamsError, match="evaluate.candidate_sampling is popularity, and evaluate.candidates is 0"):
+        stage.run("toyset", samples, runs, pop, progress=False, overrides=["evaluate.candidate_sampling=popularity"])
+    assert not runs.exists()
+    stage.run("toyset", samples, runs, pop, progress=False)                          # from params.yaml: not read
+    rec = json.loads((runs / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    assert rec["evaluate"]["candidate_sampling"] == "uniform"
+    assert report.settings_change({**rec, "evaluate": {**rec["evaluate"], "candidate_sampling": "popularity"}},
+                                  rec) == ""                                          # a record of before: the same
+    sampled = {**rec, "evaluate": {**rec["evaluate"], "candidates": 5}}
+    assert "candidate_sampling" in report.settings_change(
+        {**sampled, "evaluate": {**sampled["evaluate"], "candidate_sampling": "popularity"}}, sampled)

@@ -57,6 +57,8 @@ def resolve_config(dataset: str, manifest: dict, params: Params, model: Optional
         params = _ctr_settings(params, tp, spec, explicit, overrides)
     tp = _drop_ignored(tp, spec, params, overrides)
     params = _drop_unread_options(params, spec, overrides)
+    if kind != "ctr":
+        params = _full_ranking_settings(params, overrides)
     if kind != "ctr" and tp.heads and tp.dim is not None and tp.dim % tp.heads:   # CTR: models.ctr.layers (fields x dim)
         raise ParamsError(f"train.dim ({tp.dim}) must be divisible by train.heads ({tp.heads}), which "
                           f"'{spec.name}' splits it into", "change train.dim or train.heads")
@@ -535,6 +537,23 @@ def unread_train_keys(spec, train: dict) -> dict:
             "train.trim_padding is false (every batch keeps max_len columns: nothing is grouped by length)",
             "train.trim_padding=true")),
     ) if why}
+
+
+def _full_ranking_settings(params: Params, overrides) -> Params:
+    """`params` with evaluate.candidate_sampling at its default under full ranking (evaluate.candidates 0, which
+    samples nothing), or a ParamsError for another value given with --set: recorded, `popularity` made another
+    fingerprint and another report row for byte-identical test scores (walk 44b #1), as CTR's ranking keys are
+    kept at their defaults (_ctr_settings)."""
+    ev = params.evaluate
+    default = EvaluateParams().candidate_sampling
+    if ev.candidates or ev.candidate_sampling == default:
+        return params
+    given = _given(overrides, "evaluate.candidate_sampling")
+    if given is not None:
+        raise ParamsError(f"{given.replace('=', ' is ', 1)}, and evaluate.candidates is 0 (full ranking samples no "
+                          "candidates), so it is not read: the setting would be ignored (and recorded as if it "
+                          "applied)", f"drop --set {given}, or add --set evaluate.candidates=100")
+    return dataclasses.replace(params, evaluate=dataclasses.replace(ev, candidate_sampling=default))
 
 
 def _given_value(given: str):
