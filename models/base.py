@@ -111,6 +111,8 @@ class ModelSpec:
     takes: str = ""                      # which encodings it takes where not any (`seqpe models`), e.g.
                                          # "input-stage only": the rule its build function enforces
     side: bool = False                   # True: takes side information (pipeline/side.py): build(..., side=SideInfo)
+    side_options: tuple = ()             # options read only on samples with side information (CARCA's attr_dim):
+                                         # unread options elsewhere, as unread_options' (pipeline/train/stage.py)
                                          # and, where the data has context, forward / training_loss /
                                          # score_items(..., context=(context (B, L, C), target_context (B, C)))
 

@@ -377,7 +377,7 @@ _PRESETS = {"paper": {"train": _BASE, "models": {"carca": {"residual": True, "l2
 register_model(ModelSpec(name="carca", build=build, paper="Rashed, Elsayed & Schmidt-Thieme, RecSys 2022 (004 §4.2)",
                          description="context- and attribute-aware self-attention + cross-attention scoring; "
                                      "any encoding",
-                         presets=_PRESETS, side=True,
+                         presets=_PRESETS, side=True, side_options=("attr_dim",),   # psi's width (walk 43d #6)
                          # its own one-negative BCE, models.carca.negatives (walk 32a); train.loss bce, what it
                          # computes, is accepted (bench_stability.sh sets it for SASRec and CARCA alike)
                          ignores={"loss": "bce", "ce_impl": None, "negatives": None}),

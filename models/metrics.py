@@ -65,6 +65,13 @@ def metric_keys(ks: Iterable[int]) -> list[str]:
     return [f"{m}@{k}" for m in RANKING for k in ks]
 
 
+def ranked_precision(scores: torch.Tensor) -> torch.Tensor:
+    """Scores as they are ranked: fp32, or float64 where the model scores in it (Item-KNN's and S-POP's sums).
+    Cast to fp32, Item-KNN's scores on `sample` changed the rank of 132 of 1,758 test targets and tied 317 that
+    its popularity tie-break tells apart (walk 44c #1): the metrics were not the model's own."""
+    return scores if scores.dtype == torch.float64 else scores.float()
+
+
 def greater_and_ties(scores: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per case: g = items (1..N-1) scored strictly above the target, t = OTHER items tied with it.
 

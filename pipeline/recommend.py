@@ -146,6 +146,7 @@ class RunModel:
                   batch_size: int = 512) -> TopK:
         """The top `k` items of each session (internal ids), batched on the run's device."""
         import torch
+        from models.metrics import ranked_precision
         name_k, name_b = self.names["k"], self.names["batch_size"]
         k = _count(k, name_k.format("").strip(" ="), name_k.format(min(10, self.n_items)))
         batch_size = _count(batch_size, name_b.format("").strip(" ="), name_b.format(512))
@@ -166,7 +167,7 @@ class RunModel:
                 if self.trim:
                     part = part[:, part.shape[1] - max(int((part != 0).sum(1).max()), 1):]    # (B, L')
                 batch = torch.from_numpy(part).long().to(self.device)
-                s = self.net(batch).float()                                     # (B, N)
+                s = ranked_precision(self.net(batch))                           # (B, N), fp32 or float64
                 real = s[:, 1:]
                 if torch.isnan(real).any() or torch.isposinf(real).any() or torch.isneginf(real).any():
                     raise NonFiniteScores(f"the model of {self.run_dir} gives NaN or infinite scores",

@@ -307,6 +307,7 @@ def aggregate(records: list[dict], skippable=None, left_out: Optional[list] = No
             "checkouts": [_checkout(r) for r in recs],
             "metrics": {k: summarize([r["test"][k] for r in recs if k in r["test"]]) for k in keys},
             "top_auc": max((r["test"]["auc"] for r in recs if "auc" in r["test"]), default=None),   # chance_note
+            "not_learnt": [r["seed"] for r in recs if r.get("not_learnt")],                          # learnt_note
         })
     if refused and not rows and not (empty and left_out is not None):
         if len(refused) == 1:
@@ -599,10 +600,24 @@ def chance_note(rows: list[dict]) -> Optional[str]:
             "check that the data carries a signal this model can use.")
 
 
+def learnt_note(rows: list[dict]) -> Optional[str]:
+    """Rows with seeds whose training loss shows they learnt nothing (run.json "not_learnt", train.loop.not_learnt):
+    said on stderr alone, the caveat was lost by the time a report showed their metrics (walk 44c #4)."""
+    flat = [f"{row['dataset']} {row['name']} (seed{'s' * (len(row['not_learnt']) > 1)} "
+            f"{', '.join(map(str, row['not_learnt']))})" for row in rows if row.get("not_learnt")]
+    if not flat:
+        return None
+    return ("Did not learn: " + ", ".join(flat) + ": the training loss stayed above a uniform guess's or never fell "
+            "below the untrained model's (each run.json's not_learnt says which), so these metrics are not a trained "
+            "model's. Lower train.lr (or the initialisation), or check that the data carries a signal this model "
+            "can use.")
+
+
 def row_notes(rows: list[dict]) -> list[str]:
-    """The notes under the summary: unfinished rows, rows of mixed code, CTR rows at chance, datasets left
-    uncompared."""
-    return [note for note in (unfinished_note(rows), checkout_note(rows), chance_note(rows), baseline_note(rows))
+    """The notes under the summary: unfinished rows, rows of mixed code, CTR rows at chance, rows that did not
+    learn, datasets left uncompared."""
+    return [note for note in (unfinished_note(rows), checkout_note(rows), chance_note(rows), learnt_note(rows),
+                              baseline_note(rows))
             if note]
 
 

@@ -115,7 +115,7 @@ def test_a_ctr_model_with_batchnorm_reports_the_metrics_of_the_weights_it_saves(
         history, timing = args[7], args[8]
         history += record["history"]
         timing += [{"epoch": h["epoch"], "train_s": 0.0, "valid_s": 0.0, "samples_per_s": 0.0} for h in history]
-        return record["best_epoch"], record["stopped"], 0
+        return record["best_epoch"], record["stopped"], 0, None
 
     monkeypatch.setattr(stage_module, "fit_epochs", rescore)
     stage.run("sample_ctr", ctr_samples, tmp_path / "one", load_params(params), progress=False)

@@ -2322,3 +2322,92 @@ def test_candidate_sampling_under_full_ranking_is_not_a_setting(tmp_path, toy_re
     sampled = {**rec, "evaluate": {**rec["evaluate"], "candidates": 5}}
     assert "candidate_sampling" in report.settings_change(
         {**sampled, "evaluate": {**sampled["evaluate"], "candidate_sampling": "popularity"}}, sampled)
+
+
+def test_float64_scores_are_ranked_in_float64_not_cast_to_fp32(tmp_path):
+    """Walk 44c #1: Item-KNN and S-POP score in float64; cast to fp32 before ranking, scores closer than fp32's
+    step tied (Item-KNN on `sample`: 132 of 1,758 targets ranked elsewhere), so the metrics were not the model's."""
+    from pipeline.train.tasks import score
+
+    class Ordered(torch.nn.Module):                       # item i scores 1 + i * step: one strict order of all items
+        def __init__(self, step, dtype):
+            super().__init__()
+            self.step, self.dtype = step, dtype
+
+        def forward(self, seqs):
+            n = 13
+            row = 1.0 + torch.arange(n, dtype=self.dtype) * self.step
+            return row.expand(seqs.size(0), n).clone()
+    test = load_samples(make_samples(tmp_path / "samples"), "test", 8)
+    fine = score(Ordered(1e-12, torch.float64), test, "test", [1, 5], 64, torch.device("cpu"))
+    coarse = score(Ordered(1.0, torch.float32), test, "test", [1, 5], 64, torch.device("cpu"))
+    tied = score(Ordered(1e-12, torch.float32), test, "test", [1, 5], 64, torch.device("cpu"))
+    assert fine == coarse and fine != tied                # the float64 order, not fp32's ties
+
+
+def test_carcas_attribute_width_on_data_without_side_information_is_not_a_setting(tmp_path, toy_registry):
+    """Walk 43d #6: models.carca.attr_dim sizes the psi branch, which CARCA builds only on samples with item
+    attributes or context; elsewhere it was recorded and fingerprinted (two runs, one model)."""
+    import dataclasses
+    samples, runs = make_samples(tmp_path / "samples"), tmp_path / "runs"
+    p = params("carca", "none", epochs=1, patience=0, loss="bce")
+    p = dataclasses.replace(p, models={"carca": {"attr_dim": 4}}, encodings={"none": {}})
+    with pytest.raises(ParamsError, match=r"models.carca.attr_dim is 4, and these samples carry no item attributes "
+                                          r"or interaction context .* Fix: drop --set models.carca.attr_dim=4$"):
+        stage.run("toyset", samples, runs, p, progress=False, overrides=["models.carca.attr_dim=4"])
+    stage.run("toyset", samples, runs, p, progress=False)
+    rec = json.loads((runs / "carca-none" / "seed-1" / "run.json").read_text())
+    assert "attr_dim" not in rec["options"]
+
+
+def test_a_loss_above_a_uniform_guess_is_recorded_as_not_learnt_and_reported(tmp_path, toy_registry, monkeypatch,
+                                                                             capsys):
+    """Walk 44c #3 / #4: a model that starts absurd (STAMP at emb_std 1e4: loss 1.2e5) never falls far from its
+    first batch, so nothing was said; and the caveat that was said went to stderr alone, not into run.json or
+    the report that shows the metrics."""
+    import math
+    from pipeline import report
+    from pipeline.train import tasks
+    samples = make_samples(tmp_path / "samples")
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)          # learns: no caveat
+    assert "not_learnt" not in json.loads((tmp_path / "runs" / "toy-toy_lpe" / "seed-1" / "run.json").read_text())
+    real = tasks.loss_fn
+    monkeypatch.setattr(tasks, "loss_fn", lambda *a, **kw: real(*a, **kw) + 100.0)             # above ln 12 throughout
+    capsys.readouterr()
+    stage.run("toyset", samples, tmp_path / "runs", params(epochs=1, lr=0.021), progress=False, tag="bad")
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"the training loss stayed above a uniform guess's ({math.log(12):.4g}; lowest epoch mean 10" in err
+    rec = json.loads((tmp_path / "runs" / "toy-toy_lpe-bad" / "seed-1" / "run.json").read_text())
+    assert rec["not_learnt"].startswith("the training loss stayed above a uniform guess's")
+    rows = report.aggregate(report.find_runs([tmp_path / "runs"]))
+    [note] = [n for n in report.row_notes(rows) if n.startswith("Did not learn")]
+    assert "toyset toy-toy_lpe-bad (seed 1)" in note and "toy-toy_lpe (" not in note
+
+
+def test_samples_of_one_item_are_refused_without_an_impossible_fix():
+    """Walk 44c #6: one item passed preprocess, and train's fix was "use cut-offs below 1"."""
+    from pipeline.params import EvaluateParams
+    from pipeline.train.stage import _check_cutoffs
+    with pytest.raises(DataError, match="n_items 1: with one item every model ranks the target first"):
+        _check_cutoffs(EvaluateParams(), {"n_items": 1})
+    _check_cutoffs(EvaluateParams(ks=[1]), {"n_items": 2})
+
+
+def test_a_model_tying_every_target_with_its_sampled_candidates_is_refused(tmp_path, toy_registry, monkeypatch):
+    """Walk 44c #5: under evaluate.candidates a model that scored every item alike was recorded (HR@10 = 10 / 51),
+    where full ranking refused it as constant."""
+    import dataclasses
+    from pipeline.errors import ConstantModel
+    from pipeline.train.tasks import _all_tied
+    samples = make_samples(tmp_path / "samples")
+    p = params(epochs=1)
+    p = dataclasses.replace(p, evaluate=dataclasses.replace(p.evaluate, candidates=5, ks=[1, 5]))
+    monkeypatch.setattr(ToyRecommender, "forward", lambda self, seqs, **kw: torch.zeros(seqs.size(0), 13)
+                        + self.mix.weight.sum() * 0)
+    with pytest.raises(ConstantModel, match="scored every test target and its 5 sampled candidates alike"):
+        stage.run("toyset", samples, tmp_path / "runs", p, progress=False)
+    cands = torch.tensor([[2, 3, 0], [4, 5, 6]])
+    assert _all_tied(torch.tensor([0, 0]), torch.tensor([2, 3]), cands)
+    assert _all_tied(torch.tensor([0, 3]), torch.tensor([2, 0]), cands)         # a masked target below tied ones
+    assert not _all_tied(torch.tensor([3, 3]), torch.tensor([0, 0]), cands)     # below all, never tied: a ranking
+    assert not _all_tied(torch.tensor([0, 1]), torch.tensor([2, 1]), cands)

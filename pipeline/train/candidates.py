@@ -73,16 +73,16 @@ def sample_candidates(seqs: np.ndarray, targets: np.ndarray, n_items: int, n: in
 
 
 def counts(net, seqs, targets, cands, *, mask_history: bool, context=None, history=None):
-    """(greater, ties) of each row's target among its candidates (B, M) (0 = none); scores in fp32.
+    """(greater, ties) of each row's target among its candidates (B, M) (0 = none); scores in fp32 (or float64).
     `history` (B, H): the rows' whole prefixes, where mask_history looks for the target (default `seqs`)."""
     import torch
-    from models.metrics import greater_and_ties
+    from models.metrics import greater_and_ties, ranked_precision
     kw = {} if context is None else {"context": context}
     items = torch.cat([targets[:, None], cands], 1)                                  # (B, 1 + M)
     if hasattr(net, "score_items"):
-        s = net.score_items(seqs, items, **kw).float()                               # (B, 1 + M)
+        s = ranked_precision(net.score_items(seqs, items, **kw))                     # (B, 1 + M)
     else:
-        s = net(seqs, **kw).float().gather(1, items)                                 # (B, 1 + M)
+        s = ranked_precision(net(seqs, **kw)).gather(1, items)                       # (B, 1 + M)
     low = torch.finfo(s.dtype).min
     if mask_history:                                                                 # as models.metrics.mask_seen
         seen = ((seqs if history is None else history) == targets[:, None]).any(1)  # (B,)

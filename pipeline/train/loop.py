@@ -157,9 +157,10 @@ def checked(evaluate: Callable[[], dict], where: str) -> dict:
 def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, generator, device, progress: bool,
                history: list, timing: list, resume_path: Optional[Path],
                on_epoch: Optional[Callable[[list], None]] = None, dist: Optional[Dist] = None,
-               inputs: Optional[dict] = None, run_dir: Optional[Path] = None) -> tuple[int, str, int]:
+               inputs: Optional[dict] = None, run_dir: Optional[Path] = None) -> tuple[int, str, int, Optional[str]]:
     """Train `net` on `task`; leaves the best weights in `net`. Returns (best epoch, why training
-    stopped: "epochs" | "patience" | "time_limit", the epoch a resumed run went on from or 0).
+    stopped: "epochs" | "patience" | "time_limit", the epoch a resumed run went on from or 0, why it learnt
+    nothing (`not_learnt`) or None).
     `on_epoch(history)` is called after each epoch (curves), also for the epochs a resumed run restored.
     `inputs` (runs.shown_inputs) and `run_dir` (the seed's folder) go into the resume file, so that a command
     of other inputs can say why it does not go on from it (one of the same folder only: stage._note_other_resume)."""
@@ -278,18 +279,36 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
     best = next(h for h in history if h["epoch"] == loop["best_epoch"])
     prog.done(f"{loop['epoch']} epoch(s), best epoch {loop['best_epoch']} (valid {select} "
               f"{best['valid'][select]:.4f}), stopped by {stopped}, {spent:.1f} s")
-    start = loop.get("start_loss")
-    lowest = min(history, key=lambda h: h["loss"])
-    if dist.main and start is not None and math.isfinite(start) and len(history) >= 2 and lowest["loss"] >= start:
-        # walk 42c #2: lr 1 took SASRec's loss from 4.17 to 14.9, under the divergence stop, and its HR@10 was
-        # reported without a word. Two epochs at least: one epoch's mean against its first batch named BPR-MF and
-        # NARM, which learnt (walk 42e #1)
-        sys.stderr.write(f"note: {label}: the training loss never fell below the untrained model's ({start:.4g}; "
-                         f"lowest epoch mean {lowest['loss']:.4g}, epoch {lowest['epoch']}): it did not learn its own "
-                         "objective (a learning rate too high, or data without a signal this model can use), so read "
-                         "its metrics with care\n")
+    caveat = not_learnt(history, loop.get("start_loss"), getattr(task, "chance_loss", lambda: None)())
+    if dist.main and caveat is not None:
+        sys.stderr.write(f"note: {label}: {caveat}, so read its metrics with care (run.json and `seqpe report` "
+                         "say so too)\n")
     net.load_state_dict(loop["best_state"])
-    return loop["best_epoch"], stopped, resumed
+    return loop["best_epoch"], stopped, resumed, caveat
+
+
+def not_learnt(history: list, start: Optional[float], chance: Optional[float]) -> Optional[str]:
+    """Why a run's training loss shows it learnt nothing of its objective, or None. Two signs:
+    - its lowest epoch mean never fell below the untrained model's first batch (walk 42c #2: lr 1 took SASRec's
+      loss from 4.17 to 14.9, under the divergence stop). Two epochs at least: one epoch's mean against its
+      first batch named BPR-MF and NARM, which learnt (walk 42e #1);
+    - its lowest epoch mean is above `chance`, the loss of a uniform guess over what the loss ranks (ln N for
+      the full softmax, ln(M + 1) for M sampled negatives): a model that starts absurd never falls from its
+      first batch far enough to be called diverged (STAMP at emb_std 1e4: 1.2e5), and one epoch of SASRec at
+      lr 1 ends twice above ln N (walk 44c #3). Metrics are written (they are the model's), with this said
+      in run.json ("not_learnt") and under the report."""
+    losses = [h for h in history if isinstance(h.get("loss"), (int, float)) and math.isfinite(h["loss"])]
+    if not losses:
+        return None
+    lowest = min(losses, key=lambda h: h["loss"])
+    where = f"lowest epoch mean {lowest['loss']:.4g}, epoch {lowest['epoch']}"
+    if chance is not None and lowest["loss"] > chance:
+        return (f"the training loss stayed above a uniform guess's ({chance:.4g}; {where}): it did not learn its own "
+                "objective (a learning rate or initialisation too large, or data without a signal this model can use)")
+    if start is not None and math.isfinite(start) and len(losses) >= 2 and lowest["loss"] >= start:
+        return (f"the training loss never fell below the untrained model's ({start:.4g}; {where}): it did not learn "
+                "its own objective (a learning rate too high, or data without a signal this model can use)")
+    return None
 
 
 def _load_resume(path: Optional[Path], label: Optional[str] = None) -> Optional[dict]:

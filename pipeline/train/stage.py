@@ -56,7 +56,7 @@ def resolve_config(dataset: str, manifest: dict, params: Params, model: Optional
     if kind == "ctr":
         params = _ctr_settings(params, tp, spec, explicit, overrides)
     tp = _drop_ignored(tp, spec, params, overrides)
-    params = _drop_unread_options(params, spec, overrides)
+    params = _drop_unread_options(params, spec, overrides, manifest)
     if kind != "ctr":
         params = _full_ranking_settings(params, overrides)
     if kind != "ctr" and tp.heads and tp.dim is not None and tp.dim % tp.heads:   # CTR: models.ctr.layers (fields x dim)
@@ -345,6 +345,10 @@ def _check_cutoffs(ev, manifest: dict) -> None:
     ranked = ev.candidates + 1 if sampled else n_items
     if not isinstance(ranked, int):
         return
+    if ranked < 2:          # one item: every model ranks it first; no cut-off helps (walk 44c #6)
+        raise DataError(f"these samples have n_items {ranked}: with one item every model ranks the target first, "
+                        "so there is nothing to learn or to measure", "preprocess data with more than one item "
+                        "(check the raw file and preprocess.min_item_count / k_core)")
     among = (f"the target and its evaluate.candidates {ev.candidates} negatives" if sampled else
              "the data's n_items" + (f", fewer than evaluate.candidates {ev.candidates} + 1" if ev.candidates else ""))
     top = [k for k in ev.ks if k >= ranked]
@@ -565,20 +569,26 @@ def _given_value(given: str):
         return given.split("=", 1)[1]
 
 
-def _drop_unread_options(params: Params, spec, overrides) -> Params:
+def _drop_unread_options(params: Params, spec, overrides, manifest: Optional[dict] = None) -> Params:
     """`params` without the model options its other options leave unread (ModelSpec.unread_options: GRU4Rec's
-    negatives and bpreg under its loss ce, BPR-MF's negatives under ce), or a ParamsError for one given with
+    negatives and bpreg under its loss ce, BPR-MF's negatives under ce) or its data does (ModelSpec.side_options
+    on samples without side information: CARCA's attr_dim, walk 43d #6), or a ParamsError for one given with
     --set. Recorded, such an option made another fingerprint and another report row for the same model (walk
     32c: three GRU4Rec runs with byte-identical results); from params.yaml it is simply not part of the run."""
     options = params.models.get(spec.name)
-    if spec.unread_options is None or not options:
+    if (spec.unread_options is None and not spec.side_options) or not options:
         return params
-    unread = spec.unread_options(from_dict(spec.options, dict(options), f"models.{spec.name}"))
+    unread = dict(spec.unread_options(from_dict(spec.options, dict(options), f"models.{spec.name}"))
+                  if spec.unread_options is not None else {})
+    if manifest is not None and not manifest.get("side"):
+        unread.update({key: ("these samples carry no item attributes or interaction context (CARCA's own datasets "
+                             "do)", None) for key in spec.side_options})
     for key, (why, reader) in unread.items():
         given = _given(overrides, f"models.{spec.name}.{key}")
         if given is not None:
             raise ParamsError(f"{given.replace('=', ' is ', 1)}, and {why}, so it is not read: the setting would be "
-                              "ignored (and recorded as if it applied)", f"drop --set {given}, or add --set {reader}")
+                              "ignored (and recorded as if it applied)",
+                              f"drop --set {given}" + (f", or add --set {reader}" if reader else ""))
     kept = {k: v for k, v in options.items() if k not in unread}
     return dataclasses.replace(params, models={**params.models, spec.name: kept})
 
@@ -825,21 +835,23 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
         history.append({"epoch": 0, "loss": None, "lr": None, "valid": valid})
         timing.append({"epoch": 0, "train_s": fit_s, "valid_s": time.perf_counter() - t0,
                        "samples_per_s": task.n_train / max(fit_s, 1e-9)})
-        best_epoch, stopped, resumed = 0, "fitted", 0
+        best_epoch, stopped, resumed, caveat = 0, "fitted", 0, None
         if on_epoch is not None:
             on_epoch(history)
     else:
-        best_epoch, stopped, resumed = fit_epochs(net, task, tp, select, seed, label, generator, device, progress,
-                                                  history, timing, resume_path, on_epoch, dist, inputs,
-                                                  run_dir)
+        best_epoch, stopped, resumed, caveat = fit_epochs(net, task, tp, select, seed, label, generator, device,
+                                                          progress, history, timing, resume_path, on_epoch, dist,
+                                                          inputs, run_dir)
     t0 = time.perf_counter()
     test, per_sample = checked(lambda: task.test(net), f"{label}, test split, best epoch {best_epoch}")
     if task.kind == "ctr":
         _refuse_constant(per_sample["logit"].to_numpy(), test, label, best_epoch)
     elif task.constant and not spec.fitted:                     # POP is input-independent by design
         k = params.evaluate.ks[-1]                              # the largest cut-off (ks are increasing)
-        raise ConstantModel(f"{label}: the model ignores its input, every test session got the same scores for all "
-                            f"{manifest.get('n_items')} items (best epoch {best_epoch}), so its metrics (HR@{k} "
+        what = (f"scored every test target and its {params.evaluate.candidates} sampled candidates alike"
+                if params.evaluate.candidates else
+                f"ignores its input, every test session got the same scores for all {manifest.get('n_items')} items")
+        raise ConstantModel(f"{label}: the model {what} (best epoch {best_epoch}), so its metrics (HR@{k} "
                             f"{100 * test[f'hr@{k}']:.2f}) are one fixed item order's, not a result; nothing was "
                             "written for this seed",
                             "if it collapsed, lower train.weight_decay or train.lr; if it barely trained, train more "
@@ -862,6 +874,8 @@ def train_one(spec, task, tp, params: Params, manifest: dict, select: str, seed:
         "best_epoch": best_epoch, "stopped": stopped,
         "select_metric": select, "valid": best["valid"], "test": test,
     }
+    if caveat is not None:                  # only then: the records of runs that learnt keep their bytes
+        record["not_learnt"] = caveat
     timing_rec = {"device": str(device), "threads": torch.get_num_threads(), "world_size": dist.world,  # samples/s
                   "epochs": timing,                                              # of W processes (walk 33a)
                   "resumed_from_epoch": resumed, "test_s": test_s, "total_s": time.perf_counter() - t_start,

@@ -50,6 +50,18 @@ GRAPH_WIDTHS = 8
 
 # --------------------------------------------------------------------------- next-item pieces
 
+def _all_tied(greater, ties, candidates, dist=None) -> bool:
+    """Whether a model scored each row's target and all its sampled candidates alike (walk 44c #5: HR@10 = 10 / 51
+    was recorded under evaluate.candidates 50 for a model full ranking refused as constant): every row's target
+    ties with every candidate, or, where mask_history took it out of the ranking, lies below them all while they
+    tie (ties 0, greater = the row's candidates); the first kind in some row. Over every process's rows."""
+    valid = (candidates != 0).sum(1)                                                  # (S,)
+    tied = (greater == 0) & (ties == valid)
+    mine = (bool((tied | ((ties == 0) & (greater == valid))).all()), bool(tied.any())) if len(valid) else None
+    every = [m for m in ([mine] if dist is None else dist.gather_objects(mine)) if m is not None]
+    return bool(every) and all(m[0] for m in every) and any(m[1] for m in every)
+
+
 def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: bool = True,
           mask_history: bool = False, per_sample: bool = False, dist=None, amp=None, context: bool = False,
           candidates=None, history=None, probe: Optional[dict] = None):
@@ -71,12 +83,13 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
     Rows are served sorted by prefix length (every row once, so the metrics are those of any
     order) so that trimmed batches carry little padding.
 
-    `probe` (a dict, full ranking only): filled with "constant", whether every row got the scores of the
+    `probe` (a dict): filled with "constant", whether every row got the scores of the
     first row served although their inputs differ (`Constancy`): a model that ignores its input, whose
-    metrics are its item ranking's, whatever the session."""
+    metrics are its item ranking's, whatever the session; with `candidates`, whether every row's target tied
+    with all its candidates (`_all_tied`)."""
     import contextlib
     import torch
-    from models.metrics import greater_and_ties, mask_seen, ranking_from_counts
+    from models.metrics import greater_and_ties, mask_seen, ranked_precision, ranking_from_counts
     from .candidates import counts
     n = len(samples)
     rows = dist.rows(n) if dist is not None else None
@@ -106,13 +119,15 @@ def score(net, samples: Samples, split: str, ks, batch_size: int, device, trim: 
                 continue
             with (amp() if amp is not None else contextlib.nullcontext()):
                 scores = net(seqs, **kw)                                 # (B, N)
-            scores = scores.float()
+            scores = ranked_precision(scores)
             if same is not None:
                 same.update(scores, idx)
             scores = mask_seen(scores, seen) if mask_history else scores
             g, t = greater_and_ties(scores, targets)                     # (B,), (B,): above / tied with target
             idx = idx.to(device)
             greater[idx], ties[idx] = g, t
+    if probe is not None and candidates is not None:
+        probe["constant"] = _all_tied(greater, ties, candidates.to(device), dist)
     if dist is not None:
         greater, ties = dist.gather_rows(greater, n), dist.gather_rows(ties, n)
     if same is not None:
@@ -371,9 +386,22 @@ class NextItemTask:
     def loss(self, net, batch, generator):
         seqs, targets, *side = batch
         own = net.training_loss(seqs, targets, generator, **({"context": side[0]} if side else {}))
+        self.own_loss = own is not None                                  # its own objective: no chance_loss
         loss = own if own is not None else loss_fn(net, seqs, targets, self.tp, self.n_items, generator)
         n = (targets != 0).sum() if targets.dim() == 2 else len(targets)   # predictions (read with the loss)
         return loss, n
+
+    def chance_loss(self) -> Optional[float]:
+        """The training loss of a uniform guess, where the loss is the task's softmax (train.loss ce: ln N; sampled:
+        ln(negatives + 1)); None for a model's own loss (`training_loss`) and BCE (loop.not_learnt)."""
+        import math
+        if getattr(self, "own_loss", True):             # a model's own objective (GRU4Rec's, CARCA's), or no step yet
+            return None
+        if self.tp.loss == "ce":
+            return math.log(self.n_items)
+        if self.tp.loss == "sampled" and self.tp.negatives:
+            return math.log(self.tp.negatives + 1)
+        return None
 
     def evaluate(self, net, split: str) -> dict[str, float]:
         ev = self.ev
@@ -383,7 +411,7 @@ class NextItemTask:
 
     def test(self, net):
         """The test metrics and per-sample counts; `self.constant` then says whether the model ignored its input
-        (`Constancy`; not probed with evaluate.candidates, whose rows rank their own items)."""
+        (`Constancy`; with evaluate.candidates, whether it scored every row's candidates alike)."""
         ev, probe = self.ev, {}
         out = score(net, self.data["test"], "test", ev.ks, ev.batch_size, self.device, trim=self.tp.trim_padding,
                     mask_history=ev.mask_history, per_sample=True, dist=self.dist,
