@@ -92,7 +92,8 @@ def _only_read(command: str, overrides: Optional[list[str]]) -> None:
     for text in overrides or []:
         section = text.split("=", 1)[0].strip().split(".", 1)[0]
         if section not in _READS[command] and section in _READ_BY:
-            raise ParamsError(f"--set {text.strip()}: `seqpe {command}` does not read {section}.*, so it would be "
+            shown = text.strip() if len(text.strip()) <= 100 else text.strip()[:97] + "..."   # a 5,000-digit value
+            raise ParamsError(f"--set {shown}: `seqpe {command}` does not read {section}.*, so it would be "
                               f"ignored", f"drop it: {section}.* is read by {_READ_BY[section]}")
 
 

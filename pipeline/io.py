@@ -442,6 +442,21 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
         yield tmp
 
 
+def _not_the_working_folder(dst: Path) -> None:
+    """Refuse to replace the folder a command runs in (or one above it): `seqpe download sample .` in an empty
+    folder failed with "Device or resource busy: ..p16208.1frv69uv.tmp" (walk 44i #2: `.`'s parent is `.`, so
+    the new folder was made inside the one it was to replace), and replacing it would leave the user's shell
+    in a deleted folder."""
+    try:
+        here, there = Path.cwd().resolve(), dst.resolve()
+    except OSError:
+        return
+    if here == there or there in here.parents:
+        raise DataError(f"{dst} is the folder this command runs in{'' if here == there else ' (or above it)'}, and "
+                        "a stage replaces its output folder whole", "pass a subfolder, e.g. data/raw/DATASET, "
+                        "or run from another folder")
+
+
 @contextlib.contextmanager
 def atomic_dirs(*dsts: str | Path) -> Iterator[list[Path]]:
     """`atomic_dir` for folders that change together (an import's sessions and samples): one temporary folder
@@ -455,6 +470,7 @@ def atomic_dirs(*dsts: str | Path) -> Iterator[list[Path]]:
     for dst in dsts:
         if dst.exists() and not dst.is_dir():
             raise DataError(f"{dst} is a file, not a folder", "pass a folder path (a file is never replaced)")
+        _not_the_working_folder(dst)
     with contextlib.ExitStack() as stack:
         tmps: list[Path] = []
         for dst in dsts:

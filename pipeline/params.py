@@ -613,7 +613,28 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ParamsError(f"override '{text}' is not KEY=VALUE", "write e.g. --set train.epochs=3")
     key, raw = text.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(raw)
+    return key.strip().split("."), _override_value(text, raw)
+
+
+def _override_value(text: str, raw: str) -> Any:
+    """An override's VALUE as YAML; what does not read is a one-line ParamsError (walk 44i #1: `--set
+    'evaluate.ks=[5,'`, `train.epochs=*a` or a 5,000-digit number printed PyYAML's traceback)."""
+    shown = _shown(text)
+    fix = "quote the value as YAML reads it, e.g. --set 'evaluate.ks=[5, 10]' or --set 'train.encoding=\"a b\"'"
+    try:
+        return yaml.load(raw, Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise ParamsError(f"override {shown} nests lists or mappings too deeply to read", fix) from None
+    except ValueError as e:            # an integer of more than 4,300 digits (Python's limit)
+        if "integer string conversion" not in str(e):
+            raise
+        raise ParamsError(f"override {shown} holds an integer too long to read", "give a shorter number") from None
+    except _DuplicateKey as e:
+        raise ParamsError(f"override {shown} gives the key '{e.key}' twice", "give each key once") from None
+    except yaml.YAMLError as e:
+        problem = " ".join(str(getattr(e, "problem", None) or "").split())
+        raise ParamsError(f"override {shown} has a value that is not valid YAML" + (f" ({problem})" if problem else ""),
+                          fix) from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -691,6 +712,9 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: list[str] | None =
         hint = f" ({path / 'params.yaml'} is there)" if (path / "params.yaml").is_file() else ""
         raise ParamsError(f"--params {path} is a folder, not a params file", f"pass the YAML file itself, e.g. "
                           f"--params {path / 'params.yaml'}{hint}")
+    elif required and path.exists():     # a pipe (`--params <(...)`) or a device: "not found" was wrong (44i #5)
+        raise ParamsError(f"params file {path} is not a regular file (a pipe or a device)",
+                          "write the params to a file and pass its path with --params")
     elif required:
         from .io import missing
         raise ParamsError(f"params file {path} {missing(path, 'not found')}",

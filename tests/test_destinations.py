@@ -820,3 +820,20 @@ def test_a_destination_spelt_through_a_missing_folder_and_back_makes_no_such_fol
     with io.atomic_dir(Path("link") / ".." / "out") as tmp:     # the link's target's parent, as before
         (tmp / "f").write_text("2")
     assert (tmp_path / "real" / "out" / "f").read_text() == "2" and not (tmp_path / "out").exists()
+
+
+def test_the_folder_a_command_runs_in_is_never_its_output(tmp_path, monkeypatch):
+    """Walk 44i #2: `seqpe download sample .` in an empty folder made the new folder inside `.` and failed with
+    "Device or resource busy"; replacing it would leave the shell in a deleted folder."""
+    from pipeline import io
+    from pipeline.errors import DataError
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    monkeypatch.chdir(work / "sub")
+    for dst in (".", str(work / "sub"), "..", ""):
+        with pytest.raises(DataError, match="is the folder this command runs in"):
+            with io.atomic_dir(dst):
+                pass
+    with io.atomic_dir("out") as tmp:                                   # a subfolder is fine
+        (tmp / "f").write_text("x")
+    assert (work / "sub" / "out" / "f").read_text() == "x" and sorted(p.name for p in work.iterdir()) == ["sub"]

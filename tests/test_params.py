@@ -277,3 +277,22 @@ def test_hostile_params_files_are_one_line_errors_at_once(tmp_path):
     sample.write_text("preprocess:\n  sample:\n    sessions: 1000000000000\n")
     with pytest.raises(ParamsError, match=r"'preprocess.sample.sessions' must be <= 100,000,000, got 1000000000000"):
         load_params(sample, strict=False)
+
+
+@pytest.mark.parametrize("text, said", [
+    ("evaluate.ks=[5,", "has a value that is not valid YAML"), ("train.epochs=*a", "undefined alias"),
+    ("train.epochs=!!python/object:os.system x", "not valid YAML"), ("train.epochs=@", "cannot start any token"),
+    ("train.epochs=" + "[" * 3000, "nests lists or mappings too deeply"),
+    ("train.epochs=" + "9" * 5000, "holds an integer too long to read"), ("models.x={a: 1, a: 2}", "the key 'a' twice")])
+def test_an_override_whose_value_is_not_yaml_is_one_line(tmp_path, text, said):
+    """Walk 44i #1: these were PyYAML's (or Python's) tracebacks on every command that takes --set."""
+    path = write(tmp_path, "train:\n  epochs: 3\n")
+    with pytest.raises(ParamsError, match=re.escape(said)) as err:
+        load_params(path, [text], strict=False)
+    assert len(str(err.value)) < 400
+
+
+def test_a_params_file_that_is_a_pipe_or_device_is_named_so(tmp_path):
+    """Walk 44i #5: `--params /dev/null` (or `<(...)`) said "not found"."""
+    with pytest.raises(ParamsError, match="is not a regular file"):
+        load_params("/dev/null", required=True)

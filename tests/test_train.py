@@ -2411,3 +2411,21 @@ def test_a_model_tying_every_target_with_its_sampled_candidates_is_refused(tmp_p
     assert _all_tied(torch.tensor([0, 3]), torch.tensor([2, 0]), cands)         # a masked target below tied ones
     assert not _all_tied(torch.tensor([3, 3]), torch.tensor([0, 0]), cands)     # below all, never tied: a ranking
     assert not _all_tied(torch.tensor([0, 1]), torch.tensor([2, 1]), cands)
+
+
+def test_samples_replaced_while_they_load_stop_the_run(tmp_path, toy_registry, monkeypatch):
+    """Walk 44g #1: a `seqpe augment` between train's check of the samples and their loading trained on the new
+    rows under the old version's shard hashes, and a later command reused that run as a finished seed."""
+    import pipeline.train.stage as stage_module
+    samples = make_samples(tmp_path / "samples")
+    real = stage_module.make_task
+
+    def racing(kind, samples_dir, manifest, *args, **kw):
+        task = real(kind, samples_dir, manifest, *args, **kw)
+        path = Path(samples_dir) / "manifest.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "steps": []}))    # another augment swapped in
+        return task
+    monkeypatch.setattr(stage_module, "make_task", racing)
+    with pytest.raises(DataError, match="was replaced while this command read it"):
+        stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
+    assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()

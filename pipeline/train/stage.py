@@ -593,10 +593,28 @@ def _drop_unread_options(params: Params, spec, overrides, manifest: Optional[dic
     return dataclasses.replace(params, models={**params.models, spec.name: kept})
 
 
+def _unchanged_since_checked(samples_dir: Path, manifest: dict) -> None:
+    """Refuse samples replaced between their check (manifest and shard hashes, `samples_manifest`) and the end of
+    their loading: a `seqpe augment` of the same dataset in that gap trained a run on the new rows and recorded
+    the old version's shard hashes, so a later command reused it as a finished seed of the old data (walk 44g #1).
+    The folder is swapped in whole (io.atomic_dir), so a manifest that is still the one checked means the rows
+    read were its own."""
+    from ..io import MANIFEST, read_json
+    try:
+        now = read_json(samples_dir / MANIFEST)
+    except (OSError, ValueError, DataError):
+        now = None
+    if now != manifest:
+        raise DataError(f"{samples_dir} was replaced while this command read it (a `seqpe augment` or `import` of "
+                        "the same dataset ran at the same time): the run would train on one version of the samples "
+                        "and record the other's", "run the command again once the other one has finished")
+
+
 def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs, tag, device,
            dist, progress, metrics_path, live_dir, in_grid: bool = False) -> list[dict]:
     """Every seed of the configuration (only rank 0 writes when distributed; the others return [])."""
     task = make_task(kind, samples_dir, manifest, tp, params, spec, device, dist if dist.active else None)
+    _unchanged_since_checked(Path(samples_dir), manifest)
     if in_grid:
         _check_grid_builds(task, params, kind)
     select = setup.select_metric(tp, task)
