@@ -86,12 +86,15 @@ def fetch(http: requests.Session, url: str, part: Path, *, retries: int, timeout
     attempts, best, transfers = 0, _size(part), 0
     while True:
         transfers += 1
+        before = _size(part)
         try:
             _attempt(http, url, part, timeout_s, bar, task, limit)
             return
         except _Transient as e:
             size = _size(part)
-            if size > best and not e.slow:        # progress: this is a flaky link, not a dead one
+            # progress: this is a flaky link, not a dead one; an attempt cut for a slow spell counts when it still
+            # brought a window's worth at the floor rate (walk 44j #3: 30 KB fast, then 900 B/s, gave up at 101 KB)
+            if size > best and (not e.slow or size - before >= MIN_RATE * timeout_s):
                 best, attempts = size, 0
             attempts += 1
             if attempts >= max(1, retries) or transfers >= 10 * max(1, retries):

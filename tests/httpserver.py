@@ -7,6 +7,7 @@
         srv.stall_s = 1.0                       # ... or go silent that long at that point (read timeout)
         srv.ranges = False                      # ignore Range headers (answer 200 with the whole file)
         srv.drip_s = 0.05                       # send the body a byte at a time, this long apart
+        srv.drip_after = 30_000                 # ... after sending this many bytes of each answer at once
         srv.endless = True                      # answer 200 with no Content-Length and a body that never ends
         ...
         srv.log                                 # [(path, Range header or None, status), ...]
@@ -30,6 +31,7 @@ class FileServer:
         self.drops = 0                         # how many answers are cut that way
         self.stall_s: Optional[float] = None   # instead of closing at once, go silent this long first
         self.drip_s: Optional[float] = None
+        self.drip_after = 0
         self.endless = False
         self.fail_status: Optional[int] = None
         self.fails: Optional[int] = None       # first k requests fail (None: all of them)
@@ -96,9 +98,9 @@ class FileServer:
 
             def do_GET(self):  # noqa: N802 (http.server API)
                 status, headers, body, cut = server._plan(self.path.lstrip("/"), self.headers.get("Range"))
-                endless, drip_s = server.endless, server.drip_s
+                endless, drip_s, fast = server.endless, server.drip_s, server.drip_after
                 if status in (200, 206) and (endless or drip_s):
-                    self._trickle(status, headers, body, endless, drip_s)
+                    self._trickle(status, headers, body, endless, drip_s, fast)
                     return
                 self.send_response(status)
                 for k, v in headers.items():
@@ -112,7 +114,7 @@ class FileServer:
                     time.sleep(server.stall_s)     # the client's read timeout fires first
                 self.close_connection = True
 
-            def _trickle(self, status, headers, body, endless, drip_s):
+            def _trickle(self, status, headers, body, endless, drip_s, fast=0):
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
@@ -124,7 +126,9 @@ class FileServer:
                         self.wfile.write(body)
                         while True:
                             self.wfile.write(bytes(1 << 16))
-                    for i in range(len(body)):
+                    self.wfile.write(body[:fast])
+                    self.wfile.flush()
+                    for i in range(fast, len(body)):
                         self.wfile.write(body[i:i + 1])
                         self.wfile.flush()
                         time.sleep(drip_s)

@@ -136,6 +136,20 @@ def test_arrays_and_context_pickled_with_every_protocol_read_the_same(tmp_path):
         (tmp_path / "bad.dat").write_bytes(bad)
         with pytest.raises(DataError, match=why):
             read_features(tmp_path / "bad.dat", 4)
+    import _codecs                                     # walk 44j #1: one buffer in the memo, many calls to it
+    frombuffer, shared = np.zeros(1).__reduce_ex__(5)[0], bytes(1000)
+
+    class Again:
+        def __init__(self, call):
+            self.call = call
+
+        def __reduce__(self):
+            return self.call
+    for call in ((frombuffer, (shared, np.dtype("u1"), (1000,), "C")), (_codecs.encode, ("x" * 1000, "latin1"))):
+        (tmp_path / "again.dat").write_bytes(pickle.dumps([Again(call) for _ in range(1000)], protocol=5))
+        assert (tmp_path / "again.dat").stat().st_size < 20_000
+        with pytest.raises(DataError, match="more array bytes than the file holds"):
+            read_features(tmp_path / "again.dat", 4)
     (tmp_path / "enc.dat").write_bytes(b"\x80\x02c_codecs\nencode\nX\x01\x00\x00\x00aX\x05\x00\x00\x00rot13\x86R.")
     with pytest.raises(DataError, match="_codecs.encode with 'rot13'"):
         read_features(tmp_path / "enc.dat", 4)

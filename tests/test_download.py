@@ -218,6 +218,17 @@ def test_a_dripping_server_is_cut_below_the_minimum_rate_not_waited_on_forever(s
     assert srv.log[-1][1:] == (f"bytes={(srv.log[-1][1] or '').removeprefix('bytes=').rstrip('-')}-", 206)
 
 
+def test_slow_spells_of_a_transfer_that_keeps_bringing_data_are_progress(srv, tmp_path):
+    """Walk 44j #3: each answer sends 30 KB at once, then drips: every attempt is cut for its slow spell, yet it
+    brought far more than a window at the floor rate, so it is progress, not one of `retries` failures (the
+    transfer gave up after `retries` such spells)."""
+    name = blob_dataset(srv)
+    srv.drip_s, srv.drip_after = 0.05, 30_000
+    download.run(name, tmp_path / "raw" / name, DownloadParams(retries=2, timeout_s=0.3, backoff_s=0.01),
+                 progress=False)
+    assert (tmp_path / "raw" / name / "blob.bin").read_bytes() == BLOB and len(srv.log) >= 10
+
+
 def test_an_endless_body_stops_at_the_registered_size_and_the_next_origin_is_tried(srv, tmp_path):
     srv.files["mirror/blob.bin"] = BLOB
     name = blob_dataset(srv, size=len(BLOB), mirrors=(srv.url("mirror/blob.bin"),))
