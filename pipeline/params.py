@@ -626,9 +626,12 @@ def _override_value(text: str, raw: str) -> Any:
     except RecursionError:
         raise ParamsError(f"override {shown} nests lists or mappings too deeply to read", fix) from None
     except ValueError as e:            # an integer of more than 4,300 digits (Python's limit)
-        if "integer string conversion" not in str(e):
-            raise
+        if "integer string conversion" not in str(e):         # a date that is none (2001-02-29), `!!int abc`
+            raise ParamsError(f"override {shown} has a value YAML cannot build ({' '.join(str(e).split())[:80]})",
+                              fix) from None
         raise ParamsError(f"override {shown} holds an integer too long to read", "give a shorter number") from None
+    except (TypeError, AttributeError, KeyError) as e:
+        raise ParamsError(f"override {shown} has a value YAML cannot build ({type(e).__name__})", fix) from None
     except _DuplicateKey as e:
         raise ParamsError(f"override {shown} gives the key '{e.key}' twice", "give each key once") from None
     except yaml.YAMLError as e:
@@ -643,6 +646,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     replaced the whole first one (then "missing params key 'train.batch_size'" named the wrong thing)."""
 
     def construct_mapping(self, node, deep=False):
+        if not isinstance(node, yaml.MappingNode):     # `!!map a`: the base class names it (44k #3: a traceback)
+            return super().construct_mapping(node, deep=deep)
         seen: dict = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
@@ -668,10 +673,14 @@ def _read_yaml(path: Path) -> Any:
     except RecursionError:             # walk 43g #5: tracebacks, as these two were
         raise ParamsError(f"{path} nests lists or mappings too deeply to read", "fix the file") from None
     except ValueError as e:            # an integer of more than 4,300 digits (Python's limit)
-        if "integer string conversion" not in str(e):
-            raise
+        if "integer string conversion" not in str(e):         # a date that is none (2001-02-29), `!!int abc`
+            raise ParamsError(f"{path} holds a value YAML cannot build ({' '.join(str(e).split())[:80]})",
+                              "fix that value in the file") from None
         raise ParamsError(f"{path} holds an integer too long to read ({' '.join(str(e).split())[:80]})",
                           "fix the number in the file") from None
+    except (TypeError, AttributeError, KeyError) as e:
+        raise ParamsError(f"{path} holds a value YAML cannot build ({type(e).__name__})", "fix that value in the file") \
+            from None
     except _DuplicateKey as e:
         raise ParamsError(f"{path} line {e.again}: key '{e.key}' was already given at line {e.first} (YAML keeps "
                           "only the last)", "give each key once: merge the two") from None

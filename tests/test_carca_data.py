@@ -150,6 +150,18 @@ def test_arrays_and_context_pickled_with_every_protocol_read_the_same(tmp_path):
         assert (tmp_path / "again.dat").stat().st_size < 20_000
         with pytest.raises(DataError, match="more array bytes than the file holds"):
             read_features(tmp_path / "again.dat", 4)
+    # 44k #1: protocols 2-4 fill arrays by BUILD from one memoised bytes object: 100 keys of 1 MB each
+    state = (1, (1000, 125), np.dtype("f8"), False, bytes(1_000_000))
+    rebuild = np.zeros((2, 2)).__reduce__()[0]
+
+    class Built:
+        def __reduce__(self):
+            return rebuild, (np.ndarray, (0,), b"b"), state
+    blob = pickle.dumps({(u, 1): [Built()] for u in range(1, 101)}, protocol=4)
+    assert len(blob) < 1_100_000
+    (tmp_path / "built.dat").write_bytes(blob)
+    with pytest.raises(DataError, match="more array bytes than the file holds"):
+        read_context(tmp_path / "built.dat")
     (tmp_path / "enc.dat").write_bytes(b"\x80\x02c_codecs\nencode\nX\x01\x00\x00\x00aX\x05\x00\x00\x00rot13\x86R.")
     with pytest.raises(DataError, match="_codecs.encode with 'rot13'"):
         read_features(tmp_path / "enc.dat", 4)

@@ -283,7 +283,9 @@ def test_hostile_params_files_are_one_line_errors_at_once(tmp_path):
     ("evaluate.ks=[5,", "has a value that is not valid YAML"), ("train.epochs=*a", "undefined alias"),
     ("train.epochs=!!python/object:os.system x", "not valid YAML"), ("train.epochs=@", "cannot start any token"),
     ("train.epochs=" + "[" * 3000, "nests lists or mappings too deeply"),
-    ("train.epochs=" + "9" * 5000, "holds an integer too long to read"), ("models.x={a: 1, a: 2}", "the key 'a' twice")])
+    ("train.epochs=" + "9" * 5000, "holds an integer too long to read"), ("models.x={a: 1, a: 2}", "the key 'a' twice"),
+    ("train.epochs=2001-02-29", "YAML cannot build (day is out of range"), ("train.epochs=!!int abc", "cannot build"),
+    ("train.epochs=!!bool maybe", "cannot build"), ("train.epochs=!!map a", "expected a mapping node")])
 def test_an_override_whose_value_is_not_yaml_is_one_line(tmp_path, text, said):
     """Walk 44i #1: these were PyYAML's (or Python's) tracebacks on every command that takes --set."""
     path = write(tmp_path, "train:\n  epochs: 3\n")

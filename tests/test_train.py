@@ -2429,3 +2429,20 @@ def test_samples_replaced_while_they_load_stop_the_run(tmp_path, toy_registry, m
     with pytest.raises(DataError, match="was replaced while this command read it"):
         stage.run("toyset", samples, tmp_path / "runs", params(epochs=1), progress=False)
     assert not (tmp_path / "runs" / "toy-toy_lpe" / "seed-1").exists()
+
+
+@pytest.mark.parametrize("losses, start, chance, said", [
+    ([6.40], 6.5, 6.17, None),                      # NARM's first epoch on sample: learns (HR@10 0.38)
+    ([4.75], 4.70, 4.673, None),                    # a one-epoch ALiBi SASRec of the DVC test
+    ([11.53], 6.11, 6.17, "above a uniform guess"),  # SASRec at lr 0.9, one epoch (walk 44k #2)
+    ([2.4e5], 2.5e5, 6.17, "above a uniform guess"),  # STAMP at emb_std 1e4 (walk 44c #3)
+    ([7.0, 6.5], 8.0, 6.17, None),                  # two epochs, falling, still above ln N: learning slowly
+    ([5.0, 5.1], 4.0, None, "never fell below"),    # a model's own loss, two epochs, never below the first batch
+    ([5.0], 4.0, None, None),                       # one epoch of its own loss: its mean against one batch misleads
+])
+def test_not_learnt_reads_the_losses_as_documented(losses, start, chance, said):
+    """Walk 44k #4: the rule had only a slow DVC test and one far above every threshold."""
+    from pipeline.train.loop import not_learnt
+    history = [{"epoch": e, "loss": loss} for e, loss in enumerate(losses, start=1)]
+    got = not_learnt(history, start, chance)
+    assert (got is None) if said is None else (said in got)

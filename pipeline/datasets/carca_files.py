@@ -86,10 +86,16 @@ def _numpy_globals() -> dict:
     numpy_reconstruct = np.zeros(1).__reduce__()[0]       # numpy's _reconstruct, whatever its module path
     scalar = np.float64(0).__reduce__()[0]                # numpy's scalar
 
+    class Counted(np.ndarray):                            # what _reconstruct makes: its BUILD spends the budget
+        def __setstate__(self, state):                    # (walk 44k #1: one memoised bytes object filled 100
+            data = state[-1] if isinstance(state, tuple) and state else None           # arrays of 1 MB each)
+            _spend(len(data) if isinstance(data, (bytes, str)) else 0)
+            super().__setstate__(state)
+
     def reconstruct(subtype, shape, dtype):               # an empty array: its BUILD (__setstate__) gives the
         if subtype is not _NDArray:                       # shape and the data, whose size numpy checks; an
             raise _Refused(f"an array of type {getattr(subtype, '__name__', subtype)!r}")   # array no BUILD
-        return numpy_reconstruct(np.ndarray, (0,), dtype)                                    # filled stays empty
+        return numpy_reconstruct(Counted, (0,), dtype)                                       # filled stays empty
     def frombuffer(buffer, dtype, shape, order):          # protocol 5: the array's bytes in one buffer
         if not isinstance(buffer, (bytes, bytearray, pickle.PickleBuffer)) or not isinstance(dtype, np.dtype) \
                 or dtype.kind not in "biuf" or type(shape) is not tuple \
@@ -118,13 +124,21 @@ def _numpy_globals() -> dict:
     return out
 
 
+def _plain(obj):
+    """A loaded array as numpy's own ndarray, not the budget-counting subclass (arrays inside a context dict
+    become plain when read_context stacks them)."""
+    import numpy as np
+    return obj.view(np.ndarray) if isinstance(obj, np.ndarray) else obj
+
+
 _BUDGET = threading.local()      # bytes the stand-ins may still make in this thread's load (`_load`)
 
 
 def _spend(n: int) -> None:
-    """Count `n` bytes made by a stand-in against the file's size: each array's bytes are in the file once, so
-    real data never makes more, while one buffer in the memo passed to thousands of calls made 400 MB from
-    1 MB (walk 44j #1, the way walk 43g #3's shared context lists did)."""
+    """Count `n` bytes made by a stand-in or an array's BUILD against twice the file's size: each array's bytes
+    are in the file once (made twice under protocol 2: by `_codecs.encode`, then by the BUILD), so real data
+    never makes more, while one buffer in the memo passed to thousands of calls made 400 MB from 1 MB (walk
+    44j #1, 44k #1: the way walk 43g #3's shared context lists did)."""
     left = getattr(_BUDGET, "left", 0) - n
     if left < 0:
         raise _Refused("more array bytes than the file holds (one buffer used again and again)")
@@ -149,8 +163,9 @@ def _load(path: Path) -> object:
         raise DataError(f"{path} does not exist", _FIX)
     try:
         with open(path, "rb") as f:
-            _BUDGET.left = os.fstat(f.fileno()).st_size
-            return _Unpickler(f).load()
+            _BUDGET.left = 2 * os.fstat(f.fileno()).st_size      # protocol 2 spends an array's bytes twice:
+                                                                     # in _codecs.encode, then in its BUILD
+            return _plain(_Unpickler(f).load())
     except _Refused as e:
         raise DataError(f"{path} holds {e} {_ACCEPTED}", _FIX) from None
     except (EOFError, pickle.UnpicklingError, ValueError, TypeError, KeyError, IndexError, AttributeError,
@@ -214,8 +229,9 @@ def read_context(path: Path) -> "pl.DataFrame":
         raise DataError(f"{path} has the key {bad!r}, not a (user, item) pair", _FIX)
     # one value list shared by every key (pickle's memo) is K x C floats from a file of K + C: a 209 KB file took
     # 1.3 GB (walk 43g #3). A float costs a pickle at least 9 bytes, so real context is far below the file's size
-    try:
-        total = sum(len(v) for v in obj.values())
+    try:                                                   # an array in a list counts its elements (44k #1)
+        total = sum(sum(x.size if isinstance(x, np.ndarray) else 1 for x in v) if isinstance(v, (list, tuple))
+                    else np.size(v) for v in obj.values())
     except TypeError:
         total = 0                                          # (not lists: named below)
     if total > path.stat().st_size:
