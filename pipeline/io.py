@@ -111,11 +111,13 @@ def _dead_writers(dst: Path) -> Iterator[Path]:
     a pid) matched a user's own `mv sess .sess.old` backup, which a writer deleted and a reader renamed into
     the output (walk 41d #1)."""
     parent = dst.parent
-    if not parent.is_dir():
+    try:                    # a training that finished may remove the state root's emptied folder between another's
+        entries = list(parent.iterdir())     # mkdir and this look (bench_stability.sh's parallel seeds in CI)
+    except (FileNotFoundError, NotADirectoryError):
         return
     shape = re.compile(re.escape(f".{dst.name}.") + r"p(\d+)\.[a-z0-9_]{8}(?:" +
                        "|".join(map(re.escape, LEFTOVER_SUFFIXES)) + ")")
-    for entry in sorted(parent.iterdir(), key=lambda e: (not e.name.endswith(".old"), -_mtime(e), e.name)):
+    for entry in sorted(entries, key=lambda e: (not e.name.endswith(".old"), -_mtime(e), e.name)):
         found = shape.fullmatch(entry.name)
         if found is None:
             continue

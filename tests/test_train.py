@@ -2446,3 +2446,20 @@ def test_not_learnt_reads_the_losses_as_documented(losses, start, chance, said):
     history = [{"epoch": e, "loss": loss} for e, loss in enumerate(losses, start=1)]
     got = not_learnt(history, start, chance)
     assert (got is None) if said is None else (said in got)
+
+
+def test_a_state_folder_removed_before_the_leftover_sweep_is_made_again(tmp_path, monkeypatch):
+    """CI at abf3707 (bench_stability.sh's parallel seeds): the folder went between `atomic_path`'s mkdir and the
+    sweep's listing of it, `No such file or directory: .../resume`, a failure made_in could not catch."""
+    from pipeline import io as pio
+    resume = tmp_path / "state" / "resume"
+    real_iterdir, removed = Path.iterdir, []
+
+    def iterdir(self):                    # another training's forget() removes the emptied folder just before
+        if self == resume and not removed:
+            removed.append(self)
+            self.rmdir()
+        return real_iterdir(self)
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    pio.write_bytes(resume / "x.pt", b"state")
+    assert removed and (resume / "x.pt").read_bytes() == b"state"
