@@ -15,7 +15,8 @@
 #   compares every encoding with the same backbone's `none` (paired t-test over seeds, Wilcoxon and
 #   bootstrap over test rows: `seqpe report --baseline M-none`), as 001 marks significance per backbone.
 #   Full KuaiVideo takes 7.9 GB for its train arrays alone (bench/results/ctr.md): a GPU machine, or
-#   SET="train.memory_budget=4000" to memory-map them.
+#   SET="train.memory_budget=4000" to memory-map them. seqpe's items are ids only: 001's KuaiVideo
+#   column (BARS's configs) also fed frozen visual item embeddings, so expect KuaiVideo below it.
 # Table 3 (001 §5.3): DATA holds ratings_Books.csv (Amazon 2014 ratings-only Books); dataset
 #   books_hllm (HLLM's filter, leave-one-out, pipeline/datasets/amazon.py). SASRec with d 512 and 8
 #   heads (001 §5.3), blocks 2/8/12/16 (one --tag bN per depth), naive PE (lpe) / RoPE / CAPE; the

@@ -234,6 +234,7 @@ def _split_files(src: Path, manifest: dict, split: str) -> list[Path]:
     return files or sorted((src / split).glob("part-*.parquet"))
 
 
+@io.claims_released()
 def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     """Augment the sessions folder `src` of `dataset` into the samples folder `dst`.
 

@@ -24,6 +24,15 @@ class _Commands(typer.core.TyperGroup):
     """Commands with a did-you-mean: `seqpe trian` -> "No such command 'trian'. Did you mean 'train'?"."""
 
     def resolve_command(self, ctx, args):
+        for i, word in enumerate(args):     # '' was taken as `.`: `seqpe report ''` reported every run below the
+            before = args[i - 1] if i else ""                       # working folder (walk 44i #6)
+            if word.startswith("--") and word.endswith("=") and word.count("=") == 1:
+                before, word = word[:-1], ""
+            if word or before == "--items":                         # recommend says what --items takes
+                continue
+            named = before if before.startswith("-") and "=" not in before else ""
+            ctx.fail(f"{named or 'an argument'} is empty" + ("" if named else f" (after `{' '.join(args[:i])}`)")
+                     + ": give it a value (a path: `.` for the current folder), or leave it out for its default")
         if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
             from .errors import did_you_mean
             close = did_you_mean(args[0], self.list_commands(ctx))

@@ -37,7 +37,8 @@ from typing import Optional
 
 from . import archive, sniff  # `fetch` (requests + urllib3, ~0.1 s to import) only where something is fetched
 from .errors import DataError, DownloadError, polars_said
-from .io import atomic_dir, claim_dir, cleanup_new_folders, file_mismatch, read_json, scratch_dir, write_json
+from .io import (atomic_dir, claim_dir, claims_released, cleanup_new_folders, file_mismatch, read_json, scratch_dir,
+                 write_json)
 from .params import DownloadParams, PreprocessParams, SampleCTRParams, SampleParams, to_dict
 
 SOURCE_JSON = "source.json"
@@ -52,6 +53,7 @@ class _NotArchive(_Mismatch):
     """An origin delivered something that is not an archive (e.g. an HTML login page): the next origin is tried."""
 
 
+@claims_released()
 def run(dataset: str, dst: Path, params: DownloadParams, *, from_path: Optional[Path] = None,
         mirror: Optional[str] = None, progress: bool = True, sample: Optional[SampleParams | SampleCTRParams] = None) -> dict:
     """Fetch, verify and unpack `dataset`'s raw source into `dst`; return a summary for a table.

@@ -27,7 +27,7 @@ from typing import Optional
 
 from . import figures, report
 from .errors import DataError, ParamsError
-from .io import absent, atomic_dir, claim_dir, dumps_json, not_runs, pull_hint
+from .io import absent, atomic_dir, claim_dir, claims_released, dumps_json, not_runs, pull_hint
 from .params import Params
 
 
@@ -133,6 +133,20 @@ def _check_trained_as_grid(dataset: str, records: list[dict], params: Params, ta
                         "as they were trained")
 
 
+def _what_folder(folder: Path) -> str:
+    """What a --samples path that is not a next-item samples folder is, for evaluate's message."""
+    from .io import _owner
+    if not folder.exists():
+        return "does not exist"
+    if not folder.is_dir():
+        return "is a file"
+    kind, owner = _owner(folder)
+    if kind == "samples":
+        return f"holds {owner or 'another dataset'}'s CTR samples"
+    return f"holds {owner + chr(39) + 's ' if owner else ''}{kind} output" if kind else "is not a samples folder"
+
+
+@claims_released()
 def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_runs: bool = False,
         samples_dir: Optional[Path] = None, baseline: Optional[str] = None, samples_guessed: bool = False,
         params_file: Optional[Path] = None) -> dict:
@@ -211,6 +225,12 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
     reference = baseline or (params.study.reference if params.study.reference in names
                              else (rows[0]["name"] if rows else None))
     labels = None
+    if task != "ctr" and samples_dir is not None and not samples_guessed:
+        from .report import _next_item_samples       # dvc.yaml passes every dataset's own: read by CTR runs only
+        if not _next_item_samples(samples_dir):      # one that is not there, or a CTR one, passed silently (walk
+            raise ParamsError(f"--samples gives the test labels of CTR runs, and {dataset}'s runs are next-item "   # 44i
+                              f"runs, which need none ({samples_dir} {_what_folder(samples_dir)})",      # #4)
+                              "drop --samples")
     if task == "ctr" and samples_dir is not None:
         from .significance import read_test_labels
         labels = read_test_labels(samples_dir)

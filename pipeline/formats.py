@@ -61,7 +61,7 @@ import polars as pl
 from . import sniff, unpickle
 from .augment import last_samples, prefix_samples, shifted_samples
 from .errors import DataError, ParamsError, unknown
-from .io import (MANIFEST, SPLITS, atomic_dir, atomic_dirs, claim_dir, read_manifest, read_split,
+from .io import (MANIFEST, SPLITS, atomic_dir, atomic_dirs, claim_dir, claims_released, read_manifest, read_split,
                  refuse_nested, require_kind, sha256_file, shard_entry, special_kind, verify_shards, write_bytes,
                  write_json, write_parquet, write_split)
 from .params import IMPORT_FORMATS, IMPORT_NAME, Params, to_dict
@@ -204,6 +204,7 @@ def _ctr_format(path: Path) -> str:
                     + ") or AmazonElectronics_x1's (" + ",".join(COLUMNS["amazon_electronics"]) + ")")
 
 
+@claims_released()
 def import_dataset(dataset: str, src: str | Path, fmt: str, sessions_dst: str | Path,
                    samples_dst: str | Path, params: Params) -> dict:
     """Import `src` (SR-GNN folder, S3-Rec text file, BARS CTR folder) as seqpe sessions and samples;

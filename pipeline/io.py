@@ -671,6 +671,55 @@ def _require_writable(dst: Path) -> None:
     os.unlink(probe)
 
 
+_WRITERS: dict[str, Any] = {}          # folder (real path) -> the flocked handle of its writer lock, this process's
+
+
+def _claim_writer(dst: Path, kind: str, command: Optional[str]) -> None:
+    """Hold the machine-wide writer lock of the output folder `dst` (`w-` + its real path hashed) until the stage
+    ends (`claims_released`), or raise a DataError naming the process that holds it. Two `seqpe preprocess` of one
+    dataset at once both reported success while the last swap silently replaced the other's folder (walk 44g #2):
+    the swap locks order only the swaps. Nothing where flock or the machine's lock folder is missing; a folder this
+    process already holds is not locked twice (flock would refuse its own second handle)."""
+    folder = machine_locks()
+    try:
+        import fcntl  # noqa: F401 (flock)
+    except ImportError:                                  # pragma: no cover (not POSIX)
+        folder = None
+    key = str(through_link(dst).resolve())
+    if folder is None or key in _WRITERS:
+        return
+    path = folder / ("w-" + hashlib.sha256(key.encode()).hexdigest()[:20])
+    handle = flock(path)
+    if handle is None:
+        try:
+            said = json.loads(path.read_text())
+        except (OSError, ValueError):
+            said = {}
+        said = said if isinstance(said, dict) else {}
+        who = f"another seqpe {said['command']}" if isinstance(said.get("command"), str) else "another seqpe command"
+        pid = f" (pid {said['pid']})" if isinstance(said.get("pid"), int) else ""
+        raise DataError(f"{dst} is being written right now by {who}{pid}; two writers of one folder would replace "
+                        "each other's output", "wait for it to finish, then run this command again (or pass another "
+                        "destination)")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps({"pid": os.getpid(), "command": command or _MAKER[kind], "folder": key}))
+    handle.flush()
+    _WRITERS[key] = handle
+
+
+@contextlib.contextmanager
+def claims_released() -> Iterator[None]:
+    """The writer locks `claim_dir` takes inside this block are released when it ends (a stage's entry function
+    is decorated with it): a Python session that ran a stage does not keep its folder from the next command."""
+    before = set(_WRITERS)
+    try:
+        yield
+    finally:
+        for key in [k for k in _WRITERS if k not in before]:
+            _WRITERS.pop(key).close()
+
+
 def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tuple[str, ...] = (),
               command: Optional[str] = None) -> None:
     """Refuse to replace `dst` unless seqpe wrote it: a stage replaces only a folder that is missing,
@@ -683,6 +732,8 @@ def claim_dir(dst: str | Path, dataset: Optional[str], kind: str, *, allow: tupl
     dst = Path(dst)
     refuse_nested(dst, f"{kind} output", f"e.g. data/{_PLURAL[kind]}/{dataset or 'DATASET'}")
     _require_writable(dst)
+    if kind != "run":                   # a run folder has its seed's own locks (train/state.py)
+        _claim_writer(dst, kind, command)
     if not dst.exists() and not dst.is_symlink():
         return
     if dst.is_symlink() and not dst.exists():      # was "is a file, not a folder" (walk 34b)

@@ -231,6 +231,7 @@ def _generated_with(dataset: str, spec, source: dict, params: Params) -> dict:
     return pre
 
 
+@io.claims_released()
 def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
     """Preprocess `dataset` from its raw folder `src` into the sessions folder `dst`."""
     spec = get(dataset)

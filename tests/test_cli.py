@@ -207,6 +207,13 @@ def test_names_get_a_did_you_mean(tmp_path):
         proc = seqpe("train", "toyset", *args)
         assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
         assert proc.stderr.startswith(said) and proc.stderr.endswith("Fix: see `seqpe train --help`\n"), proc.stderr
+    # an empty argument was taken as `.` (walk 44i #6): `seqpe report ''` reported every run below the working folder
+    for args, said in ((("report", ""), "error: an argument is empty (after `report`): give it a value"),
+                       (("train", "toyset", "--params", ""), "error: --params is empty: give it a value"),
+                       (("report", "--out="), "error: --out is empty: give it a value")):
+        proc = seqpe(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith(said) and proc.stderr.endswith(f"see `seqpe {args[0]} --help`\n"), proc.stderr
     samples = tiny_samples(tmp_path / "samples")
     proc = seqpe("train", "toyset", str(samples), str(tmp_path / "runs"), "--model", "gru4rec", "--encoding", "rope")
     assert_one_line_error(proc, "model 'gru4rec' takes no positional encoding, so --encoding rope would be ignored")
@@ -263,6 +270,14 @@ def test_evaluate_outside_the_grid_says_so_and_takes_a_baseline(tmp_path):
     assert wrote == [f"wrote {tmp_path / 'rep'}: summary.json, report.md, report.csv, comparison.csv, "
                      "comparison.png, curves.png"]
     assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == sorted(wrote[0].split(": ")[1].split(", "))
+    # --samples is read by CTR runs only: the dataset's own next-item samples (dvc.yaml passes them) are fine,
+    # a path that is not there was passed over without a word (walk 44i #4)
+    proc = seqpe("evaluate", "toyset", str(runs), str(tmp_path / "rep"), "--samples", str(samples), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    for there, said in ((tmp_path / "nope", "does not exist"), (runs, "is not a samples folder")):
+        proc = seqpe("evaluate", "toyset", str(runs), str(tmp_path / "rep"), "--samples", str(there), "--quiet")
+        assert_one_line_error(proc, "--samples gives the test labels of CTR runs, and toyset's runs are next-item "
+                                    f"runs, which need none ({there} {said}). Fix: drop --samples")
 
 
 @pytest.mark.parametrize("module", ["pipeline", "pipeline.entry"])

@@ -629,6 +629,40 @@ def test_two_writers_of_one_pair_swap_it_one_after_the_other(tmp_path):
     assert (one / "manifest.json").read_text() == (two / "manifest.json").read_text() == "mine"
 
 
+def test_a_folder_another_command_is_writing_is_refused_for_the_whole_stage(prepared, tmp_path):
+    """Walk 44g #2: two `seqpe preprocess` of one dataset at once both reported success, and the last swap replaced
+    the other's folder silently. Another process (a real one) holds the folder's writer lock for its whole stage:
+    every data stage writing that folder is refused in one line naming it, touching nothing; once it has ended, the
+    same command runs. A stage run from Python releases the lock when it returns."""
+    dst = tmp_path / "sessions"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+                               "from pipeline import io\nio.claim_dir(Path(sys.argv[1]), 'sample', 'sessions')\n"
+                               "print('held', flush=True)\ntime.sleep(120)", str(dst)],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc = seqpe("preprocess", "sample", str(prepared / "raw"), str(dst), "--quiet", *SMALL)
+        assert_one_line_error(proc, f"{dst} is being written right now by another seqpe preprocess (pid "
+                              f"{holder.pid})", "Fix: wait for it to finish")
+        (tmp_path / "seq.txt").write_text("1 1 2 3 4\n2 2 3 4 1\n3 3 4 1 2\n")
+        proc = seqpe("import", "mine", str(tmp_path / "seq.txt"), "--sessions", str(dst), "--samples",
+                     str(tmp_path / "samples"), "--quiet")
+        assert_one_line_error(proc, "is being written right now by another seqpe preprocess")
+        assert not dst.exists() and not (tmp_path / "samples").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    proc = seqpe("preprocess", "sample", str(prepared / "raw"), str(dst), "--quiet", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    from pipeline import preprocess
+    from pipeline.params import load_params
+    preprocess.run("sample", prepared / "raw", dst, load_params(ROOT / "params.yaml"))
+    assert not io._WRITERS                               # released on return: the next command may write it
+    proc = seqpe("preprocess", "sample", str(prepared / "raw"), str(dst), "--quiet", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_a_destination_that_is_a_link_loop_is_one_line(prepared, tmp_path):
     """Walk 35b: a destination that is a symbolic link to itself ended in Path.resolve()'s RuntimeError traceback."""
     loop = tmp_path / "loop"

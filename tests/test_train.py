@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import shutil
@@ -509,14 +510,16 @@ def test_prune_removes_the_lock_files_no_process_holds(tmp_path, monkeypatch):
     with io.atomic_dirs(tmp_path / "a", tmp_path / "b") as (a, b):    # a pair's swap: two out- lock files
         (a / "x").write_text("a")
         (b / "x").write_text("b")
+    with io.claims_released():                                         # a data stage's writer lock: a w- file
+        io.claim_dir(tmp_path / "c", "toyset", "sessions")
     holders = [_hold_lock(root / "locks" / ("c" * 20)), _hold_lock(machine / ("dir-" + "d" * 20))]
     try:
         dir_lock = run_files.lock_path(train_state.dir_lock(tmp_path / "runs" / "m-e" / "seed-1"))
         assert dir_lock.parent == machine and dir_lock.parent != root / "locks"   # the run folder's: the machine's
         assert len(state_files("locks")) == 3 and "holds no training state" in _state()
-        assert sorted(p.name[:4] for p in machine.iterdir()) == ["dir-", "dir-", "out-", "out-"]
+        assert sorted(p.name.split("-")[0] for p in machine.iterdir()) == ["dir", "dir", "out", "out", "w"]
         out = _state("--prune")
-        assert "deleted 0 entries" in out and f"and unheld lock files (1 in {root / 'locks'}; 3 in {machine})" in \
+        assert "deleted 0 entries" in out and f"and unheld lock files (1 in {root / 'locks'}; 4 in {machine})" in \
             " ".join(out.split()), out                                   # where each was (walk 39e #4)
         assert sorted(state_files("locks")) == ["c" * 20, "notes.txt"]
         assert [p.name for p in machine.iterdir()] == ["dir-" + "d" * 20]
@@ -1628,6 +1631,36 @@ def test_a_loss_that_explodes_but_stays_finite_stops_the_run(tmp_path, toy_regis
     monkeypatch.setattr(ToyRecommender, "training_loss", own)       # a model that learns: no such note
     stage.run("toyset", samples, tmp_path / "fine", params(epochs=2), progress=False)
     assert "never fell below" not in capsys.readouterr().err
+
+
+def test_weights_that_grow_without_bound_stop_the_run(tmp_path):
+    """Walk 44c #2: GRU4Rec's TOP1 loss is bounded (about 1 untrained, 2 at most), so `train.lr=1e6` never took it
+    past 10 x the untrained model's: weights of 8.5e6 and chance-level metrics were recorded without a word. A
+    weight past loop.WEIGHT_LIMIT after an epoch stops the seed, naming it; the same model at a sane lr trains."""
+    from pipeline.errors import TrainingError
+    from pipeline.train import loop
+    samples = make_samples(tmp_path / "samples")
+    top1 = dataclasses.replace(params(model="gru4rec", encoding="none", lr=1e6, epochs=2),
+                               models={"gru4rec": {"loss": "top1"}})
+    with pytest.raises(TrainingError, match=r"gru4rec-none seed 1: the weights grew to \d\.\d+e\+\d\d at epoch 1 "
+                                            r"\(\w+\.weight\w*; .*the model diverged"):
+        stage.run("toyset", samples, tmp_path / "runs", top1, progress=False)
+    assert not (tmp_path / "runs" / "gru4rec-none" / "seed-1").exists()
+    top1 = dataclasses.replace(top1, train=dataclasses.replace(top1.train, lr=0.01))
+    stage.run("toyset", samples, tmp_path / "runs", top1, progress=False)
+    assert (tmp_path / "runs" / "gru4rec-none" / "seed-1" / "run.json").is_file()
+    net = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        net.weight[0, 1] = -3.0
+        net.bias.fill_(0.5)
+    assert loop.largest_weight(net) == (3.0, "weight")
+    with torch.no_grad():
+        net.bias[1] = float("inf")
+    top, name = loop.largest_weight(net)
+    assert math.isnan(top) and name == "bias"
+    with torch.no_grad():
+        net.bias[1] = float("nan")
+    assert math.isnan(loop.largest_weight(net)[0])
 
 
 def test_a_memory_budget_trains_the_same_model(tmp_path, toy_registry):

@@ -7,7 +7,8 @@ the epoch that reaches `time_limit` minutes), and the best weights are left in t
 one test scoring.
 
 Numbers that cannot be trusted stop the run: a NaN or infinite training loss raises Diverged (a TrainingError)
-naming the epoch and batch; NaN or infinite scores raise NonFiniteScores (models/metrics.py) with
+naming the epoch and batch, and so do an epoch's mean loss far above the untrained model's (`diverged`) and a
+weight past WEIGHT_LIMIT (`largest_weight`: a bounded loss hides divergence); NaN or infinite scores raise NonFiniteScores (models/metrics.py) with
 the epoch and split added. Nothing is written for such a seed.
 
 Resume: after every epoch the whole loop state (weights, optimiser, schedule, RNG states, history)
@@ -146,6 +147,31 @@ def diverged(loss: float, start: Optional[float]) -> bool:
     return start is not None and math.isfinite(start) and loss > DIVERGED * (abs(start) + 1.0)
 
 
+WEIGHT_LIMIT = 1e4    # a weight whose magnitude passes this after an epoch stops the run
+
+
+def largest_weight(net) -> tuple[float, str]:
+    """The largest |weight| of `net` after an epoch, and the parameter it is in (NaN where one is not finite).
+    A bounded loss cannot show a diverged model: GRU4Rec's TOP1 stays near 1 whatever the scores (walk 44c #2:
+    `train.lr=1e6` left weights of 8.5e6 and HR@10 at chance, recorded without a word, where `diverged` needs a
+    loss 10x the untrained one's). The weights then grow without bound; those of a model that trains stay far
+    below WEIGHT_LIMIT (SASRec, GRU4Rec, BPR-MF and the CTR models on `sample` at their defaults: under 10;
+    GRU4Rec TOP1 at lr 100, where it still learns: 2e3; at lr 1e3, at chance: 1.3e4)."""
+    import torch
+    worst, where = 0.0, ""
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if not p.is_floating_point() or p.numel() == 0:
+                continue
+            low, high = (float(v) for v in torch.aminmax(p.detach()))      # no |p| copy of a large table
+            if not (math.isfinite(low) and math.isfinite(high)):
+                return math.nan, name
+            top = max(-low, high)
+            if top > worst:
+                worst, where = top, name
+    return worst, where
+
+
 def checked(evaluate: Callable[[], dict], where: str) -> dict:
     """Run `evaluate`; a NonFiniteScores from it names `where` (epoch and split)."""
     try:
@@ -236,6 +262,11 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                 raise Diverged(f"{label}: the training loss rose to {loss:.4g} at epoch {epoch}, from the untrained "
                                     f"model's {loop['start_loss']:.4g} (the model diverged); nothing was written "
                                     "for this seed", "lower train.lr (or train.weight_decay, if it is large), then run again")
+            top, name = largest_weight(net)
+            if dist.broadcast_object(not top <= WEIGHT_LIMIT):
+                raise Diverged(f"{label}: the weights grew to {top:.4g} at epoch {epoch} ({name}; a model that trains "
+                               f"keeps them far below {WEIGHT_LIMIT:g}): the model diverged; nothing was written for "
+                               "this seed", "lower train.lr, then run again")
             train_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             dist.sync_buffers(net)                      # score with the buffers of the model rank 0 saves

@@ -37,7 +37,7 @@ from . import runs
 
 _FP = re.compile(r"[0-9a-f]{20}")
 _DIR_LOCK = re.compile(r"dir-[0-9a-f]{20}")
-_OUT_LOCK = re.compile(r"out-[0-9a-f]{20}")        # io.atomic_dirs' swaps
+_OUT_LOCK = re.compile(r"(?:out|w)-[0-9a-f]{20}")   # io.atomic_dirs' swaps (out-), io.claim_dir's writers (w-)
 
 
 def _named() -> str:
