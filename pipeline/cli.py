@@ -75,8 +75,8 @@ def _root(ctx: typer.Context,
                                                 help="Print seqpe's version and git revision, and exit.")] = False):
     """seqpe: reproducible data pipeline and positional-encoding toolkit for sequential recommendation.
     Every command but `train` refuses to run under torchrun (one process would do the work N times)."""
-    if ctx.invoked_subcommand not in (None, "train"):
-        from .train.distributed import refuse
+    if ctx.invoked_subcommand not in (None, "train") and "WORLD_SIZE" in os.environ:    # torchrun sets it; the
+        from .train.distributed import refuse        # train package loads polars and torch's stage (walk 45a #2)
         refuse(ctx.invoked_subcommand)
 
 
@@ -424,6 +424,8 @@ def train(dataset: str,
     with a longer limit, or 0: the limit counts the epochs already trained) and each seed goes on from its
     last finished epoch (`seqpe state` lists what can be resumed)."""
     _only_read("train", overrides)
+    if live is not None:
+        import dvclive  # noqa: F401 (missing: one line now, not after the seeds trained; walk 45a #4)
     from . import train as stage
     results = stage.run(dataset, _default("samples", dataset, samples),
                         _default("runs", dataset, runs, check=False), _params(params, overrides), model=model,
@@ -692,7 +694,7 @@ def state(prune: Annotated[bool, typer.Option("--prune", help="delete the resume
           as_json: JsonOpt = False):
     """List what `seqpe train` keeps in .seqpe/ (or $SEQPE_STATE): resume files, finished seeds; or prune it."""
     from .train import state as train_state
-    root = train_state.check_root()
+    root = train_state.check_root(writing=prune)
     train_state.note_state_above()
     where = root.absolute()
     if everything and not prune:
@@ -1046,6 +1048,10 @@ def main(process: bool = False) -> None:
     this returns: a Ctrl-C or SIGTERM after the command's end is then ignored, where restoring Python's own
     handler made one landing in the exit exit 130 without a line, the output complete (walk 39c #4)."""
     import signal
+    for stream in (sys.stdout, sys.stderr):     # an output that cannot take `·`, `✓` or `Δ` (PYTHONIOENCODING=ascii,
+        if (stream is not None and str(getattr(stream, "encoding", "utf-8")).lower().replace("-", "") != "utf8"
+                and hasattr(stream, "reconfigure")):                     # a latin-1 terminal) ended the tables
+            stream.reconfigure(errors="replace")                         # in a traceback (walk 45a #7)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     installed = []
     if previous[signal.SIGINT] is signal.default_int_handler:    # not when SIGINT is ignored
@@ -1177,6 +1183,12 @@ def _another_said() -> bool:
         return False
 
 
+# seqpe's dependencies (pyproject.toml), by the name they are imported as
+_DEPENDENCIES = {"polars": "polars", "pyarrow": "pyarrow", "torch": "torch", "dvc": "dvc", "dvclive": "dvclive",
+                 "scipy": "scipy", "matplotlib": "matplotlib", "numpy": "numpy", "yaml": "pyyaml",
+                 "requests": "requests", "urllib3": "urllib3", "rich": "rich", "typer": "typer", "py7zr": "py7zr"}
+
+
 def _main(quiet_after: tuple = ()) -> None:
     """The command, its errors said in one line. `quiet_after`: the signals whose handler this process installed
     and ignores once the command is done (main's `process`)."""
@@ -1230,6 +1242,11 @@ def _main(quiet_after: tuple = ()) -> None:
                                     "evaluate.batch_size, or free memory" if command == "train" else
                                     "lower --batch-size, or free memory" if command == "recommend" else
                                     "lower the sizes the params or the input ask for, or free memory") from None
+            if isinstance(e, ModuleNotFoundError) and e.name and e.name.split(".")[0] in _DEPENDENCIES:
+                package = _DEPENDENCIES[e.name.split(".")[0]]           # a broken install: was a 45-line traceback
+                raise DataError(f"the Python package {package} is missing, and seqpe needs it here",   # (walk 45a #4)
+                                f"install seqpe's dependencies again (`pip install {package}`, or `pip install -e .` "
+                                "in a checkout)") from None
             from .errors import as_os_error
             named = as_os_error(e)              # a full disk inside Polars: its ComputeError, said as the OSError
             if named is not None and named is not e:

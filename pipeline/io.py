@@ -294,7 +294,8 @@ def flock(path: Path, wait: bool = False, create: bool = True):
     import fcntl
     while True:
         try:
-            handle = made_in(path.parent, lambda: open(path, "a+")) if create else open(path, "r+")
+            handle = made_in(path.parent, lambda: open(path, "a+")) if create else open(path, "r")   # (a flock
+            # needs no write access: `seqpe state` lists a read-only folder's state, walk 45a #6)
         except FileNotFoundError:
             if create:
                 raise

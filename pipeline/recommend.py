@@ -327,7 +327,7 @@ def _as_id(value) -> int:
         integral = True
     if not integral:
         raise DataError(f"item id {printable(str(value), 40)!r} is not an integer",
-                        "pass seqpe's internal ids, or raw ids with --raw-ids (raw_ids=True from Python)")
+                        "pass seqpe's internal ids, or raw ids with --raw-ids")
     return int(value)
 
 

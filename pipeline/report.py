@@ -25,12 +25,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Optional
 
-from scipy import stats
-
 from . import significance
 from .errors import DataError, ParamsError, unknown
+from .lazy import lazy
 from .params import config_name  # noqa: F401  (report.config_name: the name every caller uses)
 from .io import claim_file, deferred_interrupt, not_runs, read_json, refuse_nested, starts_with, write_bytes
+
+stats = lazy("scipy.stats")    # about 2 s to import, paid by every command that loaded this module (walk 45a #2)
 
 _FAMILY = {"hr": 0, "recall": 0, "mrr": 1, "ndcg": 2, "auc": 3, "gauc": 4, "logloss": 5}
 

@@ -38,10 +38,11 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-from scipy import special, stats
 
 from .errors import DataError
 from .lazy import lazy
+
+special, stats = lazy("scipy.special"), lazy("scipy.stats")   # imported where a test runs (walk 45a #2)
 
 pl = lazy("polars")
 

@@ -15,9 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def seqpe(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = dict(os.environ, COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True)
+    return seqpe_env({}, *args, cwd=cwd)
+
+
+def seqpe_env(env: dict, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """`seqpe ARGS` with `env` added to the environment."""
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd,
+                          env=dict(os.environ, COLUMNS="200", **env), capture_output=True, text=True)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -190,6 +194,28 @@ def test_encodings_inspect_bounds_its_inputs(tmp_path, args, fragment):
     proc = seqpe("encodings", "inspect", "ldpe", *args, "--out", str(tmp_path / "figs"))
     assert_one_line_error(proc, fragment)
     assert not (tmp_path / "figs").exists()
+
+
+def test_an_output_that_cannot_take_unicode(tmp_path):
+    """`seqpe datasets` draws `·` for what is not there: an ASCII or latin-1 stdout ended it in a UnicodeEncodeError
+    traceback (walk 45a #7); such characters come out as `?`."""
+    proc = seqpe_env({"PYTHONIOENCODING": "ascii"}, "datasets", cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "| sample " in proc.stdout and " ? " in proc.stdout
+
+
+def test_a_missing_dependency_is_one_line(tmp_path):
+    """A broken install (dvclive uninstalled) was a 46-57 line traceback, and --live found out only after the seeds
+    had trained (walk 45a #4)."""
+    samples = tiny_samples(tmp_path / "samples")
+    code = ("import sys; sys.modules['dvclive'] = None; sys.argv[0] = 'seqpe'; from pipeline.cli import main; "
+            "main()")
+    proc = subprocess.run([sys.executable, "-c", code, "train", "toyset", str(samples), str(tmp_path / "runs"),
+                           "--model", "pop", "--seed", "1", "--live", str(tmp_path / "live")],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert_one_line_error(proc, "error: the Python package dvclive is missing, and seqpe needs it here. Fix: install "
+                                "seqpe's dependencies again (`pip install dvclive`")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_names_get_a_did_you_mean(tmp_path):

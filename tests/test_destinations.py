@@ -225,6 +225,20 @@ def test_live_curves_never_replace_a_run_or_a_users_folder(prepared, tmp_path):
     assert [p.name for p in live.iterdir()] == ["seed-1"]
 
 
+def test_live_curves_in_a_git_repository_without_a_commit(prepared, tmp_path):
+    """`git init && dvc init && dvc repro`, a new project's first steps: dvclive asked git for the revision of an
+    empty repository and its SCMError traceback ended the run after the seed had trained (walk 45a #3)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", "."], cwd=project, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=project, check=True)
+    proc = seqpe("train", "sample", str(prepared / "samples"), "runs", "--model", "pop", "--seed", "1", "--quiet",
+                 "--live", "live", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    assert (project / "live" / "seed-1" / "plots" / "metrics" / "valid").is_dir()
+    assert (project / "runs" / "pop-none" / "seed-1" / "run.json").is_file()
+
+
 def test_live_curves_of_another_configuration_are_not_replaced(prepared, tmp_path):
     """`--live L` of sasrec-lpe replaced sasrec-none's seed-1 curves in L without a word (walk 34a), where --metrics
     refuses another configuration's file. Its own curves are replaced: a rerun, other settings of it, a run whose

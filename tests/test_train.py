@@ -308,6 +308,17 @@ def _state(*args):
     return proc.stdout
 
 
+def test_state_lists_a_state_it_cannot_write(tmp_path):
+    """Listing writes nothing: `seqpe state` in a read-only folder refused with "cannot be written" (walk 45a #6);
+    --prune, which deletes, still does."""
+    from test_cli import seqpe_env
+    env = {"SEQPE_STATE": "/proc/seqpe-state"}                 # nothing can be made there, root or not
+    proc = seqpe_env(env, "state")
+    assert proc.returncode == 0 and proc.stdout.strip() == "/proc/seqpe-state holds no training state", proc.stderr
+    proc = seqpe_env(env, "state", "--prune")
+    assert proc.returncode == 1 and "SEQPE_STATE=/proc/seqpe-state cannot be written" in proc.stderr
+
+
 def test_state_lists_what_train_keeps_and_prune_spares_a_seed_being_trained(tmp_path, toy_registry):
     """`seqpe state` names each resume file and finished copy (dataset, configuration, seed, epoch, status);
     --prune deletes them, but not those of a seed whose lock a running process holds, nor anything under

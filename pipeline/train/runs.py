@@ -536,15 +536,36 @@ def claim_seed_curves(seed_dir: Path, run_dir: Path, label: str) -> None:
                     "finished run's curves from its run.json)")
 
 
+def _live(folder: Path):
+    """dvclive's logger writing into `folder`, for its TSVs only (no DVC experiment, dvc.yaml or report). In a git
+    repository without a commit yet (`git init && dvc init && dvc repro`, a new project's first steps) dvclive 3
+    asks git for the current revision before it checks for an empty repository, and its SCMError ("Empty git
+    repo") ended the run after the seed had trained (walk 45a #3): there the logger is made without looking for
+    the DVC project, which these curves do not need."""
+    from dvclive import Live
+    import dvclive.live
+    options = dict(save_dvc_exp=False, dvcyaml=None, report=None, monitor_system=False)
+    try:
+        return Live(str(folder), **options)
+    except Exception as e:                            # scmrepo's SCMError: not importable where dvc is not
+        if type(e).__name__ != "SCMError":
+            raise
+    found = dvclive.live.get_dvc_repo
+    dvclive.live.get_dvc_repo = lambda: None
+    try:
+        return Live(str(folder), **options)
+    finally:
+        dvclive.live.get_dvc_repo = found
+
+
 def write_curves(live_dir: Path, seed: int, history: list) -> None:
     """Per-epoch train loss and valid metrics of one seed, through dvclive (DVC plots read its TSVs):
     <live>/seed-<n>/plots/metrics/{train/loss,valid/<metric>}.tsv. Rewritten from the whole history each
     time (into a new folder swapped in whole), so a resumed run's curves are those of an uninterrupted
     one. dvclive's own summary (metrics.json) is dropped: the configuration's DVC metrics file holds the
     final numbers, and DVC would read a JSON file inside a plots folder as one more plot."""
-    from dvclive import Live
     with atomic_dir(Path(live_dir) / f"seed-{seed}") as tmp:
-        with Live(str(tmp), save_dvc_exp=False, dvcyaml=None, report=None, monitor_system=False) as live:
+        with _live(tmp) as live:
             for h in history:
                 live.step = h["epoch"]
                 if h.get("loss") is not None:

@@ -618,8 +618,9 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
     if in_grid:
         _check_grid_builds(task, params, kind)
     select = setup.select_metric(tp, task)
+    settings = _settings(tp, params, spec, task, applied, dist.world, manifest)     # what every seed's record holds
     if dist.main:
-        _note_siblings(run_dirs, _settings(tp, params, spec, task, applied, dist.world, manifest))
+        _note_siblings(run_dirs, settings)
     results, records, fps = [], [], []
     for seed in seeds:
         # rank 0's inputs name the run on every rank: a machine key (train.threads 0 on nodes of other core counts)
@@ -633,7 +634,7 @@ def _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seed
             record = dist.broadcast_object(runs.finished(run_dirs[seed], fp) if dist.main else None)
             reused = record is not None
             if not reused and dist.main:
-                _note_replacing(run_dirs[seed], fp, _settings(tp, params, spec, task, applied, dist.world, manifest))
+                _note_replacing(run_dirs[seed], fp, settings)
                 _note_other_resume(label, fp, key, run_dirs[seed])
             if not reused:
                 curves = (lambda h, s=seed: runs.write_curves(live_dir, s, h)) if live_dir is not None else None

@@ -46,10 +46,11 @@ def _named() -> str:
     return f"{runs.STATE_ENV}={value}" if value else f"{runs.state_root()} (the state root; {runs.STATE_ENV} moves it)"
 
 
-def check_root() -> Path:
+def check_root(writing: bool = True) -> Path:
     """The state root, or a DataError naming SEQPE_STATE: a file; a folder another stage writes or one inside
     it (a samples, sessions, raw or report folder, a run, a configuration's folder of seeds: each is replaced
-    whole, and the state with it); a runs folder; or a place that cannot be written."""
+    whole, and the state with it); a runs folder; or, when `writing`, a place that cannot be written (`seqpe
+    state` lists from a read-only folder too: walk 45a #6)."""
     root = runs.state_root()
     fix = f"point {runs.STATE_ENV} at a folder of its own (or unset it: .seqpe in the working folder)"
     if root.exists() and not root.is_dir():
@@ -65,6 +66,8 @@ def check_root() -> Path:
         if folder.is_dir() and any(folder.glob("seed-*/run.json")):
             raise DataError(f"{_named()} is {'inside ' if folder != here else ''}a configuration's runs folder "
                             f"({folder}), which DVC replaces whole, and the state with it", fix)
+    if not writing:
+        return root
     try:
         _require_writable(root / "locks")            # probes the root, or the nearest folder above it
     except DataError as e:
