@@ -122,6 +122,11 @@ def build_gru4rec(n_items: int, max_len: int, train, options=None, encoding=None
     if cfg.negatives < 0 or cfg.bpreg < 0 or cfg.gru_layers < 1:
         raise ParamsError(f"models.gru4rec needs negatives >= 0, bpreg >= 0 and gru_layers >= 1, got "
                           f"{cfg.negatives}, {cfg.bpreg}, {cfg.gru_layers}", "use e.g. 2048, 1.0, 1")
+    if cfg.loss != "ce" and cfg.negatives == 0 and train.batch_size < 2 and train.objective != "sequence":
+        raise ParamsError(f"models.gru4rec.loss {cfg.loss} with negatives 0 takes its negatives from the batch's "
+                          "other targets, and train.batch_size is 1: no prediction has one, and the loss stays 0",
+                          # (walk 45c #1: the untrained model's metrics were recorded)
+                          "set models.gru4rec.negatives 1 or more, or train.batch_size 2 or more")
     return GRU4Rec(n_items, train.dim, train.dropout, cfg)
 
 

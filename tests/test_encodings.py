@@ -556,3 +556,27 @@ def test_rotary_rotates_a_float64_input_by_exact_angles():
     assert torch.allclose(apply_rotary(x, rotary_angles(pos, 64)), exact, rtol=0, atol=1e-12)
     x32 = x.float()                                            # float32 as before: angles rounded to float32
     assert apply_rotary(x32, rotary_angles(pos, 64)).dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", ["rope", "rope_one"])
+def test_a_rotation_with_nothing_to_rotate_is_refused(name):
+    """Heads of width 1 have no pair to turn: rope's run was `none`'s, byte for byte, under another name (walk 45c
+    #2). Width 2 per head turns."""
+    from pipeline.errors import ParamsError
+    with pytest.raises(ParamsError, match=rf"a width of 4 over 4 heads gives heads of width 1, and {name} rotates "
+                                          r"pairs .* --encoding none under another name\. Fix: use train\.dim of at "
+                                          r"least 2 x train\.heads"):
+        build_encoding(name, dim=4, max_len=5, heads=4)
+    with pytest.raises(ParamsError, match="heads of width 1"):
+        build_encoding(name, dim=1, max_len=5, heads=1)
+    assert build_encoding(name, dim=4, max_len=5, heads=2).head_dim == 2
+
+
+def test_2dspe_at_width_1_is_refused():
+    """Its position half had width 0 and its length half's frequencies were 10000^(0/0): NaN, which the trainer
+    blamed on the learning rate (walk 45c #3)."""
+    from pipeline.errors import ParamsError
+    with pytest.raises(ParamsError, match=r"2dspe splits its width .* a width of 1 has no position half"):
+        build_encoding("2dspe", dim=1, max_len=5)
+    pos = Positions.from_mask(torch.tensor([[False, True, True]]))
+    assert torch.isfinite(build_encoding("2dspe", dim=2, max_len=5).table(pos)).all()

@@ -97,6 +97,14 @@ def test_gru4rec_ce_leaves_the_loss_to_the_trainer_and_options_are_checked():
         gru4rec(loss="xe")
     with pytest.raises(ParamsError, match="negatives >= 0"):
         gru4rec(negatives=-1)
+    # a batch of one with no extra negatives: no prediction has a negative, the loss stays 0 and nothing learns;
+    # the untrained model's metrics were recorded (walk 45c #1)
+    tp = TrainParams(dim=8, layers=1, heads=1, dropout=0.0, max_len=6, batch_size=1)
+    with pytest.raises(ParamsError, match=r"loss top1 with negatives 0 takes its negatives from the batch's other "
+                                          r"targets, and train\.batch_size is 1"):
+        build_model("gru4rec", n_items=30, max_len=6, train=tp, options={"loss": "top1", "negatives": 0})
+    build_model("gru4rec", n_items=30, max_len=6, train=tp, options={"loss": "top1", "negatives": 1})
+    build_model("gru4rec", n_items=30, max_len=6, train=tp, options={"loss": "ce", "negatives": 0})
 
 
 @pytest.mark.parametrize("kind", ["bpr", "top1", "bpr_max", "top1_max"])

@@ -95,6 +95,13 @@ class TwoDSPE(AdditiveEncoding):
     the length l, both with 10000^(4i/d). By Def. 3.1 its position half is forward-aware;
     nothing is a function of l - pos - 1, so it is not backward-aware."""
 
+    def __init__(self, dim: int, max_len: int, heads: int = 1, layers: int = 1, config=None):
+        super().__init__(dim, max_len, heads, layers, config)
+        if dim < 2:                        # a position half of width 0: 10000^(0/0), NaN (walk 45c #3)
+            from pipeline.errors import ParamsError
+            raise ParamsError(f"2dspe splits its width into a position half and a length half, and a width of {dim} "
+                              "has no position half", "use train.dim 2 or more")
+
     def table(self, pos):
         h = self.dim // 2
         length = pos.lengths[:, None].expand_as(pos.forward)                 # (B, L)

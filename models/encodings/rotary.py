@@ -52,6 +52,13 @@ class RoPE(PositionalEncoding):
     def __init__(self, dim, max_len, heads=1, layers=1, config=None):
         super().__init__()
         self.head_dim, self.base = dim // heads, config.base
+        if self.head_dim < 2:              # no pair to turn: `none`'s bytes under this name (walk 45c #2)
+            from pipeline.errors import ParamsError
+            name = "rope_one" if isinstance(self, RoPEOne) else "rope"
+            raise ParamsError(f"a width of {dim} over {heads} head{'s' * (heads != 1)} gives heads of width "
+                              f"{self.head_dim}, and {name} rotates pairs of each head's dimensions: the run "
+                              "would be --encoding none under another name",
+                              "use train.dim of at least 2 x train.heads")
 
     def applies(self, layer: int) -> bool:
         return True
