@@ -285,7 +285,7 @@ def run(dataset: str, src: Path, dst: Path, params: Params) -> dict:
             writer = ShardWriter(tmp, split, params.augment.rows_per_shard, schema or {})
             n_sessions = clicks = targets = 0
             for path in files:
-                shard = pl.read_parquet(path)
+                shard = pl.read_parquet(path, glob=False)
                 if mode == "rows":
                     if ctr is not None:
                         shard = ctr_vocab.remap(shard, *ctr[:2], ctr[2][split])

@@ -44,8 +44,19 @@ class _Commands(typer.core.TyperGroup):
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_Commands,
                   help="seqpe: reproducible data pipeline and positional-encoding toolkit "
                        "for sequential recommendation.")
-console = Console(stderr=False)
-err_console = Console(stderr=True)
+class _Console(Console):
+    """rich's Console, but a reader that closed the pipe (`seqpe models | head -1`) ends the command with 141, the
+    shell's code for SIGPIPE, not rich's 1 without a word, which reads as bad input (walk 45b #5)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(141)
+
+
+console = _Console(stderr=False)
+err_console = _Console(stderr=True)
 
 
 def _version(value: bool) -> None:
@@ -431,6 +442,8 @@ def train(dataset: str,
                         _default("runs", dataset, runs, check=False), _params(params, overrides), model=model,
                         encoding=encoding, seeds=seed, preset=preset, progress=not quiet, overrides=overrides, tag=tag,
                         metrics_path=metrics, live_dir=live, check=check)
+    global _TRAINED
+    _TRAINED = not check
     if check:
         [ok] = results
         built = (f", {ok['parameters']:,} parameters" if ok["parameters"] is not None
@@ -653,7 +666,8 @@ def recommend(run: Annotated[Path, typer.Argument(help="a seed's run folder (che
         to_json([{"rank": r, "item": i, "score": sc} for r, i, sc in frame.select("rank", "item", "score").iter_rows()])
     elif not quiet:
         from .tables import Col, print_tables
-        console.print(f"top {k} of {run}", highlight=False, soft_wrap=True)   # a title would wrap to the table
+        console.print(f"top {k} of {run}", highlight=False, soft_wrap=True,   # a title would wrap to the table
+                      markup=False)                         # `r[red]x` lost its `[red]` (walk 45b #4)
         print_tables(console, None, [Col("rank", "right", key=True), Col("item", "right"), Col("score", "right")],
                      [[str(r), str(i), f"{sc:.4f}"] for r, i, sc in frame.select("rank", "item", "score").iter_rows()])
 
@@ -878,6 +892,20 @@ INTERRUPTED = {
 }
 
 
+_TRAINED = False      # `seqpe train` of this process has returned from training (its tables are being printed)
+
+
+def _written(run_dir, resume) -> bool:
+    """Whether the seed whose resume file is `resume` is written in `run_dir` (its run.json, of that fingerprint)."""
+    if run_dir is None or resume is None:
+        return False
+    try:
+        import json
+        return json.loads((Path(run_dir) / "run.json").read_text()).get("fingerprint") == Path(resume).stem
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _interrupted_note(argv: list[str]) -> str:
     from .io import INTERRUPT
     command = next((a for a in argv if not a.startswith("-")), None)
@@ -895,8 +923,14 @@ def _interrupted_note(argv: list[str]) -> str:
         return "nothing was written: --check trains nothing"
     if command == "train" and "torch" in sys.modules:
         from .train.loop import LAST_SAVED
+        if _TRAINED:                    # the tables were being printed: "wrote nothing" was said (walk 45b #2)
+            return ("every seed had finished and is written in its run folder; only the printing of the results was "
+                    "cut short (the same command reuses them)")
         if LAST_SAVED:                  # "if one finished" said nothing of which: name it
-            label, epoch = LAST_SAVED
+            label, epoch, run_dir, resume = (LAST_SAVED + [None, None])[:4]
+            if _written(run_dir, resume):    # the seed's folder was swapped in before its state was cleared
+                return (f"{label} had finished and is written in {run_dir} (the same command reuses it; a seed after "
+                        "it, if any, starts from its last finished epoch)")
             return (f"the seed being trained has no run folder yet (seeds finished before it are kept); {label} is "
                     f"saved as of its epoch {epoch}, so the same command continues from there")
     if command == "download":
@@ -1068,6 +1102,8 @@ def main(process: bool = False) -> None:
     finally:                                    # called in-process (tests, a notebook): leave the handlers as found
         from .io import INTERRUPT
         INTERRUPT.pending, INTERRUPT.wrote = 0, False     # and a next command in the process starts afresh
+        global _TRAINED
+        _TRAINED = False
         Interrupted.seen, Interrupted.signum = False, 0
         if (dist := sys.modules.get(f"{__package__}.train.distributed")) is not None:
             dist.JOINED = False

@@ -136,18 +136,18 @@ def load_ctr(root: str | Path, split: str, max_len: int) -> CTRSamples:
     files = sorted((Path(root) / split).glob("part-*.parquet"))
     if not files:
         raise DataError(f"no shards in {Path(root) / split}", "re-run `seqpe augment` for this dataset")
-    missing = [c for c in dict.fromkeys(columns) if c not in pl.scan_parquet(files).collect_schema()]
+    missing = [c for c in dict.fromkeys(columns) if c not in pl.scan_parquet(files, glob=False).collect_schema()]
     if missing:
         raise DataError(f"{Path(root) / split} has no column(s) {', '.join(missing)} named by its manifest",
                         "re-run `seqpe augment` for this dataset")
-    n = pl.scan_parquet(files).select(pl.len()).collect().item()
+    n = pl.scan_parquet(files, glob=False).select(pl.len()).collect().item()
     out = CTRSamples(label=np.zeros(n, np.int32), group=np.zeros(n, np.int64),
                      target=np.zeros((n, len(fields)), np.int32), history=np.zeros((n, max_len, len(fields)), np.int32),
                      extra={name: np.zeros((n, max_len), np.int32) for name in extra},
                      features=np.zeros((n, len(features)), np.int32))
     a = 0
     for path in files:                                   # one shard in memory at a time, in row chunks
-        shard = pl.read_parquet(path, columns=list(dict.fromkeys(columns)))
+        shard = pl.read_parquet(path, columns=list(dict.fromkeys(columns)), glob=False)
         for df in shard.iter_slices(CHUNK_ROWS):
             _fill_rows(out, a, df, ctr, path)
             a += df.height

@@ -141,7 +141,7 @@ def _counts(files: list[Path], column: str) -> pl.DataFrame:
     exploded column: 9.9 GB on KuaiVideo's 1.7 billion train tokens.)"""
     dense, sparse = np.zeros(0, dtype=np.int64), []
     for path in files:
-        s = pl.read_parquet(path, columns=[column]).get_column(column)
+        s = pl.read_parquet(path, columns=[column], glob=False).get_column(column)
         values = _list_parts(s)[1] if isinstance(s.dtype, pl.List) else s.drop_nulls().to_numpy()
         if not values.size:
             continue
@@ -165,7 +165,7 @@ def overflow_counts(src: Path, sessions_manifest: dict, counted: tuple[str, ...]
     from .protocols.ctr import OVERFLOW_FILE
     if not any(e.get("path") == OVERFLOW_FILE for e in sessions_manifest.get("shards", [])):
         return None
-    return (pl.read_parquet(Path(src) / OVERFLOW_FILE).filter(pl.col("split").is_in(list(counted)))
+    return (pl.read_parquet(Path(src) / OVERFLOW_FILE, glob=False).filter(pl.col("split").is_in(list(counted)))
               .group_by("column", "key").agg(pl.col("count").sum()))
 
 

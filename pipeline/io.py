@@ -1129,10 +1129,10 @@ def sink_split(root: str | Path, split: str, lf: pl.LazyFrame, rows_per_shard: i
                 raise
             raise DataError(f"the {split} split could not be built from the raw files ({str(e).splitlines()[0]})",
                             "check the raw files are complete and undamaged (re-download them)") from None
-        n = pl.scan_parquet(stage).select(pl.len()).collect().item()
+        n = pl.scan_parquet(stage, glob=False).select(pl.len()).collect().item()
         entries = []
         for i, start in enumerate(range(0, max(n, 1), rows_per_shard)):
-            part = _compact(pl.scan_parquet(stage).slice(start, rows_per_shard).collect())
+            part = _compact(pl.scan_parquet(stage, glob=False).slice(start, rows_per_shard).collect())
             rel = f"{split}/part-{i:05d}.parquet"
             write_parquet(root / rel, part)
             entries.append({"path": rel, "rows": part.height, "sha256": sha256_file(root / rel)})
@@ -1144,7 +1144,8 @@ def sink_split(root: str | Path, split: str, lf: pl.LazyFrame, rows_per_shard: i
 def shard_entry(root: str | Path, rel: str) -> dict:
     """Manifest entry for an already written file under `root`."""
     path = Path(root) / rel
-    return {"path": rel, "rows": pl.scan_parquet(path).select(pl.len()).collect().item(), "sha256": sha256_file(path)}
+    return {"path": rel, "rows": pl.scan_parquet(path, glob=False).select(pl.len()).collect().item(),
+            "sha256": sha256_file(path)}
 
 
 def read_manifest(root: str | Path, stage_hint: str = "preprocess") -> dict:
@@ -1202,7 +1203,7 @@ def scan_split(root: str | Path, split: str) -> pl.LazyFrame:
     files = sorted(d.glob("part-*.parquet"))
     if not files:
         raise DataError(f"no shards in {d}", "re-run the stage that writes this folder")
-    return pl.scan_parquet(files)
+    return pl.scan_parquet(files, glob=False)
 
 
 def read_split(root: str | Path, split: str) -> pl.DataFrame:

@@ -245,7 +245,8 @@ class RunModel:
         own_ids = (manifest.get("protocol_info") or {}).get("session_ids") == "the file's user ids"
         if (folder / "users.parquet").is_file():
             verify_shards(folder, manifest, only=("users.parquet",))
-            table = pl.read_parquet(folder / "users.parquet", columns=["session_id", "raw_id"]).with_columns(
+            table = pl.read_parquet(folder / "users.parquet", columns=["session_id", "raw_id"],
+                                    glob=False).with_columns(
                 pl.col("raw_id").cast(pl.String))
             ids = dict(zip(table.get_column("raw_id").to_list(), table.get_column("session_id").to_list()))
             where, count = f"{folder}/users.parquet", table.height
@@ -429,7 +430,8 @@ def _vocabulary(folder: Path, n_items: int, run_dir: Path, dataset: Optional[str
         raise DataError(f"{folder} has no items.parquet (raw ids): it is not a sessions folder",
                         "pass the dataset's sessions folder (data/sessions/DATASET)")
     verify_shards(folder, manifest, only=("items.parquet",))
-    items = pl.read_parquet(path, columns=["item_id", "raw_id"]).with_columns(pl.col("raw_id").cast(pl.String))
+    items = pl.read_parquet(path, columns=["item_id", "raw_id"], glob=False).with_columns(
+        pl.col("raw_id").cast(pl.String))
     ids = items.get_column("item_id")
     if items.height != n_items or ids.n_unique() != n_items or ids.min() != 1 or ids.max() != n_items:
         raise DataError(f"{path} does not number items 1..{n_items:,}", "re-run `seqpe preprocess` for it")
@@ -451,7 +453,7 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
     head = sniff.head(path, 4)
     try:
         if head == b"PAR1":
-            df = pl.read_parquet(path)
+            df = pl.read_parquet(path, glob=False)
         else:
             sniff.require_text(path, "write a header line and one session per row (`seqpe recommend --help`)",
                                fix="write it as a UTF-8 CSV with a header line (session_id,items) or as Parquet")
@@ -463,7 +465,7 @@ def read_sessions(path: str | Path) -> "pl.DataFrame":
             if b"\t" in header and b"," not in header:  # a TSV: its one column was "session_id\titems"
                 raise DataError(f"{path} separates its columns with tabs, and the sessions file is CSV (commas) "
                                 f"or Parquet", "write the columns separated by commas: session_id,items")
-            df = _drop_trailing_blank_lines(path, pl.read_csv(path, infer_schema=False))
+            df = _drop_trailing_blank_lines(path, pl.read_csv(path, infer_schema=False, glob=False))
     except (pl.exceptions.ComputeError, pl.exceptions.NoDataError, OSError) as e:
         raise DataError(f"{path} could not be read as Parquet or CSV ({printable(str(e).splitlines()[0], 120)})",
                         "pass a Parquet file or a CSV with a header line") from None

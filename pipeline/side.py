@@ -118,7 +118,7 @@ def item_features(root: Path, manifest: dict) -> Optional[np.ndarray]:
     if entry is None:
         return None
     n_items = int(manifest["n_items"])
-    df = pl.read_parquet(Path(root) / entry["path"])
+    df = pl.read_parquet(Path(root) / entry["path"], glob=False)
     if df.height != n_items or df.get_column("item_id").to_numpy().tolist() != list(range(1, n_items + 1)):
         raise DataError(f"{Path(root) / entry['path']} does not hold items 1..{n_items} in order", FIX)
     out = np.zeros((n_items + 1, int(entry["width"])), dtype=np.float32)        # (N, A)

@@ -82,7 +82,7 @@ def read_test_samples(path: str | Path, record: Optional[dict] = None) -> dict[s
         from .train.runs import check_recorded
         check_recorded(path.parent, record, path.name)
     try:
-        df = pl.read_parquet(path)
+        df = pl.read_parquet(path, glob=False)
     except (OSError, pl.exceptions.ComputeError) as e:
         raise DataError(f"{path} cannot be read as Parquet ({str(e).splitlines()[0]})", fix) from None
     schema = {name: str(dtype) for name, dtype in df.schema.items()}

@@ -218,6 +218,16 @@ def test_a_missing_dependency_is_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_reader_that_closes_the_pipe_early():
+    """`seqpe models | head -1` ended with rich's exit 1 and no word, which reads as bad input (walk 45b #5)."""
+    read, write = os.pipe()
+    os.close(read)                               # closed before seqpe writes a byte (its imports take a while)
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "models"], cwd=ROOT, stdout=write,
+                          stderr=subprocess.PIPE, env=dict(os.environ, COLUMNS="200"), timeout=120)
+    os.close(write)
+    assert proc.returncode == 141 and b"Traceback" not in proc.stderr, proc.stderr
+
+
 def test_names_get_a_did_you_mean(tmp_path):
     proc = seqpe("train", "sampel", cwd=tmp_path)
     assert_one_line_error(proc, "unknown dataset 'sampel'. Fix: did you mean 'sample'? (known: ", "diginetica")

@@ -225,6 +225,24 @@ def test_live_curves_never_replace_a_run_or_a_users_folder(prepared, tmp_path):
     assert [p.name for p in live.iterdir()] == ["seed-1"]
 
 
+def test_a_folder_named_like_a_glob_pattern(prepared, tmp_path):
+    """`exp[1]` in an absolute path: Polars read it as a glob pattern, matched nothing, and preprocess, augment,
+    train and evaluate ended in a 60-line ComputeError traceback (walk 45b #1)."""
+    import polars as pl
+    d = tmp_path / "exp[1]"
+    raw = ",".join(map(str, pl.read_parquet(prepared / "sessions" / "items.parquet")["raw_id"].head(2).to_list()))
+    for argv in (["preprocess", "sample", str(prepared / "raw"), str(d / "sessions"), *SMALL],
+                 ["augment", "sample", str(d / "sessions"), str(d / "samples")],
+                 ["train", "sample", str(d / "samples"), str(d / "runs"), "--model", "sasrec", "--encoding", "none",
+                  "--seed", "1", "--set", "train.epochs=1", "--set", "train.dim=8", "--set", "train.threads=1"],
+                 ["evaluate", "sample", str(d / "runs"), str(d / "reports"), "--all", "--samples", str(d / "samples")],
+                 ["recommend", str(d / "runs" / "sasrec-none" / "seed-1"), "--items", raw, "--raw-ids",
+                  "--sessions", str(d / "sessions")]):
+        proc = seqpe(*argv, "--quiet" if argv[0] != "recommend" else "-k", *(() if argv[0] != "recommend" else "3"))
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (argv[0], proc.stderr)
+    assert (d / "reports" / "summary.json").is_file()
+
+
 def test_live_curves_in_a_git_repository_without_a_commit(prepared, tmp_path):
     """`git init && dvc init && dvc repro`, a new project's first steps: dvclive asked git for the revision of an
     empty repository and its SCMError traceback ended the run after the seed had trained (walk 45a #3)."""

@@ -429,3 +429,29 @@ def test_a_sigint_at_the_rename_of_report_out_waits_for_it_and_says_the_file_is_
     code, err = seqpe(["report", str(runs), "--out", str(out), "--baseline", "sasrec-lpe", "--quiet"], capsys)
     assert code == 130 and "the output is the new one, complete" in err and "nothing was written" not in err, err
     assert out.read_text() != old and "sasrec-lpe" in out.read_text()
+
+
+def test_an_interrupt_after_a_seed_is_written_says_so(prepared, tmp_path, monkeypatch, capsys):
+    """A Ctrl-C landing after the seed's run folder was swapped in, before its state was cleared, said "has no run
+    folder yet ... continues from there" of a finished seed; one landing while the results were printed said "wrote
+    nothing" (walk 45b #2)."""
+    from pipeline.train import runs
+    original = runs.save_run
+
+    def save_then_interrupt(*args, **kwargs):
+        original(*args, **kwargs)
+        raise cli.Interrupted()
+    monkeypatch.setattr(runs, "save_run", save_then_interrupt)
+    argv = ["train", "sample", str(prepared / "samples"), str(tmp_path / "runs"), "--model", "sasrec", "--encoding",
+            "none", "--seed", "1", "--set", "train.epochs=1", "--set", "train.dim=8"]
+    code, err = seqpe([*argv, "--quiet"], capsys)
+    seed = tmp_path / "runs" / "sasrec-none" / "seed-1"
+    assert code == 130 and err.strip() == (f"interrupted: sample sasrec-none seed 1 had finished and is written in "
+                                           f"{seed} (the same command reuses it; a seed after it, if any, starts "
+                                           "from its last finished epoch)"), err
+    monkeypatch.setattr(runs, "save_run", original)
+    monkeypatch.setattr(cli, "_print_runs", lambda results: (_ for _ in ()).throw(cli.Interrupted()))
+    code, err = seqpe(argv, capsys)
+    assert code == 130 and err.strip().endswith("interrupted: every seed had finished and is written in its run "
+                                                "folder; only the printing of the results was cut short (the same "
+                                                "command reuses them)"), err

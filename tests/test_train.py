@@ -408,6 +408,44 @@ def test_prune_keeps_finished_and_resumable_seeds_of_this_code_unless_all(tmp_pa
     assert state_files("done") == [] and state_files("resume") == []
 
 
+def test_prune_all_keeps_what_a_starting_training_will_go_on_from(tmp_path, toy_registry):
+    """A `seqpe train` that had started but not yet taken its seed's lock (seconds of loading), or was between two
+    seeds, held nothing `state --prune --all` could see: it deleted the resume file the command was about to go on
+    from, and the seed started afresh without a word (walk 44g #3). The command holds its configuration's lock
+    (shared, from before it loads) from its start: prune keeps that configuration's seeds; once released, --all
+    deletes them."""
+    import textwrap
+    samples = make_samples(tmp_path / "samples")
+    stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1, 2), epochs=4, patience=0, time_limit=1e-9),
+              progress=False)                                   # stopped after epoch 1: two resumable seeds
+    stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1,), epochs=4, patience=0, time_limit=1e-9,
+                                                           lr=0.03), progress=False, tag="b")   # another configuration
+    from test_cli import ROOT
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import time
+        from pipeline.train import state
+        held = state.hold_config("toyset", "toy-toy_lpe")
+        print("held", flush=True)
+        time.sleep(120)""")], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        also = stage.state.hold_config("toyset", "toy-toy_lpe")     # shared: another command of it holds it too
+        also.close()
+        status = {(e["kind"], e["what"]): e["status"] for e in json.loads(_state("--json"))}
+        assert status[("resume", "toyset toy-toy_lpe seed 2")] == "kept: its configuration is training"
+        pruned = json.loads(_state("--prune", "--all", "--json"))
+        assert sorted(e["what"] for e in pruned["deleted"]) == ["toyset toy-toy_lpe-b seed 1"] * 2, pruned
+        assert sorted(e["what"] for e in pruned["kept"]) == ["toyset toy-toy_lpe seed 1"] * 2 + \
+            ["toyset toy-toy_lpe seed 2"] * 2
+    finally:
+        holder.kill()
+        holder.wait()
+    pruned = json.loads(_state("--prune", "--all", "--json"))
+    assert len(pruned["deleted"]) == 4 and pruned["lock_files_removed"] >= 1
+    assert not [p for p in (run_files.state_root() / "locks").glob("cfg-*")]
+
+
 def test_prune_keeps_the_finished_seeds_of_a_configuration_still_training(tmp_path, toy_registry):
     """Seed 1 finished, seed 2 of the same configuration training (its lock held, naming the configuration):
     seed 1's copy is what a crashed seed 2 reruns without retraining seed 1, so prune keeps it (and the

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -90,7 +91,9 @@ def read_reviews_json(path: Path) -> pl.DataFrame:
         raise DataError(f"{path.name} is {sniff.describe(sniff.head(path))}, not gzip data",
                         f"the file is damaged or not an Amazon 2014 review dump; {FIX_DOWNLOAD}")
     try:
-        df = pl.scan_ndjson(path, schema={k: getattr(pl, t) for k, t in JSON_FIELDS.items()}).collect(engine="streaming")
+        literal = re.sub(r"([\[\]*?])", r"[\1]", str(path))    # scan_ndjson has no glob=False: `[1]` in a folder's
+        df = pl.scan_ndjson(literal, schema={k: getattr(pl, t) for k, t in JSON_FIELDS.items()}  # name was a pattern
+                            ).collect(engine="streaming")                                    # (walk 45b #1)
     except (pl.exceptions.ComputeError, pl.exceptions.SchemaError, OSError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "cannot parse" in msg:  # a field of the wrong type (e.g. a text unixReviewTime)
@@ -109,7 +112,7 @@ def read_ratings_csv(path: Path) -> pl.DataFrame:
     skip = _leading_blank_lines(path)    # polars takes the width from the first line: a blank one was 1 column
     try:
         raw = pl.read_csv(path, has_header=False, infer_schema=False, quote_char='"', raise_if_empty=False,
-                          skip_rows=skip)
+                          skip_rows=skip, glob=False)
     except (pl.exceptions.ComputeError, pl.exceptions.NoDataError) as e:
         raise DataError(f"{path.name} is not a well-formed CSV ({str(e).splitlines()[0]})",
                         f"expected user,item,rating,timestamp per line; {FIX_DOWNLOAD}") from None

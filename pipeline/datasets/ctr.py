@@ -125,7 +125,7 @@ def scan_bars(path: Path, columns: dict, split: str) -> pl.LazyFrame:
                         f"expected the BARS columns {','.join(columns)}; re-download the dataset")
     schema = {c: getattr(pl, columns[c][1]) for c in cols}
     keep = [pl.col(c).alias(columns[c][0]) for c in cols if columns[c][0] is not None]
-    return (pl.scan_csv(path, schema=schema, has_header=True, quote_char='"', row_index_name="row")
+    return (pl.scan_csv(path, schema=schema, has_header=True, quote_char='"', row_index_name="row", glob=False)
               .select(pl.lit(split).alias("split"), "row", *keep))
 
 

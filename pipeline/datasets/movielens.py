@@ -40,7 +40,7 @@ def read_dat(path: Path, names: tuple[str, ...], numeric: tuple[str, ...]) -> pl
     text = Path(path).read_bytes().decode("latin-1")
     lines = pl.read_csv(io.BytesIO(text.encode("utf-8")), has_header=False, separator="\x1f",
                         quote_char=None, new_columns=["line"], schema={"line": pl.String},
-                        raise_if_empty=False)
+                        raise_if_empty=False, glob=False)
     lines = lines.with_row_index("lineno", offset=1).filter(pl.col("line").str.strip_chars() != "")
     bad = lines.filter(pl.col("line").str.count_matches("::", literal=True) != len(names) - 1)
     if bad.height:
@@ -70,7 +70,7 @@ def read_numeric_dat(path: Path, names: tuple[str, ...]) -> pl.DataFrame:
     schema = {f"c{k}": (pl.Int64 if k % 2 == 0 else pl.String) for k in range(n)}
     try:
         df = pl.read_csv(path, separator=":", has_header=False, schema=schema, quote_char=None,
-                         raise_if_empty=False, truncate_ragged_lines=False)
+                         raise_if_empty=False, truncate_ragged_lines=False, glob=False)
     except pl.exceptions.PolarsError:           # any (a `,` or tab file: SchemaError, was a traceback; walk 34b)
         return read_dat(path, names, names)
     values = [f"c{k}" for k in range(0, n, 2)]

@@ -98,7 +98,7 @@ def read_diginetica(raw_dir: Path) -> pl.LazyFrame:
     schema = {"session_id": pl.Int64, "user_id": pl.String, "item_id": pl.Int64,
               "timeframe": pl.Int64, "eventdate": pl.Date}
     lf = pl.scan_csv(path, separator=";", has_header=True, new_columns=list(schema),
-                     schema_overrides=schema, row_index_name="row", row_index_offset=1, quote_char=None)
+                     schema_overrides=schema, row_index_name="row", row_index_offset=1, quote_char=None, glob=False)
     # a blank line is a row of nulls here: skipped, as SR-GNN's csv.DictReader skips it (it was refused as "an
     # empty timeframe", walk 36a); `row` keeps counting it, so the line numbers of other messages stay right
     lf = lf.filter(~pl.all_horizontal(pl.col(*schema).is_null()))
@@ -137,7 +137,7 @@ def read_yoochoose(raw_dir: Path) -> pl.LazyFrame:
             raise DataError(f"{path} has a header but no rows", "re-download it (`seqpe download DATASET`)")
     schema = {"session_id": pl.Int64, "timestamp": pl.String, "item_id": pl.Int64, "category": pl.String}
     lf = pl.scan_csv(path, separator=",", has_header=False, skip_rows=skip, new_columns=list(schema),
-                     schema_overrides=schema, row_index_name="row", row_index_offset=skip, quote_char=None)
+                     schema_overrides=schema, row_index_name="row", row_index_offset=skip, quote_char=None, glob=False)
     # a blank line (one at the end of the file too) is a row of nulls: skipped, as SR-GNN's csv.DictReader skips
     # it and read_diginetica does (walk 42d #1: refused as "rows with an empty session or item id")
     lf = lf.filter(~pl.all_horizontal(pl.col(*schema).is_null()))

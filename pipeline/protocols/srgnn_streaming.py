@@ -164,7 +164,7 @@ class _Clicks:
 
     def read(self, p: int, columns: list[str] | None = None) -> pl.DataFrame | None:
         files = sorted(self.folder.glob(f"p{p:05d}-*.parquet"))
-        return pl.read_parquet(files, columns=columns) if files else None
+        return pl.read_parquet(files, columns=columns, glob=False) if files else None
 
 
 def _spill(spec, raw_dir: Path, folder: Path, parts: int, what: str) -> _Clicks:
@@ -361,7 +361,7 @@ class _Emit:
         self.cut_items: list[int] | None = None
 
     def bucket(self, b: int, split: int, tables: dict[int, pl.DataFrame]) -> None:
-        c = pl.read_parquet(sorted((self.scratch / "buckets" / f"b{b:06d}").glob("*.parquet"))).sort("key")
+        c = pl.read_parquet(sorted((self.scratch / "buckets" / f"b{b:06d}").glob("*.parquet")), glob=False).sort("key")
         c = c.select((pl.col("key") // (1 << 32)).cast(pl.UInt32).alias("rank"),
                      pl.col("item_id").replace_strict(self.order, self.new_ids, default=None, return_dtype=ID))
         lists = c.group_by(pl.col("rank").set_sorted(), maintain_order=True).agg(
@@ -503,6 +503,6 @@ def _build(spec, raw_dir: Path, params, scratch: Path) -> ProtocolResult:
     items = (pl.DataFrame({"item_id": new_ids, "raw_id": order})
              .join(counts, left_on="raw_id", right_on="item_id", how="left", maintain_order="left")
              .select("item_id", pl.col("raw_id").cast(pl.String), "count"))
-    splits = {s: pl.scan_parquet(f) if f else pl.DataFrame(schema=SPLIT_SCHEMA) for s, f in files.items()}
+    splits = {s: pl.scan_parquet(f, glob=False) if f else pl.DataFrame(schema=SPLIT_SCHEMA) for s, f in files.items()}
     return ProtocolResult(splits=splits, items=items, steps=steps, n_items=order.len(), augment=dict(AUGMENT),
                           extra=protocol_info(split_days, maxdate, splitdate, min_count, fraction, info))

@@ -223,7 +223,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
     if saved is not None:
         loop.update(saved["loop"])
         resumed = loop["epoch"]
-        LAST_SAVED[:] = [label, resumed]
+        LAST_SAVED[:] = [label, resumed, run_dir, resume_path]
         if dist.main:        # said in a log too: an epoch count or time that starts above 1 is then no surprise
             sys.stderr.write(f"note: {label}: going on from its last finished epoch, {resumed} of {tp.epochs} (resume "
                              f"file {resume_path}; `seqpe state` lists it)\n")
@@ -297,7 +297,7 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
                     "loop": loop, "history": history, "timing": timing,
                     "label": label, "epochs": tp.epochs, "world": dist.world,     # for `seqpe state`
                     "inputs": inputs, "run_dir": str(Path(run_dir).resolve()) if run_dir is not None else None})
-                LAST_SAVED[:] = [label, epoch]                   # what a Ctrl-C's note names
+                LAST_SAVED[:] = [label, epoch, run_dir, resume_path]    # what a Ctrl-C's note names
             if on_epoch is not None and dist.main:
                 on_epoch(history)
             check_interrupt()
@@ -452,7 +452,8 @@ def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-LAST_SAVED: list = []      # [label, epoch] of the last resume file this process wrote (the Ctrl-C note names it)
+LAST_SAVED: list = []      # [label, epoch, run folder, resume file] of the last resume file this process wrote
+#                             (the Ctrl-C note names it)
 
 
 def _save_resume(path: Path, state: dict) -> None:

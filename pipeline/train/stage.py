@@ -205,6 +205,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     if device.type == "cpu":
         heap.keep()                                    # reuse freed step buffers (pipeline/train/heap.py)
     before = _deterministic(device)
+    held = state.hold_config(dataset, config)     # `state --prune --all` keeps what this command needs
     try:
         _same_on_every_rank(dist, tp, params, manifest, seeds)
         results = _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs,
@@ -218,6 +219,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         raise
     finally:
         _restore_deterministic(before)
+        if held is not None:
+            held.close()
     distributed.teardown(dist)
     return results
 

@@ -37,6 +37,7 @@ from . import runs
 
 _FP = re.compile(r"[0-9a-f]{20}")
 _DIR_LOCK = re.compile(r"dir-[0-9a-f]{20}")
+_CFG_LOCK = re.compile(r"cfg-[0-9a-f]{20}")        # a train command's configuration (`hold_config`)
 _OUT_LOCK = re.compile(r"(?:out|w)-[0-9a-f]{20}")   # io.atomic_dirs' swaps (out-), io.claim_dir's writers (w-)
 
 
@@ -121,6 +122,53 @@ def _seed_locks(fp: str, run_dir: Path, label: str) -> tuple[tuple[str, Callable
                          "settings beside that run; or wait for it to finish and run this command again, which then "
                          "replaces that run")
     return (fp, fingerprint), (dir_lock(run_dir), folder)
+
+
+def hold_config(dataset: str, config: str):
+    """A shared flock on the configuration's lock file (`cfg-` + dataset and configuration hashed, in the state's
+    locks folder), held by a `seqpe train` command from before it loads its samples to its end; None where the
+    platform has no flock. `state --prune --all` keeps what the configurations of held ones need: it deleted the
+    resume file of a training that had started but not yet taken its seed's lock (that takes seconds of loading),
+    or was between two seeds, and the seed started afresh without a word (walk 44g #3). Shared: every command of
+    the configuration holds it at once (other seeds, DVC experiments sharing the state)."""
+    try:
+        import fcntl
+    except ImportError:                                  # pragma: no cover (not POSIX)
+        return None
+    path = runs.lock_path("cfg-" + hashlib.sha256(f"{dataset} {config}".encode()).hexdigest()[:20])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        handle = open(path, "a+")
+        fcntl.flock(handle, fcntl.LOCK_SH)              # waits only for a prune checking it, a moment
+        try:
+            now, held = os.stat(path), os.fstat(handle.fileno())
+            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                break
+        except FileNotFoundError:                        # pruned between the open and the lock: open it again
+            pass
+        handle.close()
+    if held.st_size == 0:                               # the same text from every holder (appended twice at worst)
+        handle.write(json.dumps({"dataset": dataset, "config": config}))
+        handle.flush()
+    return handle
+
+
+def _held_configs(folder: Path) -> set[tuple]:
+    """(dataset, configuration) of every `hold_config` lock a process holds now."""
+    found = set()
+    for lock in sorted(folder.glob("cfg-*")) if folder.is_dir() else []:
+        if not _CFG_LOCK.fullmatch(lock.name):
+            continue
+        handle = flock(lock, create=False)
+        if handle is not None:                          # nobody holds it
+            handle.close()
+            continue
+        try:
+            said, _ = json.JSONDecoder().raw_decode(lock.read_text())
+            found.add((said["dataset"], said["config"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return found
 
 
 def lock_seed(fp: str, run_dir: Path, what: dict) -> Optional[SeedLock]:
@@ -249,7 +297,7 @@ def entries() -> list[dict]:
     for lock in sorted((root / "locks").glob("*")) if (root / "locks").is_dir() else []:
         if _FP.fullmatch(lock.name) and (said := _held(lock.name)) is not None:
             training[lock.name] = said
-    configs = {(w.get("dataset"), w.get("config")) for w in training.values()}
+    configs = {(w.get("dataset"), w.get("config")) for w in training.values()} | _held_configs(root / "locks")
     prefixes = tuple(f"{d} {c} seed " for d, c in configs)
     for path in sorted((root / "resume").glob("*.pt")) if (root / "resume").is_dir() else []:
         if not _FP.fullmatch(path.stem):
@@ -377,7 +425,7 @@ def prune(everything: bool = False) -> tuple[list[dict], list[dict], dict[str, i
     stale: dict[str, int] = {}                        # lock folder -> unheld lock files removed there
     folders = [runs.state_root() / "locks", machine_locks()]  # the machine's: run and output folders' (walk 35c #6)
     for path in sorted(p for f in folders if f is not None and f.is_dir() for p in f.glob("*")):
-        if not (_FP.fullmatch(path.name) or _DIR_LOCK.fullmatch(path.name) or _OUT_LOCK.fullmatch(path.name)):
+        if not any(p.fullmatch(path.name) for p in (_FP, _DIR_LOCK, _OUT_LOCK, _CFG_LOCK)):
             continue                                   # not seqpe's
         if unlink_unheld(path):                       # held: a training is on it; else the next lock makes it again
             stale[str(path.parent)] = stale.get(str(path.parent), 0) + 1
