@@ -39,8 +39,8 @@ class EpochProgress:
 
     def epoch(self, text: str) -> None:
         """A finished epoch: the line under the bar (terminal) or one log line."""
-        if self.live is not None:
-            self.live.note = f"{self.label} {text}"
+        if self.live is not None:        # the bar above names the seed: at 80 columns the label cut the numbers off
+            self.live.note = text        # (walk 45b #6)
         elif self.enabled:
             self._line(f"{self.label} {text}")
 
@@ -76,7 +76,7 @@ def _live_progress(stream):
         def get_renderables(self):
             yield self.make_tasks_table(self.tasks)
             if self.note:
-                yield Text(self.note, no_wrap=True, overflow="ellipsis")
+                yield Text(self.note, overflow="fold")             # wrapped, never cut, on a narrow terminal
 
     return _WithNote(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                      TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn(), transient=True,
