@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from pathlib import Path
 from typing import Optional
 
 PANELS = {"next_item": ("hr@10", "ndcg@10"), "ctr": ("auc", "gauc")}
@@ -104,12 +105,35 @@ def _is_reference(name: str, reference: Optional[str], names: list[str]) -> bool
                                  and name.split("-")[1:] == [reference])
 
 
-def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: Optional[str],
-                   per_seed: dict[str, dict[str, list[float]]]) -> bytes:
-    """PNG bytes of the comparison figure; `per_seed[config][metric]` are the seeds' values (dots)."""
+def pyplot():
+    """matplotlib.pyplot on the Agg backend. Where matplotlib's own folder cannot be written (a read-only HOME), it
+    printed two warning lines through a --quiet command and made a new cache folder per process (walk 45a #8): it
+    then keeps its cache in the user's seqpe folder under the system's temporary folder."""
+    import os
+    import tempfile
+    if "MPLCONFIGDIR" not in os.environ:
+        home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+        folder = os.path.join(home, "matplotlib")
+        here = folder
+        while not os.path.exists(here) and os.path.dirname(here) != here:
+            here = os.path.dirname(here)
+        if not os.access(here, os.W_OK):
+            mine = Path(tempfile.gettempdir()) / f"seqpe-{os.getuid()}" / "matplotlib"
+            try:
+                mine.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.environ["MPLCONFIGDIR"] = str(mine)
+            except OSError:
+                pass
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+def comparison_png(rows: list[dict], metrics: list[str], title: str, reference: Optional[str],
+                   per_seed: dict[str, dict[str, list[float]]]) -> bytes:
+    """PNG bytes of the comparison figure; `per_seed[config][metric]` are the seeds' values (dots)."""
+    plt = pyplot()
 
     names = [r["name"] for r in rows]
     labels = [_bar_label(r, rows) for r in rows]
@@ -204,9 +228,7 @@ def curves_png(records: list[dict], names: list[str], metric: str, title: str,
     """PNG bytes of the learning curves of `names` (in that order, see `curve_series`). `protocols` (name ->
     protocol): where they are several, each legend entry names its own (sampled candidates' valid values sit
     on another scale than full ranking's)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
     series = curve_series(records, names, metric)

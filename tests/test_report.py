@@ -767,3 +767,21 @@ def test_ctr_report_finds_the_runs_own_samples_without_the_option(tmp_path, caps
     comp = report.run([runs], baseline="din-none")[0]["comparison"]    # re-augmented since: not these runs' labels
     assert comp["sample"] is None and "need the test labels" in comp["verdict"]
     assert "read the test labels" not in capsys.readouterr().err
+
+
+def test_matplotlib_keeps_its_cache_in_seqpes_folder_where_home_cannot_be_written(monkeypatch, tmp_path):
+    """With a read-only HOME, matplotlib printed two warning lines through `evaluate --quiet` (walk 45a #8): seqpe
+    then points MPLCONFIGDIR at its own folder under the system's temporary folder; a writable HOME is left to
+    matplotlib, and so is a MPLCONFIGDIR the user set."""
+    import tempfile
+    from pipeline import figures
+    monkeypatch.delenv("MPLCONFIGDIR", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    figures.pyplot()
+    assert "MPLCONFIGDIR" not in os.environ                          # writable: matplotlib's own folder
+    monkeypatch.setattr(os, "access", lambda path, mode: False)       # a read-only HOME
+    figures.pyplot()
+    assert os.environ["MPLCONFIGDIR"] == str(Path(tempfile.gettempdir()) / f"seqpe-{os.getuid()}" / "matplotlib")
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mine"))
+    figures.pyplot()
+    assert os.environ["MPLCONFIGDIR"] == str(tmp_path / "mine")

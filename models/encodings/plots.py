@@ -117,9 +117,8 @@ def _ours(path: Path) -> bool:
 
 
 def _heatmap(path: Path, data: torch.Tensor, title: str, xlabel: str, ylabel: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from pipeline.figures import pyplot
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
     import textwrap
