@@ -7,6 +7,7 @@ import torch (imports are local to the commands that train).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -1293,6 +1294,10 @@ def _main(quiet_after: tuple = ()) -> None:
         if _first_to_say(line):
             err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
         sys.exit(1)
+    except BrokenPipeError:    # the reader closed the pipe (rich's own handler, _Console, where it has none)
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
     except OSError as e:   # a path the user gave: not a folder, no permission, disk full, ...
         if _first_to_say(line := printable(_os_error(e))):
             err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
