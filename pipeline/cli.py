@@ -29,17 +29,34 @@ class _Commands(typer.core.TyperGroup):
             before = args[i - 1] if i else ""                       # working folder (walk 44i #6)
             if word.startswith("--") and word.endswith("=") and word.count("=") == 1:
                 before, word = word[:-1], ""
-            if word or before == "--items":                         # recommend says what --items takes
+            if word:
                 continue
-            named = before if before.startswith("-") and "=" not in before else ""
+            named = before if before.startswith("-") and "=" not in before and \
+                before not in self._flags(ctx, args) else ""       # `--json ''`: the empty word is an argument
+            what = ("give the session's items in order, e.g. --items 12,55,9" if named == "--items" else
+                    "give it a value (a path: `.` for the current folder), or leave it out for its default")
             ctx.fail(f"{named or 'an argument'} is empty" + ("" if named else f" (after `{' '.join(args[:i])}`)")
-                     + ": give it a value (a path: `.` for the current folder), or leave it out for its default")
+                     + f": {what}")
         if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
             from .errors import did_you_mean
             close = did_you_mean(args[0], self.list_commands(ctx))
             if close is not None:
                 ctx.fail(f"No such command '{args[0]}'. Did you mean '{close}'?")
         return super().resolve_command(ctx, args)
+
+    def _flags(self, ctx, args) -> set:
+        """The options of the command `args` names (its subcommand's too) that take no value, and `--`."""
+        flags, command = {"--"}, self
+        for word in args:
+            if not hasattr(command, "get_command"):
+                break
+            command = command.get_command(ctx, word)
+            if command is None:
+                break
+            for param in command.params:
+                if getattr(param, "is_flag", False) or getattr(param, "count", False):
+                    flags.update(param.opts + param.secondary_opts)
+        return flags
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_Commands,

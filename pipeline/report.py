@@ -472,7 +472,8 @@ TESTS_NOTE = ("vs baseline: Δ = configuration − baseline over the common seed
               f"{significance.ALPHA} (bootstrap: CI excludes 0), each on its own: no correction is made for the "
               "several tests of a row or the several rows tested against one baseline (with many of them, some "
               "rejection at 0.05 is likely by chance alone; Holm: multiply the k-th smallest of m p-values by "
-              "m - k + 1). The verdict names every test that rejects, with its direction: Wilcoxon "
+              "m - k + 1, going up from the smallest and stopping at the first that is not below 0.05: it and the "
+              "larger ones reject nothing). The verdict names every test that rejects, with its direction: Wilcoxon "
               "follows the typical per-sample difference (its rank statistic) and the bootstrap the mean, so a "
               "few large differences can point them opposite ways.")
 

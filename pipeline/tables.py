@@ -148,5 +148,8 @@ def kv(console, title: str, pairs: dict) -> None:
 
 
 def to_json(obj: Any, stream=None) -> None:
-    """Canonical JSON on stdout (sorted keys, indent 2, one trailing newline), for scripts."""
-    (stream or sys.stdout).write(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+    """Canonical JSON on stdout (sorted keys, indent 2, one trailing newline), for scripts. A stream that is not
+    UTF-8 gets \\u escapes: it replaced `§` with `?`, a valid JSON of another value (walk 45e #3)."""
+    stream = stream or sys.stdout
+    utf8 = str(getattr(stream, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "") == "utf8"
+    stream.write(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=not utf8, default=str) + "\n")

@@ -202,6 +202,9 @@ def test_an_output_that_cannot_take_unicode(tmp_path):
     proc = seqpe_env({"PYTHONIOENCODING": "ascii"}, "datasets", cwd=tmp_path)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "| sample " in proc.stdout and " ? " in proc.stdout
+    proc = seqpe_env({"PYTHONIOENCODING": "ascii"}, "datasets", "--json", cwd=tmp_path)     # escaped, not `?`
+    assert proc.returncode == 0 and "\\u00a7" in proc.stdout and "?" not in proc.stdout     # (walk 45e #3)
+    assert "§" in json.dumps(json.loads(proc.stdout), ensure_ascii=False)
 
 
 def test_a_missing_dependency_is_one_line(tmp_path):
@@ -246,7 +249,8 @@ def test_names_get_a_did_you_mean(tmp_path):
     # an empty argument was taken as `.` (walk 44i #6): `seqpe report ''` reported every run below the working folder
     for args, said in ((("report", ""), "error: an argument is empty (after `report`): give it a value"),
                        (("train", "toyset", "--params", ""), "error: --params is empty: give it a value"),
-                       (("report", "--out="), "error: --out is empty: give it a value")):
+                       (("report", "--out="), "error: --out is empty: give it a value"),
+                       (("report", "--json", ""), "error: an argument is empty (after `report --json`)")):
         proc = seqpe(*args, cwd=tmp_path)
         assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
         assert proc.stderr.startswith(said) and proc.stderr.endswith(f"see `seqpe {args[0]} --help`\n"), proc.stderr

@@ -249,9 +249,15 @@ def test_live_curves_in_a_git_repository_without_a_commit(prepared, tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     subprocess.run(["git", "init", "-q", "."], cwd=project, check=True)
+    train = ("train", "sample", str(prepared / "samples"), "runs", "--model", "pop", "--seed", "1", "--quiet",
+             "--live", "live")
+    proc = seqpe(*train, cwd=project)                  # no DVC here: dvclive ran `dvc init` and staged .dvc/
+    assert proc.returncode == 0 and proc.stdout == "", (proc.stdout, proc.stderr)           # (walk 45e #1)
+    assert not (project / ".dvc").exists() and not (project / ".dvcignore").exists()
     subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=project, check=True)
-    proc = seqpe("train", "sample", str(prepared / "samples"), "runs", "--model", "pop", "--seed", "1", "--quiet",
-                 "--live", "live", cwd=project)
+    shutil.rmtree(project / "runs")
+    shutil.rmtree(project / "live")
+    proc = seqpe(*train, cwd=project)
     assert proc.returncode == 0, proc.stderr
     assert (project / "live" / "seed-1" / "plots" / "metrics" / "valid").is_dir()
     assert (project / "runs" / "pop-none" / "seed-1" / "run.json").is_file()

@@ -48,3 +48,17 @@ def test_messages_never_carry_control_characters():
     assert "\\x1b[31mEVIL\\x00\\x07" in text
     assert printable("a\x85b\ufffd", None) == "a\\x85b\\ufffd"
     assert printable("x" * 100, 10) == "x" * 9 + "…"
+
+
+def test_a_deferred_module_is_whole_for_threads_that_touch_it_at_once():
+    """importlib's LazyLoader ran the deferred import without a lock on Python 3.11: two reports in threads saw
+    scipy.stats half made (`no attribute 't'`, walk 45g #1). Eight threads touch a fresh deferred module at once."""
+    import subprocess
+    import sys
+    code = ("import threading\nfrom pipeline.lazy import lazy\nm = lazy('scipy.stats')\nerrors = []\n"
+            "def use():\n    try:\n        m.t.ppf(0.975, 3); m.wilcoxon\n    except Exception as e:\n"
+            "        errors.append(repr(e))\n"
+            "ts = [threading.Thread(target=use) for _ in range(8)]\n[t.start() for t in ts]\n[t.join() for t in ts]\n"
+            "print(errors, type(m).__name__, m.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] _Deferred scipy.stats", out

@@ -233,7 +233,7 @@ def test_refusals_are_one_line_errors(trained, tmp_path):
                               cwd=trained[0], capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         said = "--items is empty" if not typo.strip() else f"--items {typo!r}"     # blank: named as empty (43f #4)
-        assert proc.returncode == 1 and len(lines) == 1 and said in lines[0], proc.stderr
+        assert proc.returncode == 1 and len(lines) == 1 and said in lines[0], proc.stderr   # ('' itself: usage, 2)
     assert recommend.parse_ids(" 3 , 5;9  12") == ["3", "5", "9", "12"]
 
 
@@ -363,8 +363,9 @@ def test_digit_string_ids_of_a_long_session_with_exclude_seen(trained, tmp_path)
     assert not set(as_text.items[0].tolist()) & set(long)
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "recommend", str(run), "--items", ""], cwd=root,
                           capture_output=True, text=True)
-    assert proc.returncode == 1 and proc.stderr.strip().endswith("--items is empty. Fix: give the session's items in "
-                                                                 "order, e.g. --items 12,55,9"), proc.stderr
+    assert proc.returncode == 2 and proc.stderr.strip() == (     # an empty argument is a usage error (walk 45e #4)
+        "error: --items is empty: give the session's items in order, e.g. --items 12,55,9. Fix: see `seqpe recommend "
+        "--help`"), proc.stderr
 
 
 def test_ids_that_are_not_integers_are_refused_not_truncated(trained, tmp_path):

@@ -193,3 +193,16 @@ def test_the_seed_test_falls_back_to_the_cut_off_every_run_has():
     assert seed_metrics("next-item", [at(5, 20), at(5, 20, 50)]) == ("ndcg@20", "mrr@20")
     assert seed_metrics("next-item", [at(5), at(20)]) == ("ndcg@10", "mrr@10")      # none shared: skipped, as before
     assert seed_metrics("ctr", [{"test": {"auc": 0.5}}]) == ("auc",)
+
+
+def test_wilcoxon_ranks_equal_reciprocal_rank_differences_together():
+    """1/2 - 1/3 and 1/3 - 1/6 are both 1/6 but one rounding step apart in float64, and 1/3 - (1/2 - 1/6) is
+    -5.6e-17, not 0: they were ranked apart and the "zero" kept (walk 45g #2). Ranked as the exact differences."""
+    base = np.array([1 / 3, 1 / 6, 1 / 2 - 1 / 6, 0.25, 0.2, 1.0, 0.5, 0.1])
+    other = np.array([1 / 2, 1 / 3, 1 / 3, 0.5, 0.25, 0.5, 1.0, 0.3])
+    assert other[0] - base[0] != other[1] - base[1] and other[2] - base[2] != 0      # float64's own
+    exact = np.array([1 / 6, 1 / 6, 0.0, 0.25, 0.05, -0.5, 0.5, 0.2])                 # the same, exact ties
+    got = sig.wilcoxon_test(base, other)
+    assert got["p"] == pytest.approx(stats.wilcoxon(exact, zero_method="wilcox").pvalue, rel=1e-12)
+    assert got["r"] == pytest.approx(sig.rank_biserial(exact), rel=1e-12)
+    assert got["diff"] == pytest.approx(exact.mean(), rel=1e-12)

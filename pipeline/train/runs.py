@@ -537,20 +537,18 @@ def claim_seed_curves(seed_dir: Path, run_dir: Path, label: str) -> None:
 
 
 def _live(folder: Path):
-    """dvclive's logger writing into `folder`, for its TSVs only (no DVC experiment, dvc.yaml or report). In a git
-    repository without a commit yet (`git init && dvc init && dvc repro`, a new project's first steps) dvclive 3
-    asks git for the current revision before it checks for an empty repository, and its SCMError ("Empty git
-    repo") ended the run after the seed had trained (walk 45a #3): there the logger is made without looking for
-    the DVC project, which these curves do not need."""
+    """dvclive's logger writing into `folder`, for its TSVs only (no DVC experiment, dvc.yaml or report), made
+    without looking for the DVC project, which these curves do not need. Looking for it (dvclive's
+    `get_dvc_repo`): in a git repository without a commit yet (`git init && dvc init && dvc repro`, a new
+    project's first steps) dvclive 3 asked git for the current revision before it checked for an empty
+    repository, and its SCMError ended the run after the seed had trained (walk 45a #3); in a git repository
+    without DVC it ran `dvc init` at the git root and staged .dvc/ in the user's index (walk 45e #1)."""
     from dvclive import Live
     import dvclive.live
     options = dict(save_dvc_exp=False, dvcyaml=None, report=None, monitor_system=False)
-    try:
+    found = getattr(dvclive.live, "get_dvc_repo", None)
+    if found is None:                                 # another dvclive: as it comes
         return Live(str(folder), **options)
-    except Exception as e:                            # scmrepo's SCMError: not importable where dvc is not
-        if type(e).__name__ != "SCMError":
-            raise
-    found = dvclive.live.get_dvc_repo
     dvclive.live.get_dvc_repo = lambda: None
     try:
         return Live(str(folder), **options)
