@@ -236,10 +236,15 @@ def run(dataset: str, runs_dir: Path, reports_dir: Path, params: Params, all_run
         labels = read_test_labels(samples_dir)
     try:
         report.compare(records, rows, reference, labels, own_first=baseline is None)
-    except DataError:
+    except DataError as e:
         if not samples_guessed or labels is None:
             raise
-        report.compare(records, rows, reference, None, own_first=baseline is None)     # data/samples/DATASET was re-made: no per-sample tests
+        # data/samples/DATASET was re-made: no per-sample tests, and said so (the report's own note asked for the
+        # --samples that had been found and refused; walk 45g #4)
+        sys.stderr.write(f"note: {samples_dir}, taken for the test labels, is not what these runs were scored on "
+                         f"({e.problem.split(' (', 1)[-1].rstrip(')') if ' (' in e.problem else e.problem}): the "
+                         "per-sample tests are left out; pass the runs' own samples folder with --samples\n")
+        report.compare(records, rows, reference, None, own_first=baseline is None)
     runs = [{"name": f"{r['name']}/seed-{r['seed']}", "config": r["name"], "seed": r["seed"],
              "best_epoch": r.get("best_epoch"), "valid": r.get("valid", {}), "test": r["test"]}
             for r in sorted(records, key=lambda r: (order.get(r["name"], len(order)), r["name"], r["seed"]))]

@@ -262,6 +262,14 @@ def test_a_hand_evaluate_takes_the_datasets_samples_folder_for_the_per_sample_te
     assert proc.returncode == 0, proc.stderr
     report = (project / "data" / "reports" / "sample_ctr" / "report.md").read_text()
     assert "din-cape" in report and "pass the samples folder" not in report
+    test = next((project / "data" / "samples" / "sample_ctr" / "test").glob("*.parquet"))     # labels re-made:
+    frame = pl.read_parquet(test)                                                     # the tests are left out, and
+    frame.with_columns(pl.col("label").reverse()).write_parquet(test)                 # said so (walk 45g #4)
+    proc = seqpe("evaluate", "sample_ctr", "--all", "--quiet", cwd=project)
+    assert proc.returncode == 0 and proc.stderr.startswith("note: data/samples/sample_ctr, taken for the test labels, "
+                                                           "is not what these runs were scored on ("), proc.stderr
+    assert "the per-sample tests are left out; pass the runs' own samples folder with --samples" in proc.stderr
+    frame.write_parquet(test)
     shutil.rmtree(project / "data" / "reports")
     proc = seqpe("evaluate", "sample_ctr", "runs/sample_ctr", "elsewhere", "--all", "--quiet",
                  cwd=project / "data")                         # no data/samples/sample_ctr from here: as before
