@@ -205,7 +205,8 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
     if device.type == "cpu":
         heap.keep()                                    # reuse freed step buffers (pipeline/train/heap.py)
     before = _deterministic(device)
-    held = state.hold_config(dataset, config)     # `state --prune --all` keeps what this command needs
+    # `state --prune --all` keeps what this command needs; rank 0's (another node's rank writes no state)
+    held = state.hold_config(dataset, config) if dist.main else None
     try:
         _same_on_every_rank(dist, tp, params, manifest, seeds)
         results = _seeds(dataset, samples_dir, params, spec, tp, applied, manifest, kind, seeds, config, run_dirs,
