@@ -8,6 +8,7 @@ import torch (imports are local to the commands that train).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 from pathlib import Path
@@ -21,6 +22,18 @@ from rich.table import Table
 from .errors import DataError, ParamsError, SeqpeError, TrainingError
 
 
+@contextlib.contextmanager
+def _pipe_closed():
+    """A write to a pipe its reader closed (`seqpe models --json | head -1`) raised as a BrokenPipeError without an
+    errno, which click's own handler (exit 1 without a word, walk 45h #1) passes on to `_main`'s: exit 141."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno == errno.EPIPE:
+            raise BrokenPipeError("the reader closed the pipe") from None
+        raise
+
+
 class _Commands(typer.core.TyperGroup):
     """Commands with a did-you-mean: `seqpe trian` -> "No such command 'trian'. Did you mean 'train'?"."""
 
@@ -29,6 +42,8 @@ class _Commands(typer.core.TyperGroup):
             before = args[i - 1] if i else ""                       # working folder (walk 44i #6)
             if word.startswith("--") and word.endswith("=") and word.count("=") == 1:
                 before, word = word[:-1], ""
+                if before in self._flags(ctx, args):                 # `--json=`: as click says of `--json=x`
+                    ctx.fail(f"Option '{before}' does not take a value.")
             if word:
                 continue
             named = before if before.startswith("-") and "=" not in before and \
@@ -43,6 +58,14 @@ class _Commands(typer.core.TyperGroup):
             if close is not None:
                 ctx.fail(f"No such command '{args[0]}'. Did you mean '{close}'?")
         return super().resolve_command(ctx, args)
+
+    def make_context(self, *args, **kwargs):
+        with _pipe_closed():               # --help and --version print while the arguments are parsed
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):
+        with _pipe_closed():
+            return super().invoke(ctx)
 
     def _flags(self, ctx, args) -> set:
         """The options of the command `args` names (its subcommand's too) that take no value, and `--`."""
@@ -62,19 +85,18 @@ class _Commands(typer.core.TyperGroup):
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_Commands,
                   help="seqpe: reproducible data pipeline and positional-encoding toolkit "
                        "for sequential recommendation.")
-class _Console(Console):
-    """rich's Console, but a reader that closed the pipe (`seqpe models | head -1`) ends the command with 141, the
-    shell's code for SIGPIPE, not rich's 1 without a word, which reads as bad input (walk 45b #5)."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        raise SystemExit(141)
+console = Console(stderr=False)
+err_console = Console(stderr=True)
 
 
-console = _Console(stderr=False)
-err_console = _Console(stderr=True)
+def _on_broken_pipe(self) -> None:
+    """rich's Console.on_broken_pipe while a command runs (ours and typer's help): a reader that closed the pipe
+    (`seqpe models | head -1`) ends the command with 141, the shell's code for SIGPIPE, not rich's 1 without a
+    word, which reads as bad input (walk 45b #5, 45h #1)."""
+    self.quiet = True
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise SystemExit(141)
 
 
 def _version(value: bool) -> None:
@@ -1112,6 +1134,8 @@ def main(process: bool = False) -> None:
     if previous[signal.SIGTERM] == signal.SIG_DFL:                # not when ignored or handled by a caller
         signal.signal(signal.SIGTERM, _on_signal)
         installed.append(signal.SIGTERM)
+    broken_pipe = Console.__dict__.get("on_broken_pipe")     # (rich 13.0 has none: _pipe_closed's way then)
+    Console.on_broken_pipe = _on_broken_pipe
     unraisable = sys.unraisablehook
     sys.unraisablehook = lambda info: None if isinstance(info.exc_value, (Interrupted, KeyboardInterrupt)) \
         else unraisable(info)   # a raise Python drops (a weakref callback's) printed its traceback: _main says it
@@ -1126,6 +1150,10 @@ def main(process: bool = False) -> None:
         if (dist := sys.modules.get(f"{__package__}.train.distributed")) is not None:
             dist.JOINED = False
         sys.unraisablehook = unraisable
+        if broken_pipe is None:
+            del Console.on_broken_pipe
+        else:
+            Console.on_broken_pipe = broken_pipe
         for sig, handler in previous.items():
             if process and sig in installed:      # the console script exits now: the command said what it did
                 signal.signal(sig, signal.SIG_IGN)
@@ -1311,7 +1339,7 @@ def _main(quiet_after: tuple = ()) -> None:
         if _first_to_say(line):
             err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
         sys.exit(1)
-    except BrokenPipeError:    # the reader closed the pipe (rich's own handler, _Console, where it has none)
+    except BrokenPipeError:    # the reader closed the pipe (`_pipe_closed`; rich's handler is `_on_broken_pipe`)
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)

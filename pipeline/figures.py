@@ -111,13 +111,18 @@ def pyplot():
     then keeps its cache in the user's seqpe folder under the system's temporary folder."""
     import os
     import tempfile
-    if "MPLCONFIGDIR" not in os.environ:
-        home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-        folder = os.path.join(home, "matplotlib")
+
+    def writable(folder: str) -> bool:
         here = folder
         while not os.path.exists(here) and os.path.dirname(here) != here:
             here = os.path.dirname(here)
-        if not os.access(here, os.W_OK):
+        return os.path.isdir(here) and os.access(here, os.W_OK)
+
+    if "MPLCONFIGDIR" not in os.environ:
+        home = os.path.expanduser("~")                  # its config and its cache folder (walk 45h #2)
+        config = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "matplotlib")
+        cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"), "matplotlib")
+        if not (writable(config) and writable(cache)):
             mine = Path(tempfile.gettempdir()) / f"seqpe-{os.getuid()}" / "matplotlib"
             try:
                 mine.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -777,8 +777,15 @@ def test_matplotlib_keeps_its_cache_in_seqpes_folder_where_home_cannot_be_writte
     from pipeline import figures
     monkeypatch.delenv("MPLCONFIGDIR", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     figures.pyplot()
     assert "MPLCONFIGDIR" not in os.environ                          # writable: matplotlib's own folder
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))     # its cache folder cannot be made (walk 45h #2)
+    figures.pyplot()
+    assert os.environ["MPLCONFIGDIR"] == str(Path(tempfile.gettempdir()) / f"seqpe-{os.getuid()}" / "matplotlib")
+    monkeypatch.delenv("MPLCONFIGDIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(os, "access", lambda path, mode: False)       # a read-only HOME
     figures.pyplot()
     assert os.environ["MPLCONFIGDIR"] == str(Path(tempfile.gettempdir()) / f"seqpe-{os.getuid()}" / "matplotlib")

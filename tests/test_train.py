@@ -452,7 +452,8 @@ def test_prune_keeps_the_finished_seeds_of_a_configuration_still_training(tmp_pa
     configuration's resume files, which its running command goes on to)."""
     samples = make_samples(tmp_path / "samples")
     stage.run("toyset", samples, tmp_path / "runs", params(seeds=(1,), epochs=1), progress=False)
-    assert state_files("done") == []                    # a finished configuration leaves no state
+    assert state_files("done") == [] and state_files("locks") == []   # a finished configuration leaves no state
+    assert not (run_files.state_root() / "locks").exists()          # nor its cfg- lock (walk 45h #4)
     stage.run("toyset", samples, tmp_path / "runs2", params(seeds=(1,), epochs=4, patience=0, time_limit=1e-9),
               progress=False)
     [copy] = state_files("done")

@@ -220,8 +220,7 @@ def run(dataset: str, samples_dir: Path, runs_dir: Path, params: Params, *, mode
         raise
     finally:
         _restore_deterministic(before)
-        if held is not None:
-            held.close()
+        state.release_config(held)
     distributed.teardown(dist)
     return results
 

@@ -153,6 +153,17 @@ def hold_config(dataset: str, config: str):
     return handle
 
 
+def release_config(handle) -> None:
+    """Drop `hold_config`'s lock, and its file and the state folders it leaves empty unless another command of the
+    configuration holds it: a finished `seqpe train` left `.seqpe/locks/cfg-*` in the working folder (walk 45h #4),
+    where before it left no `.seqpe` at all."""
+    if handle is None:
+        return
+    name = Path(handle.name).name
+    handle.close()
+    runs.forget([], (name,))
+
+
 def _held_configs(folder: Path) -> set[tuple]:
     """(dataset, configuration) of every `hold_config` lock a process holds now."""
     found = set()
