@@ -45,9 +45,9 @@ def at_slot(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
 
 class PosRec(Recommender):
     def __init__(self, n_items: int, dim: int, heads: int, layers: int, dropout: float,
-                 cfg: PosRecConfig, encoding: PositionalEncoding, max_len: int):
+                 cfg: PosRecConfig, encoding: PositionalEncoding):
         super().__init__()
-        self.n_items, self.cfg, self.max_len = n_items, cfg, max_len
+        self.n_items, self.cfg = n_items, cfg
         self.emb = item_table(n_items, dim)                             # (N, D) X: nodes and scores
         self.drop = Dropout(dropout)
         self.pggnn = GatedGraphLayer(dim, edge_bias=cfg.bias)           # shared over the steps (GGNN)
@@ -58,8 +58,7 @@ class PosRec(Recommender):
             for i in range(layers))
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:
-        assert seqs.size(1) <= self.max_len, f"sequence length {seqs.size(1)} > max_len {self.max_len}"  # a table's
-        g = build_graph(seqs, static=self.static_step)               # IndexError, or no word at all (walk 45c #5)
+        g = build_graph(seqs, static=self.static_step)
         w_in, w_out = neighbour_weights(g, anchors=self.cfg.anchors, normalise=self.cfg.normalise)  # (B, n, n)
         keep = g.mask[:, :, None].to(self.emb.weight.dtype)             # (B, n, 1)
         x = self.drop(self.emb(g.items))                                # (B, n, D)
@@ -87,7 +86,7 @@ def build_posrec(n_items: int, max_len: int, train, options=None,
         from .encodings import build_encoding
         encoding = build_encoding("ldpe", dim=train.dim, max_len=train.max_len, heads=train.heads,
                                   layers=train.layers)
-    return PosRec(n_items, train.dim, train.heads, train.layers, train.dropout, cfg, encoding, max_len)
+    return PosRec(n_items, train.dim, train.heads, train.layers, train.dropout, cfg, encoding)
 
 
 # 000 §5.1.5 with pipeline/REFERENCE.md §6: one PGGNN layer, one attention layer, Adam lr 1e-3 x0.1

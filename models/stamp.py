@@ -32,10 +32,9 @@ from .model_config import StampConfig, model_options
 
 
 class STAMP(Recommender):
-    def __init__(self, n_items: int, dim: int, cfg: StampConfig, encoding: Optional[PositionalEncoding],
-                 max_len: int):
+    def __init__(self, n_items: int, dim: int, cfg: StampConfig, encoding: Optional[PositionalEncoding]):
         super().__init__()
-        self.n_items, self.max_len = n_items, max_len
+        self.n_items = n_items
         self.emb = nn.Embedding(n_items + 1, dim, padding_idx=0)
         self.encoding = encoding if encoding is not None else PositionalEncoding()
         self.mean_residual = cfg.mean_residual
@@ -57,8 +56,7 @@ class STAMP(Recommender):
                 nn.init.normal_(p, 0.0, cfg.init_std)
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:
-        assert seqs.size(1) <= self.max_len, f"sequence length {seqs.size(1)} > max_len {self.max_len}"  # a table's
-        pos = Positions.from_seqs(seqs)                              # IndexError, or no word at all (walk 45c #5)
+        pos = Positions.from_seqs(seqs)
         keep = pos.mask[:, :, None].to(self.emb.weight.dtype)           # (B, L, 1)
         e = self.emb(seqs)                                              # (B, L, D)
         if self.emb_max_norm > 0:                                       # the released code's clipped lookup
@@ -85,7 +83,7 @@ def build_stamp(n_items: int, max_len: int, train, options=None, encoding=None) 
         raise ParamsError(f"STAMP adds the encoding to its item embeddings, but '{encoding.name}' acts "
                           "inside attention and would change nothing",
                           "pick an input-stage encoding (e.g. ldpe, lpe, dpe) or none")
-    return STAMP(n_items, train.dim, cfg, encoding, max_len)
+    return STAMP(n_items, train.dim, cfg, encoding)
 
 
 register_model(ModelSpec("stamp", build_stamp, "STAMP: short-term attention/memory priority (+ optional encoding)",

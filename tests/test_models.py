@@ -386,15 +386,3 @@ def test_attention_and_mixing_steps_trace_as_one_graph(name):
     explained = dynamo.explain(lambda s, t: loss_fn(net, s, t, tp, N_ITEMS, None))(SEQS, torch.tensor([1, 2, 3, 4]))
     dynamo.reset()
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
-
-
-@pytest.mark.parametrize("name", ["sasrec", "posrec", "stamp", "carca"])
-def test_an_input_longer_than_max_len_is_named(name):
-    """PosRec and STAMP with a learned table raised nn.Embedding's bare IndexError on inputs longer than max_len,
-    and with a sinusoidal one scored them without a word (walk 45c #5); as SASRec and CARCA, they name it."""
-    tp = TrainParams(dim=16, layers=1, heads=2, dropout=0.0, max_len=4)
-    encoding = build_encoding(DEFAULT_ENCODING.get(name, "lpe"), dim=16, max_len=4, heads=2)
-    net = build_model(name, n_items=12, max_len=4, train=tp, encoding=encoding).eval()
-    with pytest.raises(AssertionError, match="sequence length 6 > max_len 4"):
-        net(torch.tensor([[1, 2, 3, 4, 5, 6]]))
-    assert net(torch.tensor([[0, 2, 3, 4]])).shape == (1, 13)
