@@ -286,9 +286,9 @@ def scratch_dir(dst: str | Path, suffix: str = ".gen") -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def flock(path: Path, wait: bool = False, create: bool = True):
-    """`path` opened and flocked exclusively (made when missing, unless not `create`: then None), or None when
-    another process holds it and not `wait`. Once locked, the path must still name the file locked: `seqpe state
+def flock(path: Path, wait: bool = False, create: bool = True, shared: bool = False):
+    """`path` opened and flocked exclusively (`shared`: a shared lock, which other shared holders do not exclude;
+    made when missing, unless not `create`: then None), or None when another process holds it and not `wait`. Once locked, the path must still name the file locked: `seqpe state
     --prune` deletes the lock files nobody holds, and a process that opened one just before it was deleted would
     hold a lock on a file nobody else can find (then it opens the path again)."""
     import fcntl
@@ -301,7 +301,7 @@ def flock(path: Path, wait: bool = False, create: bool = True):
                 raise
             return None
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(handle, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             handle.close()
             return None

@@ -132,22 +132,13 @@ def hold_config(dataset: str, config: str):
     or was between two seeds, and the seed started afresh without a word (walk 44g #3). Shared: every command of
     the configuration holds it at once (other seeds, DVC experiments sharing the state)."""
     try:
-        import fcntl
+        import fcntl  # noqa: F401 (flock)
     except ImportError:                                  # pragma: no cover (not POSIX)
         return None
     path = runs.lock_path("cfg-" + hashlib.sha256(f"{dataset} {config}".encode()).hexdigest()[:20])
     path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        handle = open(path, "a+")
-        fcntl.flock(handle, fcntl.LOCK_SH)              # waits only for a prune checking it, a moment
-        try:
-            now, held = os.stat(path), os.fstat(handle.fileno())
-            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-                break
-        except FileNotFoundError:                        # pruned between the open and the lock: open it again
-            pass
-        handle.close()
-    if held.st_size == 0:                               # the same text from every holder (appended twice at worst)
+    handle = flock(path, wait=True, shared=True)        # waits only for a prune checking it, a moment
+    if os.fstat(handle.fileno()).st_size == 0:          # the same text from every holder (appended twice at worst)
         handle.write(json.dumps({"dataset": dataset, "config": config}))
         handle.flush()
     return handle
