@@ -115,8 +115,13 @@ setup() {   # there: the wheels onto PYTHONPATH, the output folder
   [ -d "$KIT/whl/polars" ] || die "no $KIT/whl/polars here: run 'bench/bench_gpu.sh pack ...' where the registries are, then carry what the step names"
   if [ "$DEVICE" = cuda ]; then
     python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || die "no CUDA device: DEVICE=cpu runs the flow on the CPU"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        $(find "$KIT/whl" -name '*.whl')
+    # once a machine: the steps of one call (bench/bench_gpu_call.sh) share the install (a stamp lists its wheels)
+    local wheels; wheels=$(find "$KIT/whl" -name '*.whl' | sort)
+    if [ "$(cat /tmp/site/.bench_gpu_wheels 2>/dev/null)" != "$(basename -a $wheels 2>/dev/null)" ]; then
+      # shellcheck disable=SC2086
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels
+      basename -a $wheels > /tmp/site/.bench_gpu_wheels
+    fi
     export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
   fi
   mkdir -p "$OUT"
@@ -194,6 +199,7 @@ b4096-bf16-plain --set train.batch_size=4096 --set train.precision=bf16 --set tr
 b4096-fp32-chunked --set train.batch_size=4096 --set train.precision=fp32 --set train.ce_impl=chunked
 b4096-bf16-cce --set train.batch_size=4096 --set train.precision=bf16 --set train.ce_impl=cce
 b8192-bf16-cce --set train.batch_size=8192 --set train.precision=bf16 --set train.ce_impl=cce
+b4096-tf32-plain --set train.batch_size=4096 --set train.precision=tf32 --set train.ce_impl=plain
 b4096-fp32-plain-compile --set train.batch_size=4096 --set train.precision=fp32 --set train.ce_impl=plain --set train.compile=true"}
     train_grid epoch diginetica "$KIT/samples/diginetica" "--model sasrec --encoding lpe" ;;
   posrec)

@@ -110,14 +110,15 @@ def profile(it, train_step, steps: int, device) -> None:
         print(events.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=60))
 
 
-def count_ops(it, train_step_phases, steps: int, graph: bool, static: bool = False) -> None:
+def count_ops(it, train_step_phases, steps: int, graph: bool, static: bool = False, max_len: int = 0) -> None:
     """The host's share of a step, counted without timing it: the aten operators each phase dispatches
     (forward with the loss, backward, the optimiser; a view is counted like a kernel) and the points
     where the host reads a tensor's value (`_local_scalar_dense`: `.item()`, `bool()`, `int()`),
     which on a GPU wait for every queued kernel. On a GPU each non-view op costs the host about as
     much as its launch, so at small batches these counts, not the arithmetic, set the step's time.
     For graph models (`graph`), also the node slots n of each batch's session graph and the hops the
-    breadth-first search needs before its frontier is empty (models/graph.hop_distances). With `static`
+    breadth-first search needs before its frontier is empty (models/graph.hop_distances), or with `static`
+    the min-plus doublings the static search runs for `max_len` (models/graph.hop_distances_doubling). With `static`
     (train.compile: reduce-overhead's batches and graphs), also how many distinct batch shapes one epoch
     serves: the CUDA graphs that mode records."""
     import collections
@@ -146,22 +147,45 @@ def count_ops(it, train_step_phases, steps: int, graph: bool, static: bool = Fal
           + ", ".join(f"{k} {c['_local_scalar_dense'] / len(batches):.1f}" for k, c in phases.items()))
     every = sum(phases.values(), collections.Counter())
     print("top ops per step: " + ", ".join(f"{k} {v / len(batches):.1f}" for k, v in every.most_common(15)))
-    if graph:                           # models/graph's own search, its boolean products counted
+    if graph and not static:            # models/graph's own search, its boolean products counted
         from models.graph import build_graph, hop_distances
         ns, hops = [], []
         for seqs, _ in batches:
-            g = build_graph(seqs.cpu(), static=static)
+            g = build_graph(seqs.cpu())
             with Count() as c:
-                hop_distances(g.adj, g.mask, early_exit=not static)
+                hop_distances(g.adj, g.mask, early_exit=True)
             ns.append(g.items.shape[1])
             hops.append(c.ops["bmm"])
         print(f"session graphs: node slots n mean {sum(ns) / len(ns):.2f} (max {max(ns)}); boolean products the hop search runs: "
               f"{sum(n - 1 for n in ns) / len(ns):.2f} without the early exit (the GPU path), "
-              f"{sum(hops) / len(hops):.2f} {'as run (static)' if static else 'with it (the CPU path)'}")
+              f"{sum(hops) / len(hops):.2f} with it (the CPU path)")
+    elif graph:                         # the static step's search: a fixed count of min-plus doublings
+        from models.graph import doublings_for
+        ns = [seqs.shape[1] for seqs, _ in batches]
+        print(f"session graphs (static): node slots n mean {sum(ns) / len(ns):.2f} (max {max(ns)}) = the widths; "
+              f"the hop search runs {doublings_for(max_len)} min-plus doublings, whatever the width (max_len {max_len})")
     if static:
         shapes = collections.Counter(tuple(seqs.shape) for seqs, _ in it())
         print(f"batch shapes in one epoch: {len(shapes)} distinct (the CUDA graphs train.compile: reduce-overhead "
               f"records), widths {sorted({w for _, w in shapes})}")
+
+
+def compile_counts() -> dict:
+    """torch._dynamo's counters so far: graphs compiled, graph breaks and their reasons (most frequent first)."""
+    from torch._dynamo.utils import counters
+    return {"graphs": counters["stats"]["unique_graphs"], "breaks": sum(counters["graph_break"].values()),
+            "reasons": counters["graph_break"].most_common(8)}
+
+
+def explain(fn, *inputs) -> None:
+    """torch._dynamo.explain of `fn(*inputs)`: how many graphs the step traces as and why it breaks."""
+    import torch._dynamo as dynamo
+    ex = dynamo.explain(fn)(*inputs)
+    print(f"explain (first batch {tuple(inputs[0].shape)}): {ex.graph_count} graphs, {ex.graph_break_count} breaks")
+    for r in ex.break_reasons:
+        where = [f"{Path(f.filename).name}:{f.lineno}" for f in (r.user_stack or [])][-4:]
+        print(f"  break: {r.reason.splitlines()[0][:300]} at {' > '.join(where)}")
+    dynamo.reset()
 
 
 def main() -> None:
@@ -175,6 +199,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=1)
     ap.add_argument("--max-len", type=int, default=50)
+    ap.add_argument("--dropout", type=float, default=0.2, help="train.dropout (PosRec's paper preset: 0)")
     ap.add_argument("--loss", default="ce", choices=["ce", "sampled"])
     ap.add_argument("--eval-samples", type=int, default=0, help="test samples ranked (0 = all)")
     ap.add_argument("--eval-batch", type=int, default=512)
@@ -184,7 +209,7 @@ def main() -> None:
     ap.add_argument("--bucket", type=int, default=50, help="train.bucket (0 = plain shuffle)")
     ap.add_argument("--adam", default="trainer", choices=["trainer", "loop"],
                     help="the trainer's Adam (fused where possible) or torch's single-tensor loop (before session 8)")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="train.precision")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"], help="train.precision")
     ap.add_argument("--ce-impl", default="auto", help="train.ce_impl (plain, chunked, cce, liger, auto)")
     ap.add_argument("--profile", type=int, default=0,
                     help="after the timing, torch.profiler over this many steps (CUDA kernels too on a GPU): "
@@ -196,6 +221,16 @@ def main() -> None:
                     help="the batches and session graphs of train.compile: reduce-overhead (widths rounded up to "
                          "multiples of 8, at most max_len; L node slots; no host reads), run eagerly: the extra "
                          "work its capture costs")
+    ap.add_argument("--compile", default="none", choices=["none", "true", "reduce-overhead"],
+                    help="train.compile: the loss (forward and backward) through torch.compile, dynamic shapes as "
+                         "the trainer does (--dynamic); reduce-overhead replays captured CUDA graphs (implies --static)")
+    ap.add_argument("--dynamic", default="true", choices=["true", "false", "auto"],
+                    help="torch.compile's dynamic= (true: the trainer's; false: one compile per batch shape)")
+    ap.add_argument("--warm", type=int, default=5,
+                    help="untimed steps first (with --compile, enough to have met every batch shape)")
+    ap.add_argument("--explain", action="store_true",
+                    help="print torch._dynamo.explain of the first batch's loss (graphs, breaks and their reasons) "
+                         "and, with --compile, the compiler's counters after the timing")
     ap.add_argument("--chunk", type=int, default=0,
                     help="chunked loss: items per block (0 = the trainer's rule, models.losses.default_chunk)")
     args = ap.parse_args()
@@ -208,7 +243,7 @@ def main() -> None:
     from pipeline.params import TrainParams
     from pipeline.train.loop import make_optimizer
     from pipeline.train.tasks import GRAPH_WIDTHS
-    from pipeline.train.setup import autocast
+    from pipeline.train.setup import autocast, matmul_precision
     if args.chunk:
         import models.losses
         models.losses.default_chunk = lambda device, rows=1: args.chunk  # a fixed size, for comparison
@@ -225,7 +260,7 @@ def main() -> None:
     manifest = read_json(root / "manifest.json")
     n_items = int(manifest["n_items"])
     tp = TrainParams(model=args.model, encoding=args.encoding, batch_size=args.batch_size, dim=args.dim,
-                     layers=args.layers, heads=args.heads, max_len=args.max_len, dropout=0.2, loss=args.loss,
+                     layers=args.layers, heads=args.heads, max_len=args.max_len, dropout=args.dropout, loss=args.loss,
                      device=args.device, precision=args.precision, ce_impl=args.ce_impl)
     device = stage.pick_device(args.device)
 
@@ -238,6 +273,10 @@ def main() -> None:
     torch.manual_seed(1)
     encoding = stage.build_encoding(tp.encoding, tp, {})
     net = build_model(tp.model, n_items=n_items, max_len=tp.max_len, train=tp, options={}, encoding=encoding).to(device)
+    if args.compile == "reduce-overhead":
+        if device.type != "cuda":
+            sys.exit("bench_train.py: --compile reduce-overhead needs a CUDA device")
+        args.static = True
     net.static_shapes = args.static
     opt = make_optimizer(net, tp) if args.adam == "trainer" else torch.optim.Adam(net.parameters(), lr=tp.lr)
     gen = torch.Generator().manual_seed(1)
@@ -246,14 +285,33 @@ def main() -> None:
         return batches(train, tp.batch_size, shuffle=True, generator=gen, device=device, trim=not args.no_trim,
                        bucket=0 if args.no_trim else args.bucket, pad_to=GRAPH_WIDTHS if args.static else 1)
     it = epoch()
+    class Loss(torch.nn.Module):        # the trainer compiles its loss module (pipeline/train/loop.py)
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, seqs, targets):
+            return stage.loss_fn(self.net, seqs, targets, tp, n_items, gen)
+    loss_of = Loss()
+    graphs = args.compile == "reduce-overhead"
+    if args.compile != "none":
+        loss_of = torch.compile(loss_of, dynamic={"true": True, "false": False, "auto": None}[args.dynamic],
+                                **({"mode": "reduce-overhead"} if graphs else {}))
+
     def train_step(seqs, targets):
         opt.zero_grad(set_to_none=True)
-        with autocast(tp, device):
-            loss = stage.loss_fn(net, seqs, targets, tp, n_items, gen)
-        loss.backward()
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        with matmul_precision(tp, device):          # tf32: forward and backward, as the trainer's epoch
+            with autocast(tp, device):
+                loss = loss_of(seqs, targets)
+            loss.backward()
         opt.step()
 
-    warm = 5
+    if args.explain:
+        explain(lambda s, t: stage.loss_fn(net, s, t, tp, n_items, gen), *next(iter(epoch())))
+
+    warm = args.warm
 
     def steps():                        # epoch after epoch until warm + --batches steps have run (walk 42a #3: one
         first = True                    # epoch of 159 batches at 4,096 was timed as if 300 had run, 1.95x the rate)
@@ -271,6 +329,7 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0, c0 = time.perf_counter(), time.process_time()
+            compiled_before = compile_counts()
         if i == warm + args.batches:
             break
         train_step(seqs, targets)
@@ -278,6 +337,13 @@ def main() -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
     train_s, train_cpu = time.perf_counter() - t0, time.process_time() - c0
+    if args.compile != "none":
+        after = compile_counts()
+        print(f"compiler: {after['graphs']} graphs, {after['breaks']} graph breaks in all; during the timed steps "
+              f"{after['graphs'] - compiled_before['graphs']} graphs compiled (0: the timing is of compiled steps)")
+        if args.explain:
+            for reason, n in after["reasons"]:
+                print(f"  graph break x{n}: {reason.splitlines()[0][:300]}")
     if args.profile:
         profile(epoch, train_step, args.profile, device)
     if args.ops:
@@ -289,7 +355,7 @@ def main() -> None:
                 with autocast(tp, device):
                     box["loss"] = stage.loss_fn(net, seqs, targets, tp, n_items, gen)
             return forward, lambda: box["loss"].backward(), opt.step
-        count_ops(epoch, phases, args.ops, graph=tp.model == "posrec", static=args.static)
+        count_ops(epoch, phases, args.ops, graph=tp.model == "posrec", static=args.static, max_len=tp.max_len)
     train_sps = timed / train_s
     epoch_min = len(train) / train_sps / 60
 

@@ -44,6 +44,8 @@ class Recommender(nn.Module):
     static_shapes = False  # True: while training, every tensor's shape follows from the input's and nothing
                            # is read back to the host (session-graph models: models/graph.py); the trainer
                            # sets it for train.compile: reduce-overhead, whose CUDA graphs hold no host read
+    max_len: Optional[int] = None  # the longest input it was built for (build_model): bounds a static step's
+                                   # session graph, whose hop search then runs a width-free number of doublings
 
     @property
     def static_step(self) -> bool:
@@ -131,4 +133,7 @@ def register_model(spec: ModelSpec, options: Optional[type] = None) -> ModelSpec
 def build_model(name: str, **kwargs) -> Recommender:
     if name not in MODELS:
         raise unknown("model", name, MODELS)
-    return MODELS[name].build(**kwargs)
+    net = MODELS[name].build(**kwargs)
+    if isinstance(net, Recommender) and kwargs.get("max_len") is not None:
+        net.max_len = int(kwargs["max_len"])              # the static step's hop search (models/graph.py)
+    return net

@@ -108,7 +108,7 @@ class FGNN(Recommender):
         self.out = nn.Linear(2 * dim, dim, bias=False)                  # q*_T -> session vector
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:
-        g = build_graph(seqs, static=self.static_step)
+        g = build_graph(seqs, static=self.static_step, max_len=self.max_len)
         n = g.items.size(1)
         eye = torch.eye(n, dtype=torch.bool, device=seqs.device)
         real = g.mask[:, :, None] & g.mask[:, None, :]                  # (B, n, n)

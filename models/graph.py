@@ -18,7 +18,11 @@ sequence width L instead of the batch's largest node count, and nothing reads a 
 (no input check, no early exit in the hop search), so a step's shapes follow from its input's shape
 alone and the whole step can be captured as one CUDA graph. Extra node slots are empty, left-padded
 slots like any other: models are invariant to them (tests/test_graph_models.py), at the cost of computing
-over L slots, and L - 1 hops, rather than the batch's own count.
+over L slots rather than the batch's own count. The hop search then runs a fixed number of min-plus
+doublings set by the model's max_len (`hop_distances_doubling`), not a loop of L - 1 hops: a loop whose
+length is the width makes torch.compile specialise on every width (one compile each, and past its
+recompile limit of 8 the step fell back to eager pieces: 15,097 samples/s on an H200 for PosRec at the
+paper's batch of 100, bench/results/train.md "Session 46").
 """
 from __future__ import annotations
 
@@ -44,11 +48,13 @@ class SessionGraph:
     positions: Positions     # node-level positions: forward of the first appearance,
                              # backward of the last appearance (000 §4.3.3), lengths = session length
     static: bool = False     # built with static shapes: n = L, and no host reads downstream either
+    doublings: int = 0       # static: min-plus doublings that cover any hop distance (< max_len), 0 = unknown
 
 
-def build_graph(seqs: torch.Tensor, static: bool = False) -> SessionGraph:
+def build_graph(seqs: torch.Tensor, static: bool = False, max_len: Optional[int] = None) -> SessionGraph:
     """Session graph of every row of `seqs` (B, L), left-padded with 0; each row has >= 1 item.
-    `static`: L node slots and no host reads (module docstring)."""
+    `static`: L node slots and no host reads (module docstring); `max_len`, the model's, bounds L there
+    (the hop search's doublings)."""
     B, L = seqs.shape
     mask = seqs != 0                                                    # (B, L)
     if seqs.device.type == "cpu" and not static:                        # (on a GPU the check would wait for it)
@@ -93,7 +99,14 @@ def build_graph(seqs: torch.Tensor, static: bool = False) -> SessionGraph:
     adj = adj.scatter_add_(1, src * (n + 1) + dst, pair).view(B, n + 1, n + 1)[:, :n, :n]  # (B, n, n)
 
     return SessionGraph(items=items, mask=node_mask, alias=alias, adj=adj, counts=counts,
-                        first=n - n_nodes, last=alias[:, -1], positions=positions, static=static)
+                        first=n - n_nodes, last=alias[:, -1], positions=positions, static=static,
+                        doublings=doublings_for(max_len) if static and max_len else 0)
+
+
+def doublings_for(max_len: int) -> int:
+    """Min-plus doublings after which every distance of a graph of at most `max_len` nodes is exact:
+    k with 2^k >= max_len - 1, the longest possible shortest path."""
+    return max(0, int(max_len) - 2).bit_length()
 
 
 def hop_distances(adj: torch.Tensor, mask: torch.Tensor, early_exit: Optional[bool] = None) -> torch.Tensor:
@@ -127,6 +140,26 @@ def hop_distances(adj: torch.Tensor, mask: torch.Tensor, early_exit: Optional[bo
     return dist
 
 
+def hop_distances_doubling(adj: torch.Tensor, mask: torch.Tensor, doublings: int) -> torch.Tensor:
+    """`hop_distances` by repeated min-plus squaring, a fixed number of times: D_1 holds 1 on the undirected
+    edges, 0 on the diagonal of real nodes and infinity elsewhere, and D_2k[i, j] = min_m D_k[i, m] +
+    D_k[m, j], so after k doublings every distance up to 2^k is exact (`doublings_for`). For the static
+    step: its length does not depend on n, so torch.compile traces one graph for every width, and no
+    frontier is read back. Each doubling is a (B, n, n, n) sum reduced over m, which inductor fuses into
+    one kernel; eagerly it is materialised (fine at the widths tests and the CPU use)."""
+    B, n, _ = adj.shape
+    torch._check(n - 1 <= 2 ** doublings, lambda: "a static step wider than the model's max_len: its hop "
+                 "distances need more doublings (models/graph.py doublings_for)")
+    eye = torch.eye(n, dtype=torch.bool, device=adj.device)
+    und = ((adj + adj.transpose(1, 2)) > 0) & ~eye & mask[:, :, None] & mask[:, None, :]    # (B, n, n)
+    inf = torch.tensor(float("inf"), device=adj.device)
+    d = torch.where(und, torch.ones((), device=adj.device), inf)
+    d = torch.where(eye & mask[:, :, None], torch.zeros((), device=adj.device), d)            # (B, n, n)
+    for _ in range(doublings):
+        d = torch.minimum(d, (d[:, :, :, None] + d[:, None, :, :]).amin(2))                  # (B, n, n)
+    return torch.where(torch.isinf(d), torch.zeros((), device=adj.device), d).long()
+
+
 def anchor_weights(g: SessionGraph) -> tuple[torch.Tensor, torch.Tensor]:
     """Anchor-node edges of PGGNN (000 §4.3.2) as (in, out) weight matrices, each (B, n, n).
 
@@ -138,7 +171,10 @@ def anchor_weights(g: SessionGraph) -> tuple[torch.Tensor, torch.Tensor]:
     """
     B, n = g.items.shape
     slots = torch.arange(n, device=g.items.device)
-    dist = hop_distances(g.adj, g.mask, early_exit=False if g.static else None).float()  # (B, n, n)
+    if g.static and g.doublings:                                        # the static step's, width-free
+        dist = hop_distances_doubling(g.adj, g.mask, g.doublings).float()   # (B, n, n)
+    else:
+        dist = hop_distances(g.adj, g.mask, early_exit=False if g.static else None).float()  # (B, n, n)
     repeated = g.counts > 1                                             # (B, n)
     in_anchor = repeated | (slots[None, :] == g.first[:, None])         # (B, n)
     out_anchor = repeated | (slots[None, :] == g.last[:, None])         # (B, n)

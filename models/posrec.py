@@ -58,7 +58,7 @@ class PosRec(Recommender):
             for i in range(layers))
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:
-        g = build_graph(seqs, static=self.static_step)
+        g = build_graph(seqs, static=self.static_step, max_len=self.max_len)
         w_in, w_out = neighbour_weights(g, anchors=self.cfg.anchors, normalise=self.cfg.normalise)  # (B, n, n)
         keep = g.mask[:, :, None].to(self.emb.weight.dtype)             # (B, n, 1)
         x = self.drop(self.emb(g.items))                                # (B, n, D)

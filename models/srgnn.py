@@ -47,7 +47,7 @@ class SRGNN(Recommender):
             nn.init.uniform_(p, -bound, bound)
 
     def encode(self, seqs: torch.Tensor) -> torch.Tensor:
-        g = build_graph(seqs, static=self.static_step)
+        g = build_graph(seqs, static=self.static_step, max_len=self.max_len)
         w_in, w_out = neighbour_weights(g, anchors=self.cfg.anchors, binary=self.cfg.binary_adjacency)  # (B, n, n)
         h = self.emb(g.items)                                           # (B, n, D)
         for _ in range(self.cfg.steps):

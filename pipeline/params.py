@@ -147,6 +147,7 @@ class TrainParams:
     time_limit: float = 0.0           # minutes of training per seed: stop after the epoch that reaches it and
                                       # test the best epoch so far (0 = none; such a run depends on the machine)
     precision: str = "auto"           # auto (fp32: bf16 measured slower at these sizes, train/setup.py) | fp32 |
+                                      # tf32 (fp32 with TF32 matrix products; CUDA only) |
                                       # bf16 (autocast; the metrics are always computed in fp32 or better)
     compile: bool | str = field(default=False, metadata={"values": "true, false or reduce-overhead"})
                                       # torch.compile the training step: false | true (dynamic shapes) |
@@ -491,7 +492,7 @@ LOSSES = ("ce", "sampled", "bce")
 CE_IMPLS = ("auto", "plain", "chunked", "cce", "liger")
 SCHEDULES = ("none", "step", "plateau")
 OBJECTIVES = ("prefixes", "sequence")
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "tf32", "bf16")
 COMPILE_MODES = ("reduce-overhead",)     # train.compile besides true / false
 CANDIDATE_SAMPLINGS = ("uniform", "popularity")   # evaluate.candidate_sampling (pipeline/train/candidates.py)
 

@@ -317,6 +317,27 @@ def test_train_bench_times_the_steps_it_ran_across_epochs(canonical, tmp_path):
     assert f"timed: 7 steps, {7 * n_train:,} samples" in proc.stdout, proc.stdout[-2000:]    # one batch an epoch
 
 
+def test_gpu_call_runs_its_steps_under_one_deadline(canonical, tmp_path):
+    """bench_gpu_call.sh, the one device call of a 15-minute loan, on the CPU: each step gets the time left to
+    BUDGET, one with too little left (under 20 s) is skipped and the call ends, what ran comes back in OUT
+    (reduce-overhead is refused on the CPU in one line, as on any non-CUDA device); STEPS picks the steps."""
+    kit = tmp_path / "kit"
+    (kit / "whl" / "polars").mkdir(parents=True)
+    _seqpe("import", "diginetica", str(canonical / "diginetica-srgnn"), "--format", "srgnn", "--sessions",
+           str(tmp_path / "sessions"), "--samples", str(kit / "samples" / "diginetica"), "--quiet")
+    out = tmp_path / "out"
+    proc = bench("bench_gpu_call.sh", cwd=tmp_path, KIT=str(kit), OUT=str(out), DEVICE="cpu", THREADS="1",
+                 PY=sys.executable, WORK=str(tmp_path / "work"), BUDGET="21", STEPS="posrec tests")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = (out / "call.log").read_text()
+    assert log.startswith("no nvidia-smi\n[0s] posrec: start (limit 21s)\n"), log
+    assert re.search(r"posrec: rc 0", log) and "profile" not in log, log
+    assert re.search(r"tests: skipped, 1?\ds left", log) and log.rstrip().endswith("done"), log
+    refused = (tmp_path / "work" / "posrec.log").read_text()
+    assert "train.compile is reduce-overhead" in refused and "paper-fp32-graphs failed (rc 1)" in refused
+    assert (out / "logs.tar.gz").stat().st_size > 0 and (out / "posrec.md").exists()
+
+
 def test_train_bench_counts_ops_and_profiles_a_posrec_step(canonical, tmp_path):
     """bench_train.py, which bench_gpu.sh's profile step runs: throughput, --ops (aten ops and host reads
     per phase, session-graph hops) and --profile, on imported samples, PosRec at the paper's shape."""
@@ -340,8 +361,10 @@ def test_train_bench_counts_ops_and_profiles_a_posrec_step(canonical, tmp_path):
     static = bench("bench_train.py", "--samples", str(samples), "--model", "posrec", "--encoding", "ldpe",
                    "--layers", "1", "--dim", "16", "--batch-size", "20", "--max-len", "50", "--batches", "3",
                    "--ops", "4", "--static", "--ce-impl", "plain", "--threads", "1", "--eval-samples", "40",
-                   "--device", "cpu", cwd=tmp_path)
+                   "--explain", "--dropout", "0", "--device", "cpu", cwd=tmp_path)
     assert static.returncode == 0, static.stderr[-2000:]
+    assert re.search(r"^explain \(first batch \(20, \d+\)\): 1 graphs, 0 breaks$", static.stdout, re.M), static.stdout
+    assert "the hop search runs 6 min-plus doublings, whatever the width (max_len 50)" in static.stdout
     reads = re.search(r"host reads of a value \(_local_scalar_dense\) forward ([\d.]+), backward ([\d.]+)",
                       static.stdout)
     assert reads and reads.groups() == ("0.0", "0.0"), static.stdout[-3000:]    # nothing waits: capturable

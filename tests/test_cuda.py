@@ -102,7 +102,7 @@ def test_own_training_losses_agree(name, options):
     assert losses[0] == pytest.approx(losses[1], rel=1e-3, abs=1e-5)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
 @pytest.mark.parametrize("impl, package", [("plain", None), ("chunked", None), ("cce", "cut_cross_entropy"),
                                            ("liger", "liger_kernel")])
 def test_every_loss_implementation_trains_at_every_precision(tmp_path, impl, package, precision):
@@ -117,6 +117,7 @@ def test_every_loss_implementation_trains_at_every_precision(tmp_path, impl, pac
     record = json.loads((tmp_path / "runs" / res["name"] / "run.json").read_text())
     assert record["train"]["ce_impl"] == impl and record["train"]["precision"] == precision
     assert record["test"]["hr@5"] > 0.9
+    assert torch.get_float32_matmul_precision() == "highest"           # tf32's setting is put back after the run
 
 
 def test_reduce_overhead_trains_posrec_as_eager_does(tmp_path):
@@ -132,3 +133,19 @@ def test_reduce_overhead_trains_posrec_as_eager_does(tmp_path):
     assert graphs["train"]["compile"] == "reduce-overhead" and graphs["test"]["hr@5"] > 0.5
     assert [h["loss"] for h in graphs["history"]] == pytest.approx([h["loss"] for h in eager["history"]], rel=1e-3)
     assert graphs["test"]["hr@5"] == pytest.approx(eager["test"]["hr@5"], abs=0.02)
+
+
+def test_tf32_products_are_tf32_inside_the_block_and_fp32_after():
+    """train.precision tf32 changes the GPU's products (TF32's 10-bit mantissa: errors far above fp32's) within
+    the training steps' block, and fp32 products come back after it (valid / test are scored in fp32)."""
+    from pipeline.train.setup import matmul_precision
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a, b = (torch.randn(512, 512, device="cuda", generator=gen) for _ in range(2))
+    exact = a.double() @ b.double()
+    before = a @ b
+    with matmul_precision(TrainParams(precision="tf32"), torch.device("cuda")):
+        inside = a @ b
+    after = a @ b
+    assert torch.equal(before, after)
+    fp32_error, tf32_error = ((x.double() - exact).abs().max().item() for x in (before, inside))
+    assert tf32_error > 10 * fp32_error, (tf32_error, fp32_error)

@@ -1,9 +1,11 @@
 """models/graph.py: batched session graphs built from left-padded sequences."""
 from __future__ import annotations
 
+import pytest
 import torch
 
-from models.graph import GatedGraphLayer, build_graph, hop_distances, neighbour_weights
+from models.graph import (GatedGraphLayer, build_graph, doublings_for, hop_distances, hop_distances_doubling,
+                          neighbour_weights)
 
 # session [5, 3, 5, 7, 2] (two pads) and [4, 4] (five pads)
 SEQS = torch.tensor([[0, 0, 5, 3, 5, 7, 2],
@@ -125,3 +127,21 @@ def test_static_graph_has_one_slot_per_column_and_the_same_graph_on_the_right():
     assert torch.equal(st.first, dyn.first + (L - n)) and torch.equal(st.last, dyn.last + (L - n))
     d_st = hop_distances(st.adj, st.mask, early_exit=False)
     assert torch.equal(d_st[:, L - n:, L - n:], hop_distances(dyn.adj, dyn.mask)) and not d_st[:, :L - n].any()
+
+
+def test_min_plus_doubling_gives_the_breadth_first_distances():
+    """The static step's hop search (a fixed number of min-plus doublings, whatever the width) equals the
+    breadth-first one: sessions with repeats, cycles and padding, and a path as long as max_len allows."""
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(1, 17, (128,), generator=g)
+    items = torch.randint(1, 9, (128, 16), generator=g)
+    seqs = torch.where(torch.arange(16)[None, :] >= 16 - lengths[:, None], items, 0)
+    graph = build_graph(seqs, static=True, max_len=16)
+    assert graph.doublings == 4 and graph.adj.shape[1] == 16                  # 2^4 >= 15, the longest path
+    bfs = hop_distances(graph.adj, graph.mask)
+    assert torch.equal(hop_distances_doubling(graph.adj, graph.mask, graph.doublings), bfs) and int(bfs.max()) >= 4
+    line = build_graph(torch.arange(1, 17)[None], static=True, max_len=16)    # a path of 16 nodes: 15 hops
+    assert hop_distances_doubling(line.adj, line.mask, line.doublings)[0, 0].tolist() == list(range(16))
+    with pytest.raises(RuntimeError, match="wider than the model's max_len"):     # too few would be wrong
+        hop_distances_doubling(line.adj, line.mask, 3)
+    assert [doublings_for(m) for m in (1, 2, 3, 9, 10, 200, 258)] == [0, 0, 1, 3, 4, 8, 9]

@@ -157,8 +157,8 @@ def _static_pair(name, options, encoding="ldpe"):
     tp = dataclasses.replace(TP, model=name, encoding=encoding)
     enc = setup.build_encoding(encoding, tp, {}) if MODELS[name].uses_encoding else None
     torch.manual_seed(0)
-    net = build_model(name, n_items=9, max_len=8, train=tp, options=options, encoding=enc)
-    static = build_model(name, n_items=9, max_len=8, train=tp, options=options, encoding=enc)
+    net = build_model(name, n_items=9, max_len=16, train=tp, options=options, encoding=enc)     # (inputs up to 10
+    static = build_model(name, n_items=9, max_len=16, train=tp, options=options, encoding=enc)  # wide: below 16)
     static.load_state_dict(net.state_dict())
     static.static_shapes = True
     return net, static
@@ -215,6 +215,33 @@ def test_static_shapes_trace_as_one_graph(name, options):
     explained = dynamo.explain(lambda s, t: loss_fn(net.train(), s, t, tp, 9, None))(seqs, targets)
     assert explained.graph_break_count > 0          # the dynamic build reads the node count
     dynamo.reset()
+
+
+@pytest.mark.parametrize("name, options", [("posrec", {}), ("srgnn", {"anchors": True}), ("gcsan", {})])
+def test_static_step_compiles_once_for_every_width_and_batch_size(name, options):
+    """Session 46: on an H200 the trainer's reduce-overhead step (torch.compile, dynamic shapes) recompiled at
+    every batch width (the hop search looped width - 1 times), passed dynamo's limit of 8 and fell back to
+    eager pieces. With the width-free doubling search the static loss is one graph for widths 8 to 64 and
+    batch sizes 3 and 2 (backend aot_eager: dynamo and autograd's tracing, no code generation)."""
+    from torch._dynamo.utils import counters
+    from pipeline.train.tasks import loss_fn
+    tp = dataclasses.replace(TP, model=name, max_len=64, ce_impl="plain",
+                             encoding="ldpe" if MODELS[name].uses_encoding else "none")
+    from pipeline.train import setup
+    enc = setup.build_encoding(tp.encoding, tp, {}) if MODELS[name].uses_encoding else None
+    torch.manual_seed(0)
+    net = build_model(name, n_items=9, max_len=64, train=tp, options=options, encoding=enc)
+    net.static_shapes = True
+    step = torch.compile(lambda s, t: loss_fn(net.train(), s, t, tp, 9, None), dynamic=True, backend="aot_eager")
+    torch._dynamo.reset()
+    counters.clear()
+    gen = torch.Generator().manual_seed(0)
+    for rows, width in ((3, 8), (3, 16), (3, 64), (2, 24), (3, 8)):
+        seqs = torch.randint(1, 10, (rows, width), generator=gen)
+        seqs[:, : width // 2] = 0
+        step(seqs, torch.randint(1, 10, (rows,), generator=gen)).backward()
+    assert (counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())) == (1, 0)
+    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("name, options, key, want", [

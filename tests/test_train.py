@@ -1,6 +1,7 @@
 """pipeline/train.py (and pipeline/batches.py): selection on valid, test once, seeds, atomic runs."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -1806,6 +1807,51 @@ def test_auto_precision_is_fp32_on_every_device():
         assert amp_dtype(TrainParams(), torch.device(device)) is None
         assert amp_dtype(TrainParams(precision="fp32"), torch.device(device)) is None
         assert amp_dtype(TrainParams(precision="bf16"), torch.device(device)) is torch.bfloat16
+
+
+def test_tf32_turns_tensor_core_products_on_for_its_block_only():
+    """train.precision tf32: torch's process-wide matmul precision is "high" (TF32) inside the training steps'
+    context and put back after (also after an error), so one Python process can train a tf32 run and then an
+    fp32 one, and valid / test are scored in fp32; no autocast."""
+    from pipeline.train.setup import amp_dtype, autocast, matmul_precision
+    tp = TrainParams(precision="tf32")
+    assert amp_dtype(tp, torch.device("cuda")) is None
+    assert isinstance(autocast(tp, torch.device("cuda")), contextlib.nullcontext)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        with matmul_precision(tp, torch.device("cuda")):
+            assert torch.get_float32_matmul_precision() == "high"
+        assert torch.get_float32_matmul_precision() == "highest"
+        with pytest.raises(KeyError), matmul_precision(tp, torch.device("cuda")):
+            raise KeyError
+        assert torch.get_float32_matmul_precision() == "highest"
+        for other, device in ((tp, "cpu"), (TrainParams(precision="fp32"), "cuda")):
+            with matmul_precision(other, torch.device(device)):
+                assert torch.get_float32_matmul_precision() == "highest"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def test_tf32_keeps_to_torchs_per_backend_setting_where_a_script_set_it():
+    """Once code has set torch's newer `fp32_precision`, reading the older global setting raises (mixing the two
+    is refused); the tf32 context then switches the newer one, and puts it back."""
+    import subprocess
+    code = ("import torch; from pipeline.params import TrainParams; from pipeline.train.setup import matmul_precision\n"
+            "m = torch.backends.cuda.matmul; m.fp32_precision = 'ieee'\n"
+            "with matmul_precision(TrainParams(precision='tf32'), torch.device('cuda')):\n"
+            "    assert m.fp32_precision == 'tf32'\n"
+            "assert m.fp32_precision == 'ieee'; print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_tf32_on_the_cpu_is_refused_in_one_line(tmp_path):
+    samples = make_samples(tmp_path / "samples")
+    with pytest.raises(ParamsError, match="tf32.*CUDA.*trains on the CPU"):
+        stage.run("toyset", samples, tmp_path / "runs", params("sasrec", "lpe", epochs=1, precision="tf32"),
+                  progress=False)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 def test_compile_wraps_the_training_step(tmp_path, toy_registry, monkeypatch):

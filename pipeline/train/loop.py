@@ -30,7 +30,7 @@ from ..io import check_interrupt, write_bytes
 from ..params import TrainParams
 from ..progress import EpochProgress
 from .distributed import Dist
-from .setup import autocast
+from .setup import autocast, matmul_precision
 
 
 def _make_scheduler(opt, tp: TrainParams, maximise: bool):
@@ -254,8 +254,9 @@ def fit_epochs(net, task, tp: TrainParams, select: str, seed: int, label: str, g
             prog.start(epoch)
             t0 = time.perf_counter()
             first: list = []
-            loss = train_epoch(net, step, opt, task, generator, epoch, label, dist, amp, prog,
-                               first if loop.get("start_loss") is None else None, graphs=graphs)
+            with matmul_precision(tp, device):                      # tf32: steps only, scoring in fp32
+                loss = train_epoch(net, step, opt, task, generator, epoch, label, dist, amp, prog,
+                                   first if loop.get("start_loss") is None else None, graphs=graphs)
             if first:
                 loop["start_loss"] = first[0]
             if dist.broadcast_object(diverged(loss, loop.get("start_loss"))):       # rank 0's numbers decide

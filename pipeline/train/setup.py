@@ -10,6 +10,7 @@ which need positional attention). An encoding given explicitly to a model that t
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from typing import Iterable, Optional
@@ -223,9 +224,50 @@ def amp_dtype(tp: TrainParams, device):
 
 def autocast(tp: TrainParams, device):
     """A context manager: bf16 autocast for train.precision bf16, else nothing."""
-    import contextlib
     import torch
     dtype = amp_dtype(tp, device)
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def matmul_precision(tp: TrainParams, device):
+    """A context manager for training steps (forward, backward and update): TF32 matrix products for
+    train.precision tf32 on CUDA (`tf32`), else nothing. Scoring runs outside it, in fp32, as for bf16."""
+    if tp.precision == "tf32" and device.type == "cuda":
+        return tf32()
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def tf32():
+    """train.precision tf32: fp32 weights and activations, with CUDA's fp32 matrix products done on the tensor
+    cores in TF32 (10-bit mantissa products, fp32 accumulation), inside the block only: torch's setting is
+    process-wide, so it is put back on the way out (a Python script that trains a tf32 run and then an fp32
+    one gets fp32 products in the second, and valid / test are scored in fp32). The trainer enters it once an
+    epoch, around the steps' forward and backward passes. Not autocast: no casts are added, which is what made
+    bf16 slower at these models' sizes (`amp_dtype`). cuDNN's convolutions take TF32 by torch's default already.
+    The CPU has no TF32: `stage` refuses it there.
+
+    Through `torch.set_float32_matmul_precision("high")`, the setting fused-loss kernels read (cut-cross-entropy
+    reads `get_float32_matmul_precision`, which raises once torch's newer per-backend `fp32_precision` has been
+    set: a tf32 run with ce_impl cce failed so on an H200). Where a user's own code already set the newer one,
+    reading the older raises, and it is that one that is switched."""
+    import torch
+    try:
+        before = torch.get_float32_matmul_precision()
+    except RuntimeError:                               # the per-backend settings are in use: keep to them
+        before = None
+    if before is None:
+        matmul = torch.backends.cuda.matmul
+        previous, matmul.fp32_precision = matmul.fp32_precision, "tf32"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision = previous
+        return
+    torch.set_float32_matmul_precision("high")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)

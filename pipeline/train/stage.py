@@ -280,8 +280,19 @@ _FUSED_LOSSES = {"cce": "cut_cross_entropy", "liger": "liger_kernel"}       # tr
 
 
 def _check_loss_impl(tp, device) -> None:
-    """train.ce_impl cce / liger need CUDA and their package: said before training (it was the first step)."""
+    """train.ce_impl cce / liger need CUDA and their package, train.precision tf32 a CUDA GPU with TF32 (compute
+    capability 8.0, Ampere, or later): said before training (it was the first step)."""
     import importlib.util
+    if tp.precision == "tf32":
+        if device.type != "cuda":
+            raise ParamsError("train.precision is tf32, which is a mode of CUDA GPUs' tensor cores, and this run "
+                              "trains on the CPU", "use train.precision: fp32 (or auto) on the CPU")
+        import torch
+        major, minor = torch.cuda.get_device_capability(device)
+        if major < 8:
+            raise ParamsError(f"train.precision is tf32, and {torch.cuda.get_device_name(device)} (compute "
+                              f"capability {major}.{minor}) has no TF32: it needs 8.0 (Ampere) or later",
+                              "use train.precision: fp32")
     package = _FUSED_LOSSES.get(tp.ce_impl)
     if package is None or tp.loss != "ce":
         return
