@@ -255,15 +255,17 @@ paper-fp32 --set train.precision=fp32"}
     setsid env DATA="$(realpath -- "$KIT")" OUT="$runs" PROFILE=gpu SEQPE="$BIN/seqpe" EXTRA="--set train.device=$DEVICE $extra_in" \
         ${words[@]+"${words[@]}"} bash "bench/$script" > "$OUT/${script%.sh}.log" 2>&1 &
     pid=$!
-    sleep $((${CALL_MINUTES:-9} * 60)) > /dev/null 2>&1 &
-    timer=$!
-    while kill -0 "$pid" 2>/dev/null && kill -0 "$timer" 2>/dev/null; do sleep 2; done
+    # a deadline on the clock, not a timer process: a test with CALL_MINUTES=0 once watched a 69 s run to its
+    # end, the `sleep 0` timer's pid still answering `kill -0`
+    deadline=$(( $(date +%s) + ${CALL_MINUTES:-9} * 60 ))
+    while kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 2; done
     rc=0
     if kill -0 "$pid" 2>/dev/null; then
-      kill -TERM -- -"$pid" 2>/dev/null || true; wait "$pid" || true
+      # (its group, or the process itself when setsid has not made the group yet: CALL_MINUTES=0)
+      kill -TERM -- -"$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; wait "$pid" || true
       echo "stopped after ${CALL_MINUTES:-9} minutes: the same call again goes on" >> "$OUT/${script%.sh}.log"
     else
-      kill "$timer" 2>/dev/null || true; wait "$pid" || rc=$?
+      wait "$pid" || rc=$?
     fi
     tail -30 "$OUT/${script%.sh}.log"
     cp "$runs"/report*.md "$OUT/" 2>/dev/null || true
