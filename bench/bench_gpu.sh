@@ -243,6 +243,7 @@ paper-fp32 --set train.precision=fp32"}
         *) die "repro takes VAR=VALUE words after the script (e.g. SEEDS=\"1 2\"), got '$w'" ;;
       esac
     done
+    [[ ${CALL_MINUTES:-9} =~ ^[0-9]+$ ]] || die "CALL_MINUTES takes whole minutes, got '${CALL_MINUTES}'"
     runs=$(realpath -m -- "${RUNS:-/tmp/bench_gpu_runs}")
     case $runs/ in "$(pwd -P)"/*) die "RUNS=$runs lies inside the repository: name a folder outside it (default /tmp/bench_gpu_runs)" ;; esac
     ours "$runs"                # made here, and marked for the script too (it adds to its OUT only when marked)

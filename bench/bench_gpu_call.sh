@@ -16,9 +16,9 @@
 # Variables: BUDGET (seconds for all steps, default 540), STEPS (which of them, default "posrec profile tests"), DEVICE (cuda; cpu runs the flow on the CPU with
 # KIT's samples, as a check before spending device time: reduce-overhead is refused there in one line).
 set -u
+RET=$(realpath -m -- "${OUT:?"OUT: the folder whose files come back"}")    # (relative: to where it was called)
+WORK=$(realpath -m -- "${WORK:-/tmp/bench_gpu_call}")
 cd "$(dirname "$0")/.."
-RET=${OUT:?"OUT: the folder whose files come back"}
-WORK=${WORK:-/tmp/bench_gpu_call}
 rm -rf "$WORK"; mkdir -p "$WORK" "$RET"
 export OUT=$WORK PYTHONUNBUFFERED=1
 BUDGET=${BUDGET:-540}

@@ -180,12 +180,14 @@ def compile_counts() -> dict:
 def explain(fn, *inputs) -> None:
     """torch._dynamo.explain of `fn(*inputs)`: how many graphs the step traces as and why it breaks."""
     import torch._dynamo as dynamo
+    from torch._dynamo.utils import counters
     ex = dynamo.explain(fn)(*inputs)
     print(f"explain (first batch {tuple(inputs[0].shape)}): {ex.graph_count} graphs, {ex.graph_break_count} breaks")
     for r in ex.break_reasons:
         where = [f"{Path(f.filename).name}:{f.lineno}" for f in (r.user_stack or [])][-4:]
         print(f"  break: {r.reason.splitlines()[0][:300]} at {' > '.join(where)}")
     dynamo.reset()
+    counters.clear()                    # the compiled step's counts start from here (reset() keeps them)
 
 
 def main() -> None:
@@ -273,6 +275,8 @@ def main() -> None:
     torch.manual_seed(1)
     encoding = stage.build_encoding(tp.encoding, tp, {})
     net = build_model(tp.model, n_items=n_items, max_len=tp.max_len, train=tp, options={}, encoding=encoding).to(device)
+    if args.precision == "tf32" and device.type != "cuda":
+        sys.exit("bench_train.py: --precision tf32 needs a CUDA device (the trainer refuses it elsewhere)")
     if args.compile == "reduce-overhead":
         if device.type != "cuda":
             sys.exit("bench_train.py: --compile reduce-overhead needs a CUDA device")
