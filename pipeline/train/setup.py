@@ -255,19 +255,15 @@ def tf32():
     reading the older raises, and it is that one that is switched."""
     import torch
     try:
-        before = torch.get_float32_matmul_precision()
+        before, on, put = torch.get_float32_matmul_precision(), "high", torch.set_float32_matmul_precision
     except RuntimeError:                               # the per-backend settings are in use: keep to them
-        before = None
-    if before is None:
         matmul = torch.backends.cuda.matmul
-        previous, matmul.fp32_precision = matmul.fp32_precision, "tf32"
-        try:
-            yield
-        finally:
-            matmul.fp32_precision = previous
-        return
-    torch.set_float32_matmul_precision("high")
+        before, on = matmul.fp32_precision, "tf32"
+
+        def put(value: str) -> None:
+            matmul.fp32_precision = value
+    put(on)
     try:
         yield
     finally:
-        torch.set_float32_matmul_precision(before)
+        put(before)
